@@ -1,0 +1,89 @@
+"""The built-in catalog (GPUs, clusters, models) shipped as YAML inside the package, and the resolver
+that turns a `--model` / `--cluster` argument — a catalog name or a file path — into a spec."""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmscale.errors import CatalogError, InputFileError
+from llmscale.specs.cluster import ClusterSpec, GPUSpec
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.parse import parse_spec, read_document
+
+
+class Kind(str, Enum):
+    """A section of the catalog."""
+
+    MODELS = "models"
+    GPUS = "gpus"
+    CLUSTERS = "clusters"
+
+
+@cache
+def _entries(kind: Kind) -> dict[str, dict[str, Any]]:
+    text = resources.files("llmscale.catalog").joinpath(f"{kind.value}.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict), f"catalog {kind.value}.yaml must be a mapping"
+    return data
+
+
+def names(kind: Kind) -> list[str]:
+    return list(_entries(kind))
+
+
+def entry(kind: Kind, name: str) -> dict[str, Any]:
+    """The raw catalog mapping for `name`, with its name filled in."""
+    entries = _entries(kind)
+    if name not in entries:
+        raise CatalogError(
+            f"unknown {kind.value[:-1]} {name!r}; catalog {kind.value}: {', '.join(entries)} "
+            "(or give a path to a YAML/JSON file)"
+        )
+    return {"name": name, **entries[name]}
+
+
+def _is_path(ref: str) -> bool:
+    return Path(ref).suffix.lower() in {".yaml", ".yml", ".json"} or "/" in ref or Path(ref).exists()
+
+
+def load_gpu(ref: str) -> GPUSpec:
+    if _is_path(ref):
+        return parse_spec(GPUSpec, read_document(Path(ref)), where=ref)
+    return parse_spec(GPUSpec, entry(Kind.GPUS, ref), where=f"catalog gpu {ref}")
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A catalog model name, a llmscale YAML/JSON model file, or a Hugging Face config.json."""
+    if not _is_path(ref):
+        return parse_spec(ModelSpec, entry(Kind.MODELS, ref), where=f"catalog model {ref}")
+    path = Path(ref)
+    data = read_document(path)
+    from llmscale.hfconfig import is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        return model_from_hf_config(data, name=path.parent.name or path.stem, where=ref)
+    return parse_spec(ModelSpec, data, where=ref)
+
+
+def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
+    """A catalog cluster name or a YAML/JSON cluster file; `gpu` may name a catalog GPU.
+    `num_gpus` overrides the cluster's GPU count (a job on part of the cluster)."""
+    if _is_path(ref):
+        data, where = read_document(Path(ref)), ref
+    else:
+        data, where = entry(Kind.CLUSTERS, ref), f"catalog cluster {ref}"
+    gpu = data.get("gpu")
+    if isinstance(gpu, str):
+        try:
+            data = {**data, "gpu": entry(Kind.GPUS, gpu)}
+        except CatalogError as exc:
+            raise InputFileError(f"{where}: gpu: {exc}") from None
+    if num_gpus is not None:
+        data = {**data, "num_gpus": num_gpus}
+    return parse_spec(ClusterSpec, data, where=where)

@@ -1,0 +1,1 @@
+"""The `llmscale` command line."""

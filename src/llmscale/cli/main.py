@@ -1,0 +1,159 @@
+"""`llmscale` commands. Thin: parse flags, resolve specs, call the estimate functions, render.
+
+Every user error (bad value, unknown key, missing file, unknown catalog name) becomes one line on
+stderr and exit code 2 — never a traceback (DESIGN principle 3).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from llmscale import __version__
+from llmscale.catalog import Kind
+from llmscale.cli import options as o
+from llmscale.cli import render
+from llmscale.errors import LlmscaleError
+
+app = typer.Typer(
+    name="llmscale",
+    help="Plan, predict and check LLM training on very large GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class ShowKind(str, Enum):
+    """What `llmscale show` describes."""
+
+    MODEL = "model"
+    GPU = "gpu"
+    CLUSTER = "cluster"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"llmscale {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True)] = False,
+) -> None:
+    """Plan, predict and check LLM training on very large GPU clusters."""
+
+
+@app.command()
+def catalog(kind: Annotated[Kind | None, typer.Argument(help="models, gpus or clusters")] = None) -> None:
+    """List the built-in models, GPUs and clusters."""
+    render.catalog_tables([kind] if kind else list(Kind))
+
+
+@app.command()
+def show(
+    kind: Annotated[ShowKind, typer.Argument(help="model, gpu or cluster")],
+    name: Annotated[str, typer.Argument(help="catalog name or file")],
+    as_json: o.JsonOpt = False,
+) -> None:
+    """Describe a model (parameter counts by class), a GPU or a cluster."""
+    from llmscale.catalog import load_cluster, load_gpu, load_model
+    from llmscale.params import count_params
+
+    if kind is ShowKind.MODEL:
+        model = load_model(name)
+        document = {"spec": model.model_dump(mode="json"), **count_params(model).as_dict()}
+    elif kind is ShowKind.GPU:
+        document = {"spec": load_gpu(name).model_dump(mode="json")}
+    else:
+        document = {"spec": load_cluster(name).model_dump(mode="json")}
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        render.spec_document(kind.value, name, document)
+
+
+@app.command()
+def memory(
+    model: o.ModelOpt = o.DEFAULT_MODEL,
+    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
+    gpus: o.GpusOpt = None,
+    tp: o.TpOpt = 1,
+    pp: o.PpOpt = 1,
+    dp: o.DpOpt = None,
+    cp: o.CpOpt = 1,
+    ep: o.EpOpt = 1,
+    etp: o.EtpOpt = None,
+    vpp: o.VppOpt = 1,
+    mbs: o.MbsOpt = 1,
+    gbs: o.GbsOpt = None,
+    seq_len: o.SeqOpt = None,
+    zero: o.ZeroOpt = 1,
+    recompute: o.RecomputeOpt = o.Recompute.NONE,
+    sp: o.SpOpt = None,
+    schedule: o.ScheduleOpt = None,
+    precision: o.PrecisionOpt = o.Precision.BF16,
+    offload_optimizer: o.OffloadOptOpt = False,
+    offload_params: o.OffloadParamsOpt = False,
+    as_json: o.JsonOpt = False,
+    expect_sha256: o.ExpectShaOpt = None,
+) -> None:
+    """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
+    from llmscale.inputs import resolve_job
+    from llmscale.memory import memory_breakdown
+
+    layout = o.layout_fields(**locals())
+    job = resolve_job(model, cluster, gpus, {"global_batch": gbs, "seq_len": seq_len, "precision": precision},
+                      layout)
+    _check_sha(job.input_sha256, expect_sha256)
+    result = memory_breakdown(job.model, job.cluster, job.train, job.layouts)
+    document = render.memory_document(job, result)
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        render.memory_table(job, result)
+
+
+@app.command("hash")
+def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster files (YAML/JSON/HF config)")]) -> None:
+    """SHA256 of each file's canonical resolved spec (the value `--expect-sha256` checks)."""
+    from llmscale.fingerprint import sha256_of
+    from llmscale.specs.parse import read_document
+
+    for path in files:
+        data = read_document(path)
+        if "tiers" in data:
+            from llmscale.catalog import load_cluster
+
+            digest = sha256_of(cluster=load_cluster(str(path)))
+        else:
+            from llmscale.catalog import load_model
+
+            digest = sha256_of(model=load_model(str(path)))
+        typer.echo(f"{digest}  {path}")
+
+
+def _check_sha(actual: str, expected: str | None) -> None:
+    if expected is not None and expected.lower() != actual:
+        raise LlmscaleError(
+            f"--expect-sha256 {expected} does not match the inputs' SHA256 {actual}: refusing to run"
+        )
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: run the app, turning LlmscaleError into one line and exit code 2."""
+    try:
+        return app(args=argv, standalone_mode=True)
+    except LlmscaleError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Terminal tables and JSON documents. Human units (GiB, B params) exist only here."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from llmscale import __version__
+from llmscale.catalog import Kind, entry, names
+from llmscale.inputs import JobInputs
+from llmscale.memory import MemoryBreakdown
+from llmscale.units import GIB
+
+console = Console()
+
+_SCALAR_FIELDS = ("capacity_bytes",)
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.2f}"
+
+
+def catalog_tables(kinds: list[Kind]) -> None:
+    for kind in kinds:
+        table = Table(title=f"catalog {kind.value}", title_justify="left")
+        table.add_column("name")
+        table.add_column("source", overflow="fold", max_width=90)
+        for name in names(kind):
+            table.add_row(name, str(entry(kind, name).get("source", "")))
+        console.print(table)
+
+
+def spec_document(kind: str, name: str, document: dict[str, Any]) -> None:
+    table = Table(title=f"{kind} {name}", title_justify="left", show_header=False)
+    for key, value in document["spec"].items():
+        table.add_row(key, str(value))
+    for key, value in document.items():
+        if key != "spec":
+            table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    console.print(table)
+
+
+def memory_document(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:
+    """The JSON of `llmscale memory`: every breakdown field of layout i, totals, and provenance."""
+    document: dict[str, Any] = {
+        "llmscale_version": __version__,
+        "input_sha256": job.input_sha256,
+        "model": job.model.name,
+        "cluster": job.cluster.name,
+        "num_gpus": job.num_gpus,
+        "layout": job.resolved_layout.model_dump(mode="json"),
+    }
+    for f in fields(result):
+        value = getattr(result, f.name)
+        document[f.name] = float(value) if f.name in _SCALAR_FIELDS else value[i].item()
+    document["other_bytes"] = float(result.other_bytes[i])
+    document["total_bytes"] = float(result.total_bytes[i])
+    document["fits"] = bool(result.fits[i])
+    return document
+
+
+def memory_table(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> None:
+    lay = job.resolved_layout
+    console.print(
+        f"# llmscale {__version__} memory · model {job.model.name} · cluster {job.cluster.name} · "
+        f"{job.num_gpus:,} GPUs · input_sha256 {job.input_sha256[:16]}…"
+    )
+    console.print(
+        f"# tp {lay.tp} pp {lay.pp} dp {lay.dp} cp {lay.cp} ep {lay.ep} etp {lay.etp} vpp {lay.vpp} "
+        f"mbs {lay.mbs} zero {lay.zero} recompute {lay.recompute.value} sp {lay.sp} "
+        f"schedule {lay.resolved_schedule.value} · seq {job.train.seq_len} gbs {job.train.global_batch} "
+        f"{job.train.precision.value}"
+    )
+    table = Table(title_justify="left")
+    table.add_column("class")
+    table.add_column("GiB", justify="right")
+    table.add_column("share", justify="right")
+    total = float(result.total_bytes[i])
+    rows = [
+        ("weights", result.weights_bytes[i]),
+        ("gradients", result.gradients_bytes[i]),
+        ("optimizer", result.optimizer_bytes[i]),
+        ("activations", result.activations_bytes[i]),
+        ("comm buffers", result.comm_buffer_bytes[i]),
+        ("runtime (CUDA, NCCL)", result.runtime_bytes[i]),
+        ("fragmentation", result.fragmentation_bytes[i]),
+    ]
+    for label, value in rows:
+        table.add_row(label, _gib(float(value)), f"{float(value) / total:.1%}")
+    table.add_row("total", _gib(total), "100.0%", style="bold")
+    table.add_row("capacity", _gib(result.capacity_bytes), "")
+    console.print(table)
+    verdict = "FITS" if bool(result.fits[i]) else "OUT OF MEMORY"
+    console.print(
+        f"{verdict}: {_gib(total)} of {_gib(result.capacity_bytes)} GiB on pipeline rank "
+        f"{int(result.pipeline_rank[i])}"
+    )
+    if float(result.host_bytes_per_node[i]) > 0:
+        console.print(
+            f"offload: {_gib(float(result.host_bytes_per_node[i]))} GiB host memory per node "
+            f"(node has {job.cluster.node.host_memory_gib:,.0f} GiB), "
+            f"{_gib(float(result.pcie_bytes_per_step[i]))} GiB PCIe traffic per GPU per step "
+            f"({float(result.pcie_s_per_step[i]):.2f} s at {job.cluster.node.pcie_gb_per_s:.0f} GB/s)"
+        )

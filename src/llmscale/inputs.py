@@ -1,0 +1,70 @@
+"""Resolving the user's inputs (catalog names or files, flags) into validated specs for one job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmscale.catalog import load_cluster, load_model
+from llmscale.errors import SpecError
+from llmscale.fingerprint import sha256_of
+from llmscale.layouts import Layouts
+from llmscale.rules import validate_one
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import Layout
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.parse import parse_spec
+from llmscale.specs.train import TrainSpec
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """Everything one estimate needs, validated."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    train: TrainSpec
+    layout: Layout
+    num_gpus: int
+    """GPUs of the job (≤ the cluster's)."""
+
+    @property
+    def layouts(self) -> Layouts:
+        return Layouts.from_layout(self.layout, self.num_gpus)
+
+    @property
+    def input_sha256(self) -> str:
+        return sha256_of(model=self.model, cluster=self.cluster, train=self.train, layout=self.resolved_layout)
+
+    @property
+    def resolved_layout(self) -> Layout:
+        """The layout with every default made explicit (dp, etp, sp, schedule)."""
+        return self.layouts.row(0)
+
+
+def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:
+    if gpus is not None:
+        if gpus < 1:
+            raise SpecError("gpus", gpus, "must be a positive number of GPUs")
+        job = gpus
+    elif layout.dp is not None:
+        job = layout.tp * layout.cp * layout.pp * layout.dp
+    else:
+        job = cluster.num_gpus
+    if job > cluster.num_gpus:
+        raise SpecError("gpus", job, f"the job needs more GPUs than cluster {cluster.name!r} has ({cluster.num_gpus})")
+    return job
+
+
+def resolve_job(
+    model: str, cluster: str, gpus: int | None, train: dict[str, Any], layout: dict[str, Any]
+) -> JobInputs:
+    """Load model and cluster, validate train and layout flags, check the layout's rules."""
+    model_spec = load_model(model)
+    cluster_spec = load_cluster(cluster)
+    train_spec = parse_spec(TrainSpec, {k: v for k, v in train.items() if v is not None}, where="train")
+    layout_spec = parse_spec(Layout, {k: v for k, v in layout.items() if v is not None}, where="layout")
+    num_gpus = _job_gpus(layout_spec, cluster_spec, gpus)
+    job = JobInputs(model_spec, cluster_spec, train_spec, layout_spec, num_gpus)
+    validate_one(model_spec, train_spec, num_gpus, job.layouts)
+    return job

@@ -1,0 +1,106 @@
+"""Layouts: many candidate parallel layouts as a struct of numpy arrays (DESIGN.md principle 1).
+
+Shape legend: every field is a 1-D array of shape (N,), one element per candidate layout. Integer
+fields are int64; `recompute` and `schedule` hold the `.code` of their enum members; flags are bool.
+Explaining one layout is a search of size one: `Layouts.from_layout(layout, num_gpus)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from llmscale.specs.layout import Layout, Recompute, Schedule
+
+_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "schedule")
+_BOOL_FIELDS = ("sp", "offload_optimizer", "offload_params")
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """N candidate layouts; see the module docstring for the shape legend."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    vpp: np.ndarray
+    mbs: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray
+    schedule: np.ndarray
+    sp: np.ndarray
+    offload_optimizer: np.ndarray
+    offload_params: np.ndarray
+
+    @classmethod
+    def from_columns(cls, **columns: object) -> Layouts:
+        """Broadcast scalar or array columns to one shape. Missing columns take Layout's defaults
+        (dp must be given); etp defaults to tp, sp to tp > 1, schedule to interleaved iff vpp > 1."""
+        defaults: dict[str, object] = {
+            "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 1,
+            "recompute": Recompute.NONE.code, "offload_optimizer": False, "offload_params": False,
+        }
+        merged = {**defaults, **columns}
+        if "dp" not in merged:
+            raise ValueError("Layouts.from_columns needs a dp column")
+        tp = np.asarray(merged["tp"])
+        vpp = np.asarray(merged["vpp"])
+        merged.setdefault("etp", tp)
+        merged.setdefault("sp", tp > 1)
+        merged.setdefault(
+            "schedule", np.where(vpp > 1, Schedule.INTERLEAVED.code, Schedule.ONE_F_ONE_B.code)
+        )
+        names = [f.name for f in fields(cls)]
+        unknown = set(merged) - set(names)
+        if unknown:
+            raise ValueError(f"unknown layout columns: {sorted(unknown)}")
+        arrays = np.broadcast_arrays(*(np.asarray(merged[name]) for name in names))
+        typed = {
+            name: np.ascontiguousarray(arr, dtype=bool if name in _BOOL_FIELDS else np.int64).reshape(-1)
+            for name, arr in zip(names, arrays, strict=True)
+        }
+        return cls(**typed)
+
+    @classmethod
+    def from_layout(cls, layout: Layout, num_gpus: int) -> Layouts:
+        """One layout as arrays of size one; dp defaults to num_gpus / (tp·cp·pp)."""
+        dp = layout.dp if layout.dp is not None else max(1, num_gpus // (layout.tp * layout.cp * layout.pp))
+        return cls.from_columns(
+            tp=layout.tp, pp=layout.pp, dp=dp, cp=layout.cp, ep=layout.ep, etp=layout.resolved_etp,
+            vpp=layout.vpp, mbs=layout.mbs, zero=layout.zero, recompute=layout.recompute.code,
+            schedule=layout.resolved_schedule.code, sp=layout.resolved_sp,
+            offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
+        )
+
+    @property
+    def size(self) -> int:
+        return int(self.tp.shape[0])
+
+    @property
+    def num_gpus(self) -> np.ndarray:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def edp(self) -> np.ndarray:
+        """Expert data-parallel size: the tp·cp·dp ranks of a stage re-partitioned as etp·ep·edp.
+        Integer division; `rules.check` masks layouts where it does not divide."""
+        return (self.tp * self.cp * self.dp) // np.maximum(self.ep * self.etp, 1)
+
+    def row(self, i: int) -> Layout:
+        """Layout i as a validated scalar Layout (for reports and export)."""
+        recompute = list(Recompute)[int(self.recompute[i])]
+        schedule = list(Schedule)[int(self.schedule[i])]
+        return Layout(
+            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), cp=int(self.cp[i]),
+            ep=int(self.ep[i]), etp=int(self.etp[i]), vpp=int(self.vpp[i]), mbs=int(self.mbs[i]),
+            zero=int(self.zero[i]), recompute=recompute, sp=bool(self.sp[i]), schedule=schedule,
+            offload_optimizer=bool(self.offload_optimizer[i]), offload_params=bool(self.offload_params[i]),
+        )
+
+    def take(self, index: np.ndarray) -> Layouts:
+        """The layouts at `index` (an integer or boolean array)."""
+        return Layouts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})

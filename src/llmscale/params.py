@@ -1,0 +1,168 @@
+"""Parameter counts by class, for dense, GQA, MLA and MoE transformers.
+
+Notation (docs/notation.md): L layers, h hidden, f ffn_hidden, n heads, g kv_heads, d head_dim,
+V vocab, E routed experts, k top_k, S shared experts, f_e / f_s routed / shared expert ffn size,
+m = 3 (gated MLP) or 2.
+
+Per layer (Megatron-LM `theoretical_memory_usage.py` at 00caa53, and Narayanan et al. 2021 Eq. 2):
+    attention (MHA/GQA) = h·n·d + 2·h·g·d + n·d·h            (Q, K, V, output projections)
+    attention (MLA)     = h·r_q + r_q·n·(d_nope + d_rope) + h·(r_kv + d_rope)
+                          + r_kv·n·(d_nope + d_v) + n·d_v·h + r_q + r_kv   (DeepSeek-V2 §2.1)
+    dense MLP           = m·h·f
+    MoE layer           = E·m·h·f_e (routed) + S·m·h·f_s (shared) + h·E (router)
+    norms               = 2·h (RMSNorm) or 4·h (LayerNorm weight + bias), + h for the final norm
+Embeddings: V·h input, V·h output unless tied, plus a learned position table if any.
+Biases (GPT-3 style) add the output sizes of every linear layer. MTP modules (DeepSeek-V3 §2.2) are
+counted separately from `total` (DeepSeek's 671B excludes its 14B MTP module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmscale.specs.model import ModelSpec, Norm
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one transformer layer by class."""
+
+    attention: int
+    """Attention projections (and their biases)."""
+    norms: int
+    """The layer's two normalisation layers."""
+    dense_mlp: int
+    """Dense MLP (0 in an MoE layer)."""
+    routed_experts: int
+    """All routed experts of the layer (0 in a dense layer)."""
+    shared_experts: int
+    """Shared experts of the layer."""
+    router: int
+    """Router (gate) weights."""
+
+    @property
+    def non_expert(self) -> int:
+        """Parameters replicated/sharded like dense weights (everything but routed experts)."""
+        return self.attention + self.norms + self.dense_mlp + self.shared_experts + self.router
+
+    @property
+    def total(self) -> int:
+        return self.non_expert + self.routed_experts
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Whole-model parameter counts by class."""
+
+    embedding: int
+    """Input embedding (+ learned position table)."""
+    output: int
+    """Output projection (0 when tied to the input embedding)."""
+    final_norm: int
+    dense_layer: LayerParams
+    moe_layer: LayerParams
+    num_dense_layers: int
+    num_moe_layers: int
+    mtp: int
+    """Multi-token-prediction modules (not in `total`)."""
+    active_routed_per_moe_layer: int
+    """Routed-expert parameters one token uses in one MoE layer (k experts)."""
+
+    @property
+    def attention(self) -> int:
+        return self.dense_layer.attention * self.num_dense_layers + self.moe_layer.attention * self.num_moe_layers
+
+    @property
+    def routed_experts(self) -> int:
+        return self.moe_layer.routed_experts * self.num_moe_layers
+
+    @property
+    def layers(self) -> int:
+        return self.dense_layer.total * self.num_dense_layers + self.moe_layer.total * self.num_moe_layers
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.output + self.final_norm + self.layers
+
+    @property
+    def active(self) -> int:
+        """Parameters one token touches: all but the routed experts it is not sent to."""
+        inactive = (self.moe_layer.routed_experts - self.active_routed_per_moe_layer) * self.num_moe_layers
+        return self.total - inactive
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "total_params": self.total,
+            "active_params": self.active,
+            "embedding_params": self.embedding,
+            "output_params": self.output,
+            "attention_params": self.attention,
+            "dense_mlp_params": self.dense_layer.dense_mlp * self.num_dense_layers,
+            "routed_expert_params": self.routed_experts,
+            "shared_expert_params": self.moe_layer.shared_experts * self.num_moe_layers,
+            "router_params": self.moe_layer.router * self.num_moe_layers,
+            "norm_params": self.final_norm
+            + self.dense_layer.norms * self.num_dense_layers
+            + self.moe_layer.norms * self.num_moe_layers,
+            "mtp_params": self.mtp,
+        }
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Q, K, V and output projections of one layer (MHA, GQA or MLA), with biases if any."""
+    h, n = model.hidden, model.heads
+    if model.mla is not None:
+        a = model.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q = h * n * qk if a.q_lora_rank is None else h * a.q_lora_rank + a.q_lora_rank * n * qk + a.q_lora_rank
+        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * n * (a.qk_nope_head_dim + a.v_head_dim)
+        return q + kv + a.kv_lora_rank + n * a.v_head_dim * h
+    d, g = model.dim_per_head, model.num_kv_heads
+    weights = h * n * d + 2 * h * g * d + n * d * h
+    biases = (n * d + 2 * g * d + h) if model.linear_bias else 0
+    return weights + biases
+
+
+def mlp_params(model: ModelSpec, ffn: int) -> int:
+    """One MLP or expert of inner size `ffn`: m·h·f weights (+ biases)."""
+    weights = model.mlp_matrices * model.hidden * ffn
+    biases = ((model.mlp_matrices - 1) * ffn + model.hidden) if model.linear_bias else 0
+    return weights + biases
+
+
+def norm_params(model: ModelSpec) -> int:
+    return model.hidden * (2 if model.norm is Norm.LAYERNORM else 1)
+
+
+def count_params(model: ModelSpec) -> ParamCounts:
+    """Parameter counts by class (see module docstring for the formulas)."""
+    attn, norms = attention_params(model), 2 * norm_params(model)
+    dense = LayerParams(attn, norms, mlp_params(model, model.ffn_hidden), 0, 0, 0)
+    if model.is_moe:
+        expert = mlp_params(model, model.expert_ffn_hidden or 0)
+        moe = LayerParams(
+            attention=attn,
+            norms=norms,
+            dense_mlp=0,
+            routed_experts=model.experts * expert,
+            shared_experts=model.shared_experts * mlp_params(model, model.shared_ffn),
+            router=model.hidden * model.experts,
+        )
+        active_routed = model.top_k * expert
+    else:
+        moe, active_routed = LayerParams(0, 0, 0, 0, 0, 0), 0
+    h = model.hidden
+    last_layer = moe if model.is_moe else dense
+    # DeepSeek-V3 MTP module: two norms + a 2h→h projection + one transformer layer (§2.2).
+    mtp = model.mtp_layers * (2 * norm_params(model) + 2 * h * h + last_layer.total)
+    return ParamCounts(
+        embedding=model.vocab * h + model.learned_position_embeddings * h,
+        output=0 if model.tied_embeddings else model.vocab * h,
+        final_norm=norm_params(model),
+        dense_layer=dense,
+        moe_layer=moe,
+        num_dense_layers=model.num_dense_layers,
+        num_moe_layers=model.num_moe_layers,
+        mtp=mtp,
+        active_routed_per_moe_layer=active_routed,
+    )

@@ -1,0 +1,143 @@
+"""ClusterSpec: accelerators, nodes, the network as a list of tiers, storage, power and price.
+
+Edge units (as vendors quote them) are in the field names; SI properties convert once:
+GB/s = 1e9 B/s, Gbit/s = 1e9 bit/s, GiB = 2^30 B. Bandwidths are one direction, per GPU.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from llmscale.specs.base import FieldProblem, Spec
+from llmscale.specs.train import Precision
+from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
+
+
+class GPUSpec(Spec):
+    """One accelerator. Peaks are dense (no 2:4 sparsity)."""
+
+    name: str = Field(min_length=1)
+    peak_bf16_tflops: PositiveFloat
+    peak_fp8_tflops: PositiveFloat | None = None
+    peak_fp4_tflops: PositiveFloat | None = None
+    memory_gib: PositiveFloat = Field(description="HBM capacity; an '80 GB' H100 holds 80 GiB")
+    memory_bandwidth_gb_per_s: PositiveFloat
+    scaleup_bandwidth_gb_per_s: PositiveFloat | None = Field(
+        None, description="NVLink-class bandwidth per GPU, one direction (H100: 450)"
+    )
+    tdp_w: PositiveFloat | None = None
+    source: str = ""
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_gb_per_s * GB
+
+    def peak_flops_per_s(self, precision: Precision) -> float:
+        """Dense tensor-core peak for the GEMM precision; 16-bit formats share the bf16 peak."""
+        table = {
+            Precision.BF16: self.peak_bf16_tflops,
+            Precision.FP16: self.peak_bf16_tflops,
+            Precision.FP8: self.peak_fp8_tflops,
+            Precision.FP4: self.peak_fp4_tflops,
+        }
+        peak = table[precision]
+        if peak is None:
+            raise ValueError(f"{self.name} has no {precision.value} peak in the catalog")
+        return peak * TERA
+
+
+class NodeSpec(Spec):
+    """A server: GPUs, NICs, PCIe and host memory."""
+
+    gpus_per_node: PositiveInt
+    nics_per_node: PositiveInt
+    nic_gbit_per_s: PositiveFloat = Field(description="line rate of one NIC")
+    pcie_gb_per_s: PositiveFloat = Field(description="host-device bandwidth per GPU, one direction")
+    host_memory_gib: PositiveFloat
+
+    @property
+    def nic_bytes_per_s_per_gpu(self) -> float:
+        return gbit_per_s_to_bytes_per_s(self.nic_gbit_per_s) * self.nics_per_node / self.gpus_per_node
+
+    @property
+    def pcie_bytes_per_s(self) -> float:
+        return self.pcie_gb_per_s * GB
+
+    @property
+    def host_memory_bytes(self) -> float:
+        return self.host_memory_gib * GIB
+
+
+class NetworkTier(Spec):
+    """One level of the network. A group of ranks that fits in one domain of this tier talks at its
+    bandwidth; tiers are listed innermost (scale-up domain) first."""
+
+    name: str = Field(min_length=1)
+    ranks: PositiveInt = Field(description="GPUs in one domain of this tier")
+    bandwidth_gb_per_s: PositiveFloat = Field(description="per GPU, one direction, before oversubscription")
+    latency_us: float = Field(ge=0, description="one hop's latency across this tier")
+    oversubscription: float = Field(1.0, ge=1.0, description="downlink:uplink ratio above this tier's domains")
+    in_network_reduction: bool = Field(False, description="NVLS / SHARP reductions available in this tier")
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_gb_per_s * GB
+
+
+class StorageSpec(Spec):
+    """The shared file system that checkpoints go to."""
+
+    read_gb_per_s: PositiveFloat = Field(description="aggregate read bandwidth")
+    write_gb_per_s: PositiveFloat = Field(description="aggregate write bandwidth")
+
+
+class PowerSpec(Spec):
+    """Facility power figures."""
+
+    pue: float = Field(1.2, ge=1.0, description="power usage effectiveness")
+    node_overhead_w: float = Field(0.0, ge=0.0, description="CPUs, NICs, fans per node beyond the GPUs")
+
+
+class ClusterSpec(Spec):
+    """A GPU cluster: the accelerator, the node, the network tiers and the facility."""
+
+    name: str = Field(min_length=1)
+    gpu: GPUSpec
+    num_gpus: PositiveInt
+    node: NodeSpec
+    tiers: tuple[NetworkTier, ...] = Field(min_length=1)
+    rail_optimized: bool = Field(True, description="NIC i of every node on rail switch i")
+    planes: PositiveInt = Field(1, description="independent network planes (multi-plane fabric)")
+    storage: StorageSpec | None = None
+    power: PowerSpec = PowerSpec()
+    usd_per_gpu_hour: PositiveFloat | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _check_topology(self) -> ClusterSpec:
+        if self.num_gpus % self.node.gpus_per_node:
+            raise FieldProblem(
+                "num_gpus", self.num_gpus, f"must be a multiple of node.gpus_per_node ({self.node.gpus_per_node})"
+            )
+        previous = 1
+        for i, tier in enumerate(self.tiers):
+            if tier.ranks <= previous or tier.ranks % previous:
+                raise FieldProblem(
+                    f"tiers.{i}.ranks", tier.ranks,
+                    f"tier {tier.name!r} must span a whole multiple (> 1) of the tier inside it ({previous} ranks)",
+                )
+            previous = tier.ranks
+        if previous < self.num_gpus:
+            raise FieldProblem(
+                f"tiers.{len(self.tiers) - 1}.ranks", previous,
+                f"the outermost tier must span at least num_gpus ({self.num_gpus})",
+            )
+        return self
+
+    @property
+    def num_nodes(self) -> int:
+        return self.num_gpus // self.node.gpus_per_node

@@ -1,0 +1,80 @@
+"""Reading input files and turning validation failures into one-line SpecErrors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import ValidationError
+
+from llmscale.errors import InputFileError, SpecError
+from llmscale.specs.base import FieldProblem, Spec
+
+SpecT = TypeVar("SpecT", bound=Spec)
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """A YAML or JSON file as a mapping; missing, unreadable or malformed files raise InputFileError."""
+    if not path.is_file():
+        raise InputFileError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read ({exc})") from exc
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputFileError(f"{path}: malformed YAML{where}: {problem}") from exc
+    if not isinstance(data, dict):
+        raise InputFileError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_spec(cls: type[SpecT], data: dict[str, Any], where: str) -> SpecT:
+    """Validate `data` as `cls`; the first problem becomes a SpecError naming field, value and rule."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error_from(exc, where) from None
+
+
+def spec_error_from(exc: ValidationError, where: str) -> SpecError:
+    """Translate pydantic's first error into a SpecError (field path, offending value, what is allowed)."""
+    err = exc.errors(include_url=False)[0]
+    problem = (err.get("ctx") or {}).get("error")
+    if isinstance(problem, FieldProblem):
+        prefix = ".".join(str(part) for part in err["loc"])
+        field = f"{prefix}.{problem.field}" if prefix else problem.field
+        return SpecError(field, problem.value, problem.allowed, where=where)
+    field = ".".join(str(part) for part in err["loc"]) or "(spec)"
+    value = err.get("input")
+    message = err["msg"]
+    if err["type"] == "extra_forbidden":
+        allowed = sorted(_allowed_keys(exc.title, exc))
+        message = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+    elif err["type"] == "missing":
+        value = None
+        message = "required field is missing"
+    elif err["type"] == "value_error":
+        field = field if field != "(spec)" else "spec"
+        message = message.removeprefix("Value error, ")
+        if isinstance(value, dict):
+            value = "…"
+    return SpecError(field, value, message, where=where)
+
+
+def _allowed_keys(title: str, exc: ValidationError) -> list[str]:
+    from llmscale.specs import cluster, layout, model, train
+
+    for module in (model, cluster, train, layout):
+        cls = getattr(module, title, None)
+        if isinstance(cls, type) and issubclass(cls, Spec):
+            return list(cls.model_fields)
+    return []

@@ -1,0 +1,50 @@
+"""TrainSpec: what is trained — sequence length, batch, tokens, precision, optimizer."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from llmscale.specs.base import Spec
+
+
+class Precision(str, Enum):
+    """GEMM precision of the training recipe."""
+
+    BF16 = "bf16"
+    """BF16 mixed precision (bf16 weights and activations, fp32 master and optimizer)."""
+    FP16 = "fp16"
+    """FP16 mixed precision with loss scaling; same memory and peak as bf16."""
+    FP8 = "fp8"
+    """FP8 GEMMs (Transformer Engine); bf16 weights kept, fp8 weight copies added."""
+    FP4 = "fp4"
+    """FP4 (NVFP4/MXFP4) GEMMs on Blackwell; bf16 weights kept, fp4 copies added."""
+
+
+class Optimizer(str, Enum):
+    """Optimizer, which sets the state kept per parameter."""
+
+    ADAM = "adam"
+    """Adam/AdamW: two fp32 moments (8 B per parameter)."""
+    SGD_MOMENTUM = "sgd"
+    """SGD with momentum: one fp32 buffer (4 B per parameter)."""
+
+
+class TrainSpec(Spec):
+    """The training run."""
+
+    seq_len: PositiveInt = 4096
+    global_batch: PositiveInt = Field(8192, description="sequences per optimizer step (8192 × 4096 = 33.6M tokens)")
+    total_tokens: PositiveFloat = Field(10e12, description="tokens the run trains on")
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAM
+    fp32_master_weights: bool = Field(True, description="keep an fp32 copy of the weights (4 B/param)")
+    fp32_grads: bool = Field(
+        True, description="accumulate gradients in fp32 (Megatron main_grad, 4 B/param); False = bf16 (2 B)"
+    )
+    flash_attention: bool = Field(True, description="fused attention: no s×s score matrix is stored")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
