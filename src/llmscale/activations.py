@@ -137,9 +137,10 @@ def stage_activation_bytes(
     held: np.ndarray,
 ) -> np.ndarray:
     """Activations a pipeline rank holds at its peak: `held` micro-batches of its layers; under full
-    recompute only layer inputs, plus one layer's full working set while it is recomputed."""
+    recompute only layer inputs, plus the rest of one layer's activations while it is recomputed (the
+    layer being recomputed starts from its own saved input, so that input is not counted twice)."""
     kept = dense_layers * acts.dense_bytes + moe_layers * acts.moe_bytes
     layers = dense_layers + moe_layers
-    working = np.where(moe_layers > 0, acts.moe_bytes, acts.dense_bytes)
+    working = np.where(moe_layers > 0, acts.moe_bytes, acts.dense_bytes) - acts.input_bytes
     full = layers * acts.input_bytes * held + working
     return np.where(lay.recompute == Recompute.FULL.code, full, kept * held)
