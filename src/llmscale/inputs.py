@@ -49,10 +49,17 @@ def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:
         job = gpus
     elif layout.dp is not None:
         job = layout.tp * layout.cp * layout.pp * layout.dp
+        if job > cluster.num_gpus:
+            raise SpecError(
+                "dp", layout.dp,
+                f"tp ({layout.tp}) × cp ({layout.cp}) × pp ({layout.pp}) × dp ({layout.dp}) = {job:,} GPUs exceeds "
+                f"cluster {cluster.name!r} ({cluster.num_gpus:,} GPUs)",
+                where="layout",
+            )
     else:
         job = cluster.num_gpus
     if job > cluster.num_gpus:
-        raise SpecError("gpus", job, f"the job needs more GPUs than cluster {cluster.name!r} has ({cluster.num_gpus})")
+        raise SpecError("gpus", job, f"cluster {cluster.name!r} has {cluster.num_gpus:,} GPUs")
     return job
 
 

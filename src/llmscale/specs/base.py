@@ -1,14 +1,11 @@
-"""Shared pydantic configuration for every spec: frozen, unknown keys rejected."""
+"""Shared pydantic configuration for every spec: frozen, unknown keys rejected, numbers taken as given."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import typing
+from typing import Any
 
-
-class Spec(BaseModel):
-    """A frozen spec. Unknown keys are errors (STYLE habit 6), values are validated once."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, use_enum_values=False)
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class FieldProblem(ValueError):
@@ -18,3 +15,42 @@ class FieldProblem(ValueError):
     def __init__(self, field: str, value: object, allowed: str) -> None:
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field} = {value!r} is invalid: {allowed}")
+
+
+def _is_number_type(annotation: Any) -> bool:
+    """int or float, possibly inside Annotated[...] or Optional[...]."""
+    if annotation in (int, float):
+        return True
+    return any(_is_number_type(arg) for arg in typing.get_args(annotation))
+
+
+class Spec(BaseModel):
+    """A frozen spec. Unknown keys are errors (STYLE habit 6), values are validated once, and a number
+    field takes only a number: `layers: true` or `layers: "4"` is refused rather than read as 1 or 4
+    (nothing the user gave is silently altered)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, use_enum_values=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if field is None or not isinstance(value, bool | str):
+                continue
+            if _is_number_type(field.annotation) and not _accepts_text(field.annotation, value):
+                raise FieldProblem(name, value, f"must be a number, not {type(value).__name__}")
+        return data
+
+
+def _accepts_text(annotation: Any, value: object) -> bool:
+    """True when the field also takes this bool/str as itself (a str/bool/Enum member of a union)."""
+    args = typing.get_args(annotation) or (annotation,)
+    for arg in args:
+        if isinstance(value, bool) and arg is bool:
+            return True
+        if isinstance(value, str) and (arg is str or (isinstance(arg, type) and issubclass(arg, str))):
+            return True
+    return False

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,8 +48,12 @@ def parse_spec(cls: type[SpecT], data: dict[str, Any], where: str) -> SpecT:
 
 
 def spec_error_from(exc: ValidationError, where: str) -> SpecError:
-    """Translate pydantic's first error into a SpecError (field path, offending value, what is allowed)."""
-    err = exc.errors(include_url=False)[0]
+    """Translate pydantic's first error into a SpecError (field path, offending value, what is allowed).
+
+    An unknown key is reported before any other problem: a misspelt key (`hiden`) also makes the real
+    field (`hidden`) missing, and the misspelling is what the user has to fix."""
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     problem = (err.get("ctx") or {}).get("error")
     if isinstance(problem, FieldProblem):
         prefix = ".".join(str(part) for part in err["loc"])
@@ -57,8 +63,11 @@ def spec_error_from(exc: ValidationError, where: str) -> SpecError:
     value = err.get("input")
     message = err["msg"]
     if err["type"] == "extra_forbidden":
-        allowed = sorted(_allowed_keys(exc.title, exc))
-        message = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        allowed = sorted(_allowed_keys(exc.title, err["loc"]))
+        key = str(err["loc"][-1])
+        close = difflib.get_close_matches(key, allowed, n=1)
+        message = "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+        message += f"; allowed keys: {', '.join(allowed)}" if allowed else ""
     elif err["type"] == "missing":
         value = None
         message = "required field is missing"
@@ -70,11 +79,33 @@ def spec_error_from(exc: ValidationError, where: str) -> SpecError:
     return SpecError(field, value, message, where=where)
 
 
-def _allowed_keys(title: str, exc: ValidationError) -> list[str]:
+def _allowed_keys(title: str, loc: tuple[int | str, ...]) -> list[str]:
+    """The keys allowed where the unknown key `loc` sits: the fields of the top-level spec named
+    `title`, or of the nested spec (`mla`, `node`, `tiers[i]`, ...) that `loc` walks into."""
     from llmscale.specs import cluster, layout, model, train
 
+    spec: type[Spec] | None = None
     for module in (model, cluster, train, layout):
         cls = getattr(module, title, None)
         if isinstance(cls, type) and issubclass(cls, Spec):
-            return list(cls.model_fields)
-    return []
+            spec = cls
+            break
+    for part in loc[:-1]:
+        if spec is None:
+            return []
+        if isinstance(part, int):  # an index into a tuple of specs
+            continue
+        info = spec.model_fields.get(part)
+        spec = _nested_spec(info.annotation) if info is not None else None
+    return list(spec.model_fields) if spec is not None else []
+
+
+def _nested_spec(annotation: Any) -> type[Spec] | None:
+    """The Spec class inside an annotation such as `MLASpec | None` or `tuple[NetworkTier, ...]`."""
+    if isinstance(annotation, type) and issubclass(annotation, Spec):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_spec(arg)
+        if found is not None:
+            return found
+    return None
