@@ -66,13 +66,18 @@ def show(
     from llmscale.catalog import load_cluster, load_gpu, load_model
     from llmscale.params import count_params
 
+    from llmscale.fingerprint import sha256_of
+
     if kind is ShowKind.MODEL:
         model = load_model(name)
-        document = {"spec": model.model_dump(mode="json"), **count_params(model).as_dict()}
+        document = {"input_sha256": sha256_of(model=model), "spec": model.model_dump(mode="json"),
+                    **count_params(model).as_dict()}
     elif kind is ShowKind.GPU:
-        document = {"spec": load_gpu(name).model_dump(mode="json")}
+        gpu = load_gpu(name)
+        document = {"input_sha256": sha256_of(gpu=gpu), "spec": gpu.model_dump(mode="json")}
     else:
-        document = {"spec": load_cluster(name).model_dump(mode="json")}
+        cluster = load_cluster(name)
+        document = {"input_sha256": sha256_of(cluster=cluster), "spec": cluster.model_dump(mode="json")}
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:

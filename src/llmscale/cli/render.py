@@ -34,11 +34,12 @@ def catalog_tables(kinds: list[Kind]) -> None:
 
 
 def spec_document(kind: str, name: str, document: dict[str, Any]) -> None:
-    table = Table(title=f"{kind} {name}", title_justify="left", show_header=False)
+    table = Table(title=f"{kind} {name} · input_sha256 {document['input_sha256'][:16]}…", title_justify="left",
+                  show_header=False)
     for key, value in document["spec"].items():
         table.add_row(key, str(value))
     for key, value in document.items():
-        if key != "spec":
+        if key not in ("spec", "input_sha256"):
             table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
     console.print(table)
 
