@@ -13,17 +13,17 @@ import time
 
 import numpy as np
 
-from llmscale.catalog import load_model
+from llmscale.catalog import load_gpu, load_model
 from llmscale.layouts import Layouts
 from llmscale.memory import memory_breakdown
-from llmscale.specs.cluster import ClusterSpec, GPUSpec, NetworkTier, NodeSpec
+from llmscale.specs.cluster import ClusterSpec, NetworkTier, NodeSpec
 from llmscale.specs.train import TrainSpec
 
 
 def _cluster(num_gpus: int) -> ClusterSpec:
     return ClusterSpec(
         name="bench",
-        gpu=GPUSpec(name="h100", peak_bf16_tflops=989, memory_gib=80, memory_bandwidth_gb_per_s=3350),
+        gpu=load_gpu("h100-sxm"),
         num_gpus=num_gpus,
         node=NodeSpec(gpus_per_node=8, nics_per_node=8, nic_gbit_per_s=400, pcie_gb_per_s=64, host_memory_gib=2048),
         tiers=(NetworkTier(name="nvlink", ranks=8, bandwidth_gb_per_s=450, latency_us=1.0),

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from llmscale.specs.cluster import ClusterSpec, GPUSpec, NetworkTier, NodeSpec
+from llmscale.catalog import load_gpu
+from llmscale.specs.cluster import ClusterSpec, NetworkTier, NodeSpec
 
 
 def make_cluster(num_gpus: int = 4096, memory_gib: float = 80.0, gpus_per_node: int = 8) -> ClusterSpec:
     """An A100-like cluster (Selene's shape) large enough for every layout the tests use."""
     return ClusterSpec(
         name="test-a100",
-        gpu=GPUSpec(name="a100-80gb", peak_bf16_tflops=312, memory_gib=memory_gib, memory_bandwidth_gb_per_s=2039,
-                    scaleup_bandwidth_gb_per_s=300),
+        gpu=load_gpu("a100-80gb").model_copy(update={"memory_gib": memory_gib}),
         num_gpus=num_gpus,
         node=NodeSpec(gpus_per_node=gpus_per_node, nics_per_node=8, nic_gbit_per_s=200, pcie_gb_per_s=25,
                       host_memory_gib=1024),

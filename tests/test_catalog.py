@@ -1,6 +1,7 @@
 """The built-in GPU and cluster catalog: every entry loads, GPU numbers match the hardware facts file
-shipped in the package (llmscale/data/hardware.yaml), the flagship cluster has its stated size, and bad
-cluster files fail with one message that names the field and the value."""
+shipped in the package (llmscale/data/hardware.yaml), the flagship cluster has its stated size, every published
+run has a reference cluster that can hold it (catalog/reference_clusters.yaml), and bad cluster files fail with one
+message that names the field and the value."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from llmscale.catalog import Kind, load_cluster, load_gpu, names
+from llmscale.catalog import entry as catalog_entry
 from llmscale.errors import LlmscaleError
 
 
@@ -30,7 +32,10 @@ def test_catalog_lists_the_expected_entries() -> None:
         "a100-40gb", "a100-80gb", "h100-sxm", "h800", "h200", "b200", "b300",
         "gb200", "gb300", "mi300x", "tpu-v4", "tpu-v5p",
     }  # fmt: skip
-    assert set(CLUSTER_NAMES) == {"selene", "llama3-16k", "deepseek-v3-h800", "gb200-nvl72", "seed-500k"}
+    assert set(CLUSTER_NAMES) == {
+        "selene", "llama3-16k", "deepseek-v3-h800", "gb200-nvl72", "seed-500k",
+        "eos-h100", "dgx-b200", "dgx-b300", "gb300-nvl72", "tpu-v4-pod", "jean-zay-a100",
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("gpu_id", GPU_IDS)
@@ -98,6 +103,95 @@ def test_llama3_cluster_has_the_published_clos() -> None:
     tiers = {tier.name: tier for tier in load_cluster("llama3-16k").tiers}
     assert tiers["pod"].ranks == 3072 and tiers["pod"].oversubscription == 1
     assert tiers["cluster"].oversubscription == 7
+
+
+def _yaml_resource(package: str, name: str) -> Any:
+    return yaml.safe_load(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+
+
+# Published runs are predicted on a reference cluster per GPU id (catalog/reference_clusters.yaml), with overrides
+# for runs whose source names another machine. These tests hold that mapping to the shipped dataset.
+RUNS: list[dict[str, Any]] = _yaml_resource("llmscale.data", "published_runs.yaml")
+REFERENCE: dict[str, dict[str, Any]] = _yaml_resource("llmscale.catalog", "reference_clusters.yaml")
+
+
+def _reference_cluster(run: dict[str, Any]) -> str | None:
+    """The cluster a run is predicted on: the first by_source rule whose substring occurs in the run's source,
+    else the GPU's default."""
+    reference = REFERENCE[run["gpu"]]
+    for rule in reference.get("by_source", []):
+        if rule["source_contains"] in run["source"]:
+            return str(rule["cluster"])
+    return reference["cluster"]
+
+
+def _runs_by_cluster() -> dict[str, list[dict[str, Any]]]:
+    """Sized runs (num_gpus given) grouped by their reference cluster."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for run in RUNS:
+        cluster = _reference_cluster(run)
+        if cluster is not None and run["num_gpus"] is not None:
+            grouped.setdefault(cluster, []).append(run)
+    return grouped
+
+
+RUNS_BY_CLUSTER = _runs_by_cluster()
+
+
+def test_every_run_gpu_has_a_reference_entry() -> None:
+    # A GPU id without an entry would leave validate with no network to predict on.
+    assert {run["gpu"] for run in RUNS} <= set(REFERENCE)
+
+
+def test_reference_entries_name_catalog_clusters_of_their_gpu() -> None:
+    # A cluster built on another accelerator would predict the run with the wrong peaks and memory.
+    for gpu_id, reference in REFERENCE.items():
+        assert reference["source"].strip(), gpu_id
+        targets = [reference["cluster"], *(rule["cluster"] for rule in reference.get("by_source", []))]
+        for cluster in (name for name in targets if name is not None):
+            assert cluster in CLUSTER_NAMES, f"{gpu_id}: {cluster!r} is not a catalog cluster"
+            assert catalog_entry(Kind.CLUSTERS, cluster)["gpu"] == gpu_id, f"{gpu_id}: {cluster!r} has another GPU"
+
+
+def test_no_cluster_only_where_the_catalog_has_no_gpu() -> None:
+    # null is allowed only when no cluster could be built at all (no catalog GPU: v100, tpu-v3).
+    for gpu_id, reference in REFERENCE.items():
+        if reference["cluster"] is None:
+            assert gpu_id not in GPU_IDS, f"{gpu_id} is in gpus.yaml, so it needs a reference cluster"
+
+
+def test_every_by_source_rule_matches_a_run_of_its_gpu() -> None:
+    # A substring that matches nothing (e.g. "Llama 3 paper", which no source field contains) silently does nothing.
+    for gpu_id, reference in REFERENCE.items():
+        for rule in reference.get("by_source", []):
+            assert rule["why"].strip()
+            assert any(run["gpu"] == gpu_id and rule["source_contains"] in run["source"] for run in RUNS), rule
+
+
+def test_llama3_runs_use_metas_cluster() -> None:
+    # Llama 3 §3.3.1: Meta's 24K-GPU RoCE cluster, not a DGX SuperPOD; the other H100 rows are NVIDIA benchmarks.
+    llama3 = [run for run in RUNS if "arXiv:2407.21783" in run["source"]]
+    assert len(llama3) == 3
+    assert {_reference_cluster(run) for run in llama3} == {"llama3-16k"}
+    others = [run for run in RUNS if run["gpu"] == "h100-sxm" and run not in llama3]
+    assert {_reference_cluster(run) for run in others} == {"eos-h100"}
+
+
+@pytest.mark.parametrize("name", sorted(RUNS_BY_CLUSTER))
+def test_reference_cluster_holds_its_largest_run(name: str) -> None:
+    # load_cluster rejects a num_gpus beyond the outermost tier, so validate could not place the run at all.
+    largest = max(run["num_gpus"] for run in RUNS_BY_CLUSTER[name])
+    cluster = load_cluster(name, num_gpus=largest)
+    assert cluster.num_gpus == largest
+    assert cluster.tiers[-1].ranks >= largest
+
+
+@pytest.mark.parametrize("name", sorted(RUNS_BY_CLUSTER))
+def test_every_run_fills_whole_nodes_of_its_cluster(name: str) -> None:
+    # A run on a fraction of a node (e.g. 12 GPUs on 8-GPU nodes) has no valid ClusterSpec.
+    per_node = load_cluster(name).node.gpus_per_node
+    partial = [(run["name"], run["num_gpus"]) for run in RUNS_BY_CLUSTER[name] if run["num_gpus"] % per_node]
+    assert not partial, f"not multiples of gpus_per_node ({per_node}): {partial}"
 
 
 # A valid cluster file; each bad-input test breaks exactly one thing in it.

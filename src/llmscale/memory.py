@@ -117,7 +117,7 @@ class MemoryBreakdown:
 
 
 @dataclass(frozen=True)
-class _RankParams:
+class RankParams:
     """Parameters resident on one GPU of a pipeline rank, before ZeRO sharding."""
 
     non_expert: np.ndarray
@@ -126,7 +126,7 @@ class _RankParams:
     """Largest single layer on this GPU (for ZeRO-3 / offload gather buffers)."""
 
 
-def _rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> _RankParams:
+def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> RankParams:
     """Non-expert (÷tp, norms and router replicated) and expert (÷ep·etp) parameters on one GPU."""
     dense, moe = counts.dense_layer, counts.moe_layer
     sharded = layers.dense * (dense.attention + dense.dense_mlp) + layers.moe * (moe.attention + moe.shared_experts)
@@ -141,7 +141,7 @@ def _rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: St
     biggest_moe = np.where(
         layers.moe > 0, (moe.non_expert) / lay.tp + moe.routed_experts / (lay.ep * lay.etp), 0.0
     )
-    return _RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe))
+    return RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe))
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class _Sharding:
 
 
 def _state_bytes(
-    train: TrainSpec, lay: Layouts, params: _RankParams, shard: _Sharding, num_micro: np.ndarray
+    train: TrainSpec, lay: Layouts, params: RankParams, shard: _Sharding, num_micro: np.ndarray
 ) -> _StateBytes:
     """Weights, gradients and optimizer bytes after ZeRO sharding, offload and low-precision copies."""
     const = memory_constants()
@@ -202,7 +202,7 @@ def _state_bytes(
 
 
 def _offloaded(
-    lay: Layouts, params: _RankParams, state: _StateBytes, grads_params: np.ndarray, num_micro: np.ndarray
+    lay: Layouts, params: RankParams, state: _StateBytes, grads_params: np.ndarray, num_micro: np.ndarray
 ) -> _StateBytes:
     """Optimizer offload (ZeRO-Offload, Ren et al. 2021 §4): optimizer state and an fp32 gradient copy on
     the host; per step the gradients go down and the updated 16-bit weights come back up. Parameter offload
@@ -259,7 +259,7 @@ def memory_breakdown(
     for which in RankOf:
         rank = which.rank(lay.pp)
         layers = stage_layers(model, lay, which)
-        params = _rank_params(model, counts, lay, layers)
+        params = rank_params(model, counts, lay, layers)
         state = _state_bytes(train, lay, params, shard, num_micro)
         held = inflight_microbatches(lay, num_micro, rank)
         if_dual = lay.schedule == Schedule.DUALPIPE.code

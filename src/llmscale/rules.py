@@ -41,7 +41,7 @@ class Reason(IntEnum):
     BATCH = 9
     """dp × mbs must divide the global batch."""
     MICROBATCHES = 10
-    """interleaving needs the micro-batch count to be a multiple of pp; DualPipe an even count ≥ pp."""
+    """interleaving needs the micro-batch count to be a multiple of pp; DualPipe an even count ≥ 2·pp."""
     OUT_OF_MEMORY = 11
     """the most-loaded GPU needs more memory than it has (set by the memory model, not by `check`)."""
 
@@ -66,7 +66,7 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
         (
             Reason.MICROBATCHES,
             (interleaved & (num_micro % lay.pp != 0))
-            | (dualpipe & ((num_micro % 2 == 1) | (num_micro < lay.pp))),
+            | (dualpipe & ((num_micro % 2 == 1) | (num_micro < 2 * lay.pp))),
         ),
     ]
     reason = np.zeros(lay.size, dtype=np.int8)
@@ -106,7 +106,7 @@ def explain_rejection(
         Reason.MICROBATCHES: (
             "schedule", schedule,
             f"{train.global_batch // max(dp * mbs, 1)} micro-batches: interleaving needs a multiple of "
-            f"pp ({pp}); dualpipe an even number ≥ pp",
+            f"pp ({pp}); dualpipe an even number ≥ 2·pp (DualPipe's reference code asserts it)",
         ),
     }
     field, value, allowed = messages[reason]

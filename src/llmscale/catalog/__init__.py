@@ -52,10 +52,25 @@ def _is_path(ref: str) -> bool:
     return Path(ref).suffix.lower() in {".yaml", ".yml", ".json"} or "/" in ref or Path(ref).exists()
 
 
+@cache
+def _default_efficiency() -> dict[str, Any]:
+    text = resources.files("llmscale.catalog").joinpath("efficiency.yaml").read_text(encoding="utf-8")
+    defaults: dict[str, Any] = yaml.safe_load(text)["default"]
+    return defaults
+
+
+def _with_efficiency(gpu: dict[str, Any]) -> dict[str, Any]:
+    """Fill the GPU's `efficiency` from catalog/efficiency.yaml, keeping any fields the entry gives."""
+    given = gpu.get("efficiency")
+    if given is not None and not isinstance(given, dict):
+        return gpu  # let validation report the wrong type
+    return {**gpu, "efficiency": {**_default_efficiency(), **(given or {})}}
+
+
 def load_gpu(ref: str) -> GPUSpec:
     if _is_path(ref):
-        return parse_spec(GPUSpec, read_document(Path(ref)), where=ref)
-    return parse_spec(GPUSpec, entry(Kind.GPUS, ref), where=f"catalog gpu {ref}")
+        return parse_spec(GPUSpec, _with_efficiency(read_document(Path(ref))), where=ref)
+    return parse_spec(GPUSpec, _with_efficiency(entry(Kind.GPUS, ref)), where=f"catalog gpu {ref}")
 
 
 def load_model(ref: str) -> ModelSpec:
@@ -81,9 +96,11 @@ def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
     gpu = data.get("gpu")
     if isinstance(gpu, str):
         try:
-            data = {**data, "gpu": entry(Kind.GPUS, gpu)}
+            gpu = entry(Kind.GPUS, gpu)
         except CatalogError as exc:
             raise InputFileError(f"{where}: gpu: {exc}") from None
+    if isinstance(gpu, dict):
+        data = {**data, "gpu": _with_efficiency(gpu)}
     if num_gpus is not None:
         data = {**data, "num_gpus": num_gpus}
     return parse_spec(ClusterSpec, data, where=where)

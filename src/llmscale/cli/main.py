@@ -64,9 +64,8 @@ def show(
 ) -> None:
     """Describe a model (parameter counts by class), a GPU or a cluster."""
     from llmscale.catalog import load_cluster, load_gpu, load_model
-    from llmscale.params import count_params
-
     from llmscale.fingerprint import sha256_of
+    from llmscale.params import count_params
 
     if kind is ShowKind.MODEL:
         model = load_model(name)
@@ -123,6 +122,62 @@ def memory(
         typer.echo(json.dumps(document, indent=2))
     else:
         render.memory_table(job, result)
+
+
+@app.command()
+def explain(
+    model: o.ModelOpt = o.DEFAULT_MODEL,
+    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
+    gpus: o.GpusOpt = None,
+    tp: o.TpOpt = 1,
+    pp: o.PpOpt = 1,
+    dp: o.DpOpt = None,
+    cp: o.CpOpt = 1,
+    ep: o.EpOpt = 1,
+    etp: o.EtpOpt = None,
+    vpp: o.VppOpt = 1,
+    mbs: o.MbsOpt = 1,
+    gbs: o.GbsOpt = None,
+    seq_len: o.SeqOpt = None,
+    zero: o.ZeroOpt = 1,
+    recompute: o.RecomputeOpt = o.Recompute.NONE,
+    sp: o.SpOpt = None,
+    schedule: o.ScheduleOpt = None,
+    precision: o.PrecisionOpt = o.Precision.BF16,
+    offload_optimizer: o.OffloadOptOpt = False,
+    offload_params: o.OffloadParamsOpt = False,
+    as_json: o.JsonOpt = False,
+    expect_sha256: o.ExpectShaOpt = None,
+) -> None:
+    """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
+    from llmscale.inputs import resolve_job
+    from llmscale.step import estimate_step
+
+    layout = o.layout_fields(**locals())
+    job = resolve_job(model, cluster, gpus, {"global_batch": gbs, "seq_len": seq_len, "precision": precision},
+                      layout)
+    _check_sha(job.input_sha256, expect_sha256)
+    step = estimate_step(job.model, job.cluster, job.train, job.layouts)
+    if as_json:
+        typer.echo(json.dumps(render.explain_document(job, step), indent=2))
+    else:
+        render.explain_table(job, step)
+
+
+@app.command()
+def validate(
+    runs: Annotated[Path | None, typer.Option("--runs", help="published-runs YAML (default: the shipped set)")] = None,
+    as_json: o.JsonOpt = False,
+) -> None:
+    """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
+    from llmscale.runs import load_runs
+    from llmscale.validate import validate_runs
+
+    report = validate_runs(load_runs(runs))
+    if as_json:
+        typer.echo(json.dumps(render.validation_document(report), indent=2))
+    else:
+        render.validation_table(report)
 
 
 @app.command("hash")

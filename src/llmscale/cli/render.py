@@ -12,7 +12,9 @@ from llmscale import __version__
 from llmscale.catalog import Kind, entry, names
 from llmscale.inputs import JobInputs
 from llmscale.memory import MemoryBreakdown
+from llmscale.step import StepBreakdown
 from llmscale.units import GIB
+from llmscale.validate import ValidationReport
 
 console = Console()
 
@@ -106,3 +108,99 @@ def memory_table(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> None:
             f"{_gib(float(result.pcie_bytes_per_step[i]))} GiB PCIe traffic per GPU per step "
             f"({float(result.pcie_s_per_step[i]):.2f} s at {job.cluster.node.pcie_gb_per_s:.0f} GB/s)"
         )
+
+
+_STEP_PARTS = (
+    ("compute", "compute_s"),
+    ("recompute", "recompute_s"),
+    ("TP exposed", "tp_exposed_s"),
+    ("CP exposed", "cp_exposed_s"),
+    ("EP exposed", "ep_exposed_s"),
+    ("PP exposed", "pp_exposed_s"),
+    ("DP exposed", "dp_exposed_s"),
+    ("pipeline bubble", "bubble_s"),
+    ("optimizer", "optimizer_s"),
+    ("overhead", "overhead_s"),
+)
+
+
+def explain_document(job: JobInputs, step: StepBreakdown, i: int = 0) -> dict[str, Any]:
+    """The JSON of `llmscale explain`: the step breakdown, the rates, and the memory document."""
+    document: dict[str, Any] = {
+        "llmscale_version": __version__,
+        "input_sha256": job.input_sha256,
+        "model": job.model.name,
+        "cluster": job.cluster.name,
+        "num_gpus": job.num_gpus,
+        "layout": job.resolved_layout.model_dump(mode="json"),
+        "step_time_s": float(step.step_time_s[i]),
+        "breakdown": {field: float(getattr(step, field)[i]) for _, field in _STEP_PARTS},
+        "mfu": float(step.mfu[i]),
+        "hfu": float(step.hfu[i]),
+        "tflops_per_gpu": float(step.tflops_per_gpu[i]),
+        "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),
+        "tokens_per_step": step.tokens_per_step,
+    }
+    document["memory"] = {k: v for k, v in memory_document(job, step.memory, i).items()
+                          if k.endswith("_bytes") or k in ("fits", "pipeline_rank")}
+    return document
+
+
+def explain_table(job: JobInputs, step: StepBreakdown, i: int = 0) -> None:
+    total = float(step.step_time_s[i])
+    table = Table(title="step breakdown", title_justify="left")
+    table.add_column("part")
+    table.add_column("s", justify="right")
+    table.add_column("share", justify="right")
+    for label, field in _STEP_PARTS:
+        value = float(getattr(step, field)[i])
+        table.add_row(label, f"{value:,.3f}", f"{value / total:.1%}")
+    table.add_row("step", f"{total:,.3f}", "100.0%", style="bold")
+    memory_table(job, step.memory, i)
+    console.print(table)
+    console.print(
+        f"MFU {float(step.mfu[i]):.1%} · HFU {float(step.hfu[i]):.1%} · "
+        f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "
+        f"{float(step.tokens_per_s_per_gpu[i]):,.0f} tokens/s per GPU · {step.tokens_per_step:,.0f} tokens per step"
+    )
+
+
+def validation_document(report: ValidationReport) -> dict[str, Any]:
+    return {
+        "llmscale_version": __version__,
+        "rows": [
+            {
+                "name": row.name,
+                "gpu": row.gpu,
+                "model_type": row.model_type,
+                "num_gpus": row.num_gpus,
+                "recompute": row.recompute,
+                "predicted_tokens_per_s_per_gpu": row.predicted_tokens_per_s_per_gpu,
+                "published_tokens_per_s_per_gpu": row.published_tokens_per_s_per_gpu,
+                "error_pct": row.error_pct,
+            }
+            for row in report.rows
+        ],
+        "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
+        "summary": report.summary(),
+    }
+
+
+def validation_table(report: ValidationReport) -> None:
+    console.print(f"# llmscale {__version__} validate · predicted vs published tokens/s per GPU")
+    table = Table(title_justify="left")
+    for column, justify in (("run", "left"), ("gpu", "left"), ("type", "left"), ("GPUs", "right"),
+                            ("predicted", "right"), ("published", "right"), ("error", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in report.rows:
+        table.add_row(row.name, row.gpu, row.model_type, f"{row.num_gpus:,}",
+                      f"{row.predicted_tokens_per_s_per_gpu:,.0f}", f"{row.published_tokens_per_s_per_gpu:,.0f}",
+                      f"{row.error_pct:+.1f}%")
+    console.print(table)
+    for skipped in report.skipped:
+        console.print(f"skipped: {skipped.name}: {skipped.reason}")
+    s = report.summary()
+    console.print(
+        f"|error| median {s['median_abs_error_pct']:.1f}% · p90 {s['p90_abs_error_pct']:.1f}% · "
+        f"max {s['max_abs_error_pct']:.1f}% · evaluated {s['evaluated']} · skipped {s['skipped']}"
+    )

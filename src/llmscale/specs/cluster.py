@@ -13,6 +13,19 @@ from llmscale.specs.train import Precision
 from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
 
 
+class EfficiencySpec(Spec):
+    """Achieved fractions of a GPU's datasheet peaks, as the compute model uses them (compute.py).
+    Catalog defaults live in catalog/efficiency.yaml; a GPU entry or a calibration profile overrides them."""
+
+    gemm_bf16: float = Field(gt=0, le=1, description="large-GEMM fraction of the 16-bit dense peak")
+    gemm_fp8: float = Field(gt=0, le=1, description="large-GEMM fraction of the FP8 dense peak")
+    gemm_fp4: float = Field(gt=0, le=1, description="large-GEMM fraction of the FP4 dense peak")
+    gemm_half_dim: float = Field(gt=0, description="narrow GEMM dimension at which the fraction halves")
+    attention: float = Field(gt=0, le=1, description="FlashAttention forward fraction of the 16-bit peak")
+    attention_backward_ratio: float = Field(gt=0, description="attention backward time / forward time")
+    hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth elementwise kernels reach")
+
+
 class GPUSpec(Spec):
     """One accelerator. Peaks are dense (no 2:4 sparsity)."""
 
@@ -26,6 +39,7 @@ class GPUSpec(Spec):
         None, description="NVLink-class bandwidth per GPU, one direction (H100: 450)"
     )
     tdp_w: PositiveFloat | None = None
+    efficiency: EfficiencySpec = Field(description="achieved fractions of the peaks (catalog default if absent)")
     source: str = ""
 
     @property

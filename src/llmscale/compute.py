@@ -1,0 +1,161 @@
+"""Compute time of one micro-batch on one GPU, by op class, vectorized over layouts.
+
+Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch per GPU.
+
+GEMMs (attention projections, MLP, experts, router, logits) take FLOPs / (peak(precision) · η_gemm · f),
+with f = d / (d + d_half) for the GEMM's narrow dimension d — the tokens of a micro-batch, the output
+columns left after the tensor-parallel split, or the tokens one expert receives — so small TP shards and
+thinly loaded experts run below the large-GEMM efficiency. The attention core (FlashAttention, causal, so
+half the s×s work) runs at η_attn of the 16-bit peak forward and attention_backward_ratio × that time
+backward (FlashAttention-2 §3.1.2: 5 GEMMs against 2). Elementwise work (norms, residuals, rotary,
+activation functions, MoE permutation) moves bytes at η_hbm of the HBM bandwidth. Backward GEMMs are two
+passes (input gradient, weight gradient) of the forward's cost. Recompute adds a forward of the layers
+(full) or of the attention core (selective). Efficiencies come from catalog/efficiency.yaml per GPU.
+
+Left out: kernel launch gaps, CPU overheads, GEMM wave quantisation, the fp8 casts' own time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.flops import attention_core_flops_per_layer
+from llmscale.layouts import Layouts
+from llmscale.params import count_params
+from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
+from llmscale.specs.layout import Recompute
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Precision, TrainSpec
+from llmscale.stages import StageLayers
+
+BYTES_16BIT = 2
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Forward time of one layer (or the output layer) for one micro-batch on one GPU."""
+
+    gemm_s: np.ndarray
+    attention_core_s: np.ndarray
+    elementwise_s: np.ndarray
+
+    @property
+    def forward_s(self) -> np.ndarray:
+        return self.gemm_s + self.attention_core_s + self.elementwise_s
+
+
+@dataclass(frozen=True)
+class RankCompute:
+    """Compute of one pipeline rank for one micro-batch (all its layers), per GPU."""
+
+    forward_s: np.ndarray
+    backward_input_s: np.ndarray
+    """Input-gradient GEMMs, attention backward, elementwise backward, and any recompute."""
+    backward_weight_s: np.ndarray
+    """Weight-gradient GEMMs (what zero-bubble schedules defer)."""
+    attention_core_forward_s: np.ndarray
+    """Forward attention core time (what context-parallel KV exchange can hide behind)."""
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.forward_s + self.backward_input_s + self.backward_weight_s
+
+
+def gemm_fraction(eff: EfficiencySpec, precision: Precision) -> float:
+    """Large-GEMM fraction of the peak of `precision` (16-bit formats share one)."""
+    return {Precision.FP8: eff.gemm_fp8, Precision.FP4: eff.gemm_fp4}.get(precision, eff.gemm_bf16)
+
+
+def _gemm_s(
+    flops: np.ndarray, narrow_dim: np.ndarray, peak: float, eff: EfficiencySpec, precision: Precision
+) -> np.ndarray:
+    fraction = gemm_fraction(eff, precision) * narrow_dim / (narrow_dim + eff.gemm_half_dim)
+    result: np.ndarray = flops / (peak * fraction)
+    return result
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, moe: bool) -> tuple[float, float]:
+    """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: two norms
+    (read + write 2·2h each), two residual adds (read 2·2h, write 2h each), rotary on q and k, and the
+    activation function (gated: read 2·2f, write 2f; else read and write 2f); an MoE layer permutes and
+    un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each)."""
+    h = model.hidden
+    per_sigma = 8.0 * h + 12.0 * h
+    if moe:
+        ffn = (model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts
+    else:
+        ffn = model.ffn_hidden
+    activation = (6.0 if model.gated_mlp else 4.0) * ffn
+    rotary = 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
+    if moe:
+        per_sigma += model.top_k * (8.0 * h + 2.0 * h)
+    return per_sigma, activation + rotary
+
+
+def layer_times(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+) -> tuple[LayerTimes, LayerTimes, LayerTimes]:
+    """Forward times of a dense layer, an MoE layer and the output layer for one micro-batch."""
+    counts, gpu = count_params(model), cluster.gpu
+    eff = gpu.efficiency
+    peak = gpu.peak_flops_per_s(train.precision)
+    peak16 = gpu.peak_flops_per_s(Precision.BF16)
+    tokens = train.seq_len / lay.cp * lay.mbs
+    sigma = np.where(lay.sp, lay.tp, 1)
+    hbm = gpu.memory_bandwidth_bytes_per_s * eff.hbm
+    core_flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * tokens / lay.tp
+    core_s = core_flops / (peak16 * eff.attention)
+    attn_cols = (model.heads + 2 * model.num_kv_heads) * model.dim_per_head / lay.tp
+    attn_s = _gemm_s(2.0 * counts.dense_layer.attention * tokens / lay.tp, np.minimum(tokens, attn_cols), peak, eff,
+                     train.precision)
+
+    def elementwise(moe: bool) -> np.ndarray:
+        per_sigma, per_tp = _elementwise_bytes_per_token(model, moe)
+        return tokens * (per_sigma / sigma + per_tp / lay.tp) / hbm
+
+    mlp_s = _gemm_s(2.0 * counts.dense_layer.dense_mlp * tokens / lay.tp,
+                    np.minimum(tokens, model.ffn_hidden / lay.tp), peak, eff, train.precision)
+    dense = LayerTimes(attn_s + mlp_s, core_s, elementwise(False))
+    moe = LayerTimes(np.zeros(lay.size), np.zeros(lay.size), np.zeros(lay.size))
+    if model.is_moe:
+        per_expert_tokens = tokens * model.top_k * lay.etp / lay.tp * lay.ep / model.experts
+        routed_flops = 2.0 * counts.active_routed_per_moe_layer * tokens * (model.capacity_factor or 1.0) / lay.tp
+        expert_dim = np.minimum(per_expert_tokens, (model.expert_ffn_hidden or 1) / lay.etp)
+        shared_flops = 2.0 * (counts.moe_layer.shared_experts + counts.moe_layer.router) * tokens / lay.tp
+        moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision)
+                    + _gemm_s(shared_flops, np.minimum(tokens, max(model.shared_ffn, 1) / lay.tp), peak, eff,
+                              train.precision))
+        moe = LayerTimes(moe_gemm, core_s, elementwise(True))
+    logits_flops = 2.0 * model.hidden * model.vocab * tokens / lay.tp
+    logits = LayerTimes(
+        _gemm_s(logits_flops, np.minimum(tokens, model.vocab / lay.tp), peak, eff, train.precision),
+        np.zeros(lay.size),
+        tokens * 3 * 4.0 * model.vocab / lay.tp / hbm,  # fp32 softmax + cross-entropy: write, read, write
+    )
+    return dense, moe, logits
+
+
+def rank_compute(
+    lay: Layouts, layers: StageLayers, times: tuple[LayerTimes, LayerTimes, LayerTimes], eff: EfficiencySpec
+) -> RankCompute:
+    """One micro-batch on one pipeline rank: forward, input-gradient backward (with recompute) and
+    weight-gradient backward, summed over its dense and MoE layers and, on the last rank, the output."""
+    dense, moe, logits = times
+
+    def total(field: str) -> np.ndarray:
+        value: np.ndarray = (layers.dense * getattr(dense, field) + layers.moe * getattr(moe, field)
+                             + layers.last * getattr(logits, field))
+        return value
+
+    gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
+    forward = gemm + core + elementwise
+    layers_forward = forward - layers.last * logits.forward_s
+    recompute = np.select(
+        [lay.recompute == Recompute.FULL.code, lay.recompute == Recompute.SELECTIVE.code],
+        [layers_forward, core],
+        default=0.0,
+    )
+    backward_input = gemm + core * eff.attention_backward_ratio + 2.0 * elementwise + recompute
+    return RankCompute(forward, backward_input, gemm, core)

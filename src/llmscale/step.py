@@ -1,0 +1,229 @@
+"""Step time, MFU and throughput of a training step, vectorized over layouts — the one cost model that
+`explain`, `plan` and `validate` share.
+
+Shape legend: every array field of `StepBreakdown` has shape (N,), one element per layout; seconds.
+
+For each pipeline rank that can be critical (stages.RankOf) a micro-batch costs forward F and backward
+B = B_in + W (compute.py) plus the communication on its critical path: TP collectives (the exposed share,
+catalog/step.yaml), context-parallel KV exchange beyond what the attention core hides, and expert all-to-alls
+(hidden by DualPipe up to the overlapped chunk's compute, else the exposed share). The slowest rank sets
+the pipeline (pipeline.py: busy + bubble + exposed p2p). After the last micro-batch the data-parallel
+gradient sync runs, overlapped with that micro-batch's backward up to dp_overlap_efficiency; the
+distributed optimizer's parameter all-gather overlaps the next step's first forward the same way; ZeRO-3
+gathers per micro-batch behind compute. Then the optimizer step (HBM-bound: ~30 B read or written per
+local parameter shard) and a fixed overhead.
+
+MFU = model FLOPs (PaLM: 6N-style, no recompute, no causal halving; flops.model_flops_per_token) per step /
+(step time · GPUs · dense peak of the training precision) — the convention of NVIDIA's benchmark READMEs,
+where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from llmscale.compute import LayerTimes, RankCompute, layer_times, rank_compute
+from llmscale.flops import hardware_flops_per_token, model_flops_per_token
+from llmscale.layouts import Layouts
+from llmscale.memory import MemoryBreakdown, memory_breakdown, rank_params
+from llmscale.params import count_params
+from llmscale.pipeline import pipeline_times
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Optimizer, TrainSpec
+from llmscale.stages import RankOf, stage_layers
+from llmscale.traffic import MicrobatchComm, data_parallel_comm, microbatch_comm
+
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""Adam step per local parameter shard: read fp32 grad 4, master 4, m 4, v 4; write master, m, v 12;
+write the 16-bit weight 2 (sum 30)."""
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """Overlap shares and fixed costs of the step model (catalog/step.yaml)."""
+
+    tp_comm_exposed_fraction: float
+    dp_overlap_efficiency: float
+    ep_comm_exposed_fraction: float
+    step_overhead_s: float
+
+
+@cache
+def step_constants() -> StepConstants:
+    text = resources.files("llmscale.catalog").joinpath("step.yaml").read_text(encoding="utf-8")
+    raw = {key: float(entry["value"]) for key, entry in yaml.safe_load(text).items()}
+    return StepConstants(**raw)
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one optimizer step goes, per layout (seconds, shape (N,)); parts add up to the step time."""
+
+    compute_s: np.ndarray
+    """Forward and backward kernels of all micro-batches on the critical rank, recompute excluded."""
+    recompute_s: np.ndarray
+    tp_exposed_s: np.ndarray
+    cp_exposed_s: np.ndarray
+    ep_exposed_s: np.ndarray
+    pp_exposed_s: np.ndarray
+    dp_exposed_s: np.ndarray
+    bubble_s: np.ndarray
+    optimizer_s: np.ndarray
+    overhead_s: np.ndarray
+    num_gpus: np.ndarray
+    tokens_per_step: float
+    model_flops_per_step: float
+    hardware_flops_per_step: np.ndarray
+    peak_flops_per_s: float
+    memory: MemoryBreakdown
+
+    @property
+    def step_time_s(self) -> np.ndarray:
+        total: np.ndarray = (
+            self.compute_s + self.recompute_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
+            + self.pp_exposed_s + self.dp_exposed_s + self.bubble_s + self.optimizer_s + self.overhead_s
+        )
+        return total
+
+    @property
+    def tokens_per_s_per_gpu(self) -> np.ndarray:
+        result: np.ndarray = self.tokens_per_step / self.step_time_s / self.num_gpus
+        return result
+
+    @property
+    def tflops_per_gpu(self) -> np.ndarray:
+        result: np.ndarray = self.model_flops_per_step / self.step_time_s / self.num_gpus / 1e12
+        return result
+
+    @property
+    def mfu(self) -> np.ndarray:
+        result: np.ndarray = self.model_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
+        return result
+
+    @property
+    def hfu(self) -> np.ndarray:
+        result: np.ndarray = self.hardware_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
+        return result
+
+
+@dataclass(frozen=True)
+class _CriticalPath:
+    """Per-micro-batch times of one rank, with the communication that sits on its critical path."""
+
+    compute: RankCompute
+    recompute_s: np.ndarray
+    tp_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+
+    @property
+    def per_microbatch_s(self) -> np.ndarray:
+        total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s
+        return total
+
+
+def _critical_path(
+    lay: Layouts, layers_dense: np.ndarray, layers_moe: np.ndarray, compute: RankCompute,
+    comm: MicrobatchComm, recompute_s: np.ndarray,
+) -> _CriticalPath:
+    const = step_constants()
+    tp = 2 * const.tp_comm_exposed_fraction * (layers_dense * comm.tp_dense_s + layers_moe * comm.tp_moe_s)
+    layers = layers_dense + layers_moe
+    cp_fwd = np.maximum(0.0, layers * comm.cp_s - compute.attention_core_forward_s)
+    cp_bwd = np.maximum(0.0, 2 * layers * comm.cp_s - 2.5 * compute.attention_core_forward_s)
+    ep_total = 2 * layers_moe * comm.ep_s
+    dualpipe = lay.schedule == Schedule.DUALPIPE.code
+    ep = np.where(dualpipe, np.maximum(0.0, ep_total - compute.total_s), const.ep_comm_exposed_fraction * ep_total)
+    return _CriticalPath(compute, recompute_s, tp, cp_fwd + cp_bwd, ep)
+
+
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
+    """The step-time breakdown of every layout (see module docstring)."""
+    const = step_constants()
+    counts = count_params(model)
+    num_micro = np.maximum(train.global_batch // np.maximum(lay.dp * lay.mbs, 1), 1)
+    times: tuple[LayerTimes, LayerTimes, LayerTimes] = layer_times(model, cluster, train, lay)
+    comm = microbatch_comm(model, cluster, train, lay)
+    best: _CriticalPath | None = None
+    best_params = None
+    for which in RankOf:
+        layers = stage_layers(model, lay, which)
+        compute = rank_compute(lay, layers, times, cluster.gpu.efficiency)
+        recompute = _recompute_s(lay, layers, times)
+        path = _critical_path(lay, layers.dense, layers.moe, compute, comm, recompute)
+        params = rank_params(model, counts, lay, layers)
+        if best is None:
+            best, best_params = path, params
+            continue
+        slower = path.per_microbatch_s > best.per_microbatch_s
+        best = _pick(slower, path, best)
+        best_params = params if best_params is None else type(params)(
+            *(np.where(slower, getattr(params, f), getattr(best_params, f)) for f in params.__dataclass_fields__)
+        )
+    assert best is not None and best_params is not None
+    fwd = best.compute.forward_s + best.tp_s / 2 + best.cp_s / 3 + best.ep_s / 2
+    bwd_in = best.per_microbatch_s - fwd - best.compute.backward_weight_s
+    pipe = pipeline_times(lay, num_micro, fwd, bwd_in, best.compute.backward_weight_s, comm.pp_s)
+    dp = data_parallel_comm(cluster, lay, best_params.non_expert, best_params.expert)
+    window = const.dp_overlap_efficiency
+    dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + best.compute.backward_weight_s))
+                  + np.maximum(0.0, dp.param_gather_s - window * fwd)
+                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - window * best.compute.total_s))
+    return _assemble(model, cluster, train, lay, best, pipe, num_micro, dp_exposed, best_params)
+
+
+def _recompute_s(lay: Layouts, layers, times) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Recompute time of one micro-batch on this rank (what rank_compute folds into B_in)."""
+    from llmscale.specs.layout import Recompute
+
+    dense, moe, _ = times
+    full = layers.dense * dense.forward_s + layers.moe * moe.forward_s
+    core = layers.dense * dense.attention_core_s + layers.moe * moe.attention_core_s
+    result: np.ndarray = np.select(
+        [lay.recompute == Recompute.FULL.code, lay.recompute == Recompute.SELECTIVE.code], [full, core], 0.0
+    )
+    return result
+
+
+def _pick(mask: np.ndarray, a: _CriticalPath, b: _CriticalPath) -> _CriticalPath:
+    comp = RankCompute(*(np.where(mask, getattr(a.compute, f), getattr(b.compute, f))
+                         for f in a.compute.__dataclass_fields__))
+    return _CriticalPath(comp, np.where(mask, a.recompute_s, b.recompute_s), np.where(mask, a.tp_s, b.tp_s),
+                         np.where(mask, a.cp_s, b.cp_s), np.where(mask, a.ep_s, b.ep_s))
+
+
+def _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params) -> StepBreakdown:  # type: ignore[no-untyped-def]
+    const = step_constants()
+    hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
+    shard = np.where(lay.zero >= 1, params.non_expert / (lay.dp * lay.cp) + params.expert / np.maximum(lay.edp, 1),
+                     params.non_expert + params.expert)
+    opt_bytes = OPTIMIZER_BYTES_PER_PARAM if train.optimizer is Optimizer.ADAM else OPTIMIZER_BYTES_PER_PARAM - 8
+    tokens = float(train.tokens_per_step)
+    # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
+    m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
+    compute_only = path.compute.total_s - path.recompute_s
+    return StepBreakdown(
+        compute_s=m * compute_only,
+        recompute_s=m * path.recompute_s,
+        tp_exposed_s=m * path.tp_s,
+        cp_exposed_s=m * path.cp_s,
+        ep_exposed_s=m * path.ep_s,
+        pp_exposed_s=pipe.p2p_exposed_s,
+        dp_exposed_s=dp_exposed,
+        bubble_s=pipe.bubble_s,
+        optimizer_s=shard * opt_bytes / hbm,
+        overhead_s=np.full(lay.size, const.step_overhead_s),
+        num_gpus=lay.num_gpus,
+        tokens_per_step=tokens,
+        model_flops_per_step=model_flops_per_token(model, train.seq_len) * tokens,
+        hardware_flops_per_step=hardware_flops_per_token(model, train.seq_len, lay.recompute) * tokens,
+        peak_flops_per_s=cluster.gpu.peak_flops_per_s(train.precision),
+        memory=memory_breakdown(model, cluster, train, lay),
+    )

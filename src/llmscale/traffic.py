@@ -1,0 +1,108 @@
+"""Communication per micro-batch and per step, by parallel dimension, vectorized over layouts.
+
+Shape legend: arrays of shape (N,), one element per layout; seconds per GPU.
+
+Groups and their placement follow Megatron's rank order, innermost first: TP → CP → (EP) → DP → PP, so a
+group's stride is the product of the sizes inside it. Expert layers re-fold a stage's tp·cp·dp ranks as
+ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
+
+  TP  per layer and direction: with SP two all-gathers and two reduce-scatters of the gathered activation
+      S = 2·s_c·b·h bytes (attention and MLP blocks; an MoE layer's expert block only when etp > 1);
+      without SP two all-reduces of S (Korthikanti et al. 2022 §4.2.2, Fig. 5).
+  CP  per layer: the ring passes each rank's K and V chunk cp − 1 times, 2·2·s_c·b·g·d bytes per step, in
+      forward, and K, V and their gradients in backward (Megatron/TransformerEngine context parallelism).
+  EP  per MoE layer and direction: dispatch and combine all-to-alls, each GPU sending its routed token
+      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU).
+  PP  per micro-batch and stage boundary: one activation, 2·s_c·b·h/σ bytes, each way.
+  DP  per step: gradients reduce-scattered (ZeRO ≥ 1) or all-reduced (ZeRO 0) and, with a distributed
+      optimizer, 16-bit parameters all-gathered; ZeRO-3 gathers weights in forward and backward and
+      reduce-scatters gradients every micro-batch. Non-expert parameters over dp·cp, experts over edp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.comm import Collective, collective_time_s, group_links
+from llmscale.layouts import Layouts
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+
+BYTES_16BIT = 2
+
+
+@dataclass(frozen=True)
+class MicrobatchComm:
+    """Communication time of one micro-batch, per layer kind, forward direction (backward is the same
+    volume for TP and EP, twice for CP)."""
+
+    tp_dense_s: np.ndarray
+    tp_moe_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+    pp_s: np.ndarray
+
+
+def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
+    """Per-layer communication time of one micro-batch in one direction (see module docstring)."""
+    tokens = train.seq_len / lay.cp * lay.mbs
+    h = model.hidden
+    activation = BYTES_16BIT * tokens * h
+    sigma = np.where(lay.sp, lay.tp, 1)
+    tp_links = group_links(cluster, lay.tp, np.ones_like(lay.tp))
+    gather = collective_time_s(Collective.ALL_GATHER, activation, lay.tp, tp_links)
+    scatter = collective_time_s(Collective.REDUCE_SCATTER, activation, lay.tp, tp_links)
+    reduce = collective_time_s(Collective.ALL_REDUCE, activation, lay.tp, tp_links)
+    block = np.where(lay.sp, gather + scatter, reduce)
+    tp_dense = 2 * block
+    tp_moe = block + np.where(lay.etp > 1, block, 0.0)
+    cp_links = group_links(cluster, lay.cp, lay.tp)
+    kv_bytes = 2 * BYTES_16BIT * tokens * model.num_kv_heads * model.dim_per_head
+    cp_step = collective_time_s(Collective.SEND_RECV, kv_bytes, lay.cp, cp_links)
+    cp = (lay.cp - 1) * cp_step
+    ep = np.zeros(lay.size)
+    if model.is_moe:
+        ep_links = group_links(cluster, lay.ep, lay.etp)
+        copies = tokens * model.top_k * lay.etp / lay.tp
+        ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
+    pp_links = group_links(cluster, lay.pp, lay.tp * lay.cp * lay.dp)
+    pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
+    return MicrobatchComm(tp_dense, tp_moe, cp, ep, pp)
+
+
+@dataclass(frozen=True)
+class DataParallelComm:
+    """Data-parallel communication of one step on one GPU."""
+
+    grad_sync_s: np.ndarray
+    """Gradient reduce-scatter (ZeRO ≥ 1) or all-reduce (ZeRO 0), after the last micro-batch's backward."""
+    param_gather_s: np.ndarray
+    """16-bit parameter all-gather after the optimizer step (ZeRO 1-2 distributed optimizer)."""
+    per_microbatch_s: np.ndarray
+    """ZeRO-3: weight gathers (forward and backward) and gradient reduce-scatter every micro-batch."""
+
+
+def data_parallel_comm(
+    cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray
+) -> DataParallelComm:
+    """DP traffic for the parameters one GPU holds (before ZeRO sharding), reduced in 16 bits."""
+    dense_group = lay.dp * lay.cp
+    dense_links = group_links(cluster, dense_group, lay.tp)
+    expert_links = group_links(cluster, lay.edp, lay.ep * lay.etp)
+    ne_bytes = BYTES_16BIT * non_expert_params
+    ex_bytes = BYTES_16BIT * expert_params
+
+    def both(op: Collective) -> np.ndarray:
+        return (collective_time_s(op, ne_bytes, dense_group, dense_links)
+                + collective_time_s(op, ex_bytes, lay.edp, expert_links))
+
+    scatter, gather, reduce = both(Collective.REDUCE_SCATTER), both(Collective.ALL_GATHER), both(Collective.ALL_REDUCE)
+    zero3 = lay.zero >= 3
+    return DataParallelComm(
+        grad_sync_s=np.where(lay.zero >= 1, scatter, reduce) * ~zero3,
+        param_gather_s=np.where((lay.zero >= 1) & ~zero3, gather, 0.0),
+        per_microbatch_s=np.where(zero3, 2 * gather + scatter, 0.0),
+    )
