@@ -34,9 +34,11 @@ GENERATIONS = {
     "hopper": ("h100-sxm", "h800", "h200"),
     "blackwell": ("b200", "b300", "gb200", "gb300"),
 }
-STEP_KEYS = ("tp_comm_exposed_fraction", "ep_comm_exposed_fraction")
+STEP_KEYS = ("tp_comm_exposed_fraction", "ep_comm_exposed_fraction", "step_overhead_s")
+GLOBAL_EFFICIENCY = ("attention", "gemm_half_dim", "hbm", "layer_overhead_us")
 BOUNDS = {"gemm": (0.2, 0.95), "attention": (0.2, 0.9), "tp_comm_exposed_fraction": (0.0, 1.0),
-          "ep_comm_exposed_fraction": (0.0, 1.0)}
+          "ep_comm_exposed_fraction": (0.0, 1.0), "gemm_half_dim": (1.0, 4096.0), "hbm": (0.2, 1.0),
+          "layer_overhead_us": (0.0, 2000.0), "step_overhead_s": (0.0, 5.0)}
 
 
 def in_fit_half(name: str) -> bool:
@@ -58,7 +60,8 @@ def initial_params(jobs: list[tuple[PublishedRun, JobInputs]]) -> dict[str, floa
         if gen is not None:
             for key in ("gemm_bf16", "gemm_fp8", "gemm_fp4"):
                 params.setdefault(f"{gen}.{key}", getattr(eff, key))
-        params.setdefault("attention", eff.attention)
+        for key in GLOBAL_EFFICIENCY:
+            params.setdefault(key, getattr(eff, key))
     const = step_constants()
     for key in STEP_KEYS:
         params[key] = getattr(const, key)
@@ -71,7 +74,7 @@ def predict(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]
     out = []
     for _, job in jobs:
         gen = generation_of(job.cluster)
-        updates = {"attention": params["attention"]}
+        updates = {key: params[key] for key in GLOBAL_EFFICIENCY}
         if gen is not None:
             updates |= {key: params[f"{gen}.{key}"] for key in ("gemm_bf16", "gemm_fp8", "gemm_fp4")}
         gpu = job.cluster.gpu.model_copy(update={"efficiency": job.cluster.gpu.efficiency.model_copy(update=updates)})
@@ -98,7 +101,7 @@ def fit(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float], ro
             lo, hi = bounds(key)
             for factor in (1 + step, 1 / (1 + step), 1 + step / 3, 1 / (1 + step / 3)):
                 trial = dict(params)
-                base = params[key] if params[key] > 0 else 0.05
+                base = params[key] if params[key] > 0 else ({"layer_overhead_us": 20.0, "step_overhead_s": 0.1}.get(key, 0.05))
                 trial[key] = min(hi, max(lo, base * factor))
                 value = loss(jobs, trial)
                 if value < best - 1e-6:
@@ -116,6 +119,7 @@ def report(label: str, jobs: list[tuple[PublishedRun, JobInputs]], params: dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--residuals", action="store_true", help="print every row's error after the fit")
     args = parser.parse_args()
     jobs = []
     for run in load_runs():
@@ -132,6 +136,13 @@ def main() -> None:
     print(f"{'half':<10}{'rows':>6}{'median%':>10}{'p90%':>10}{'max%':>10}")
     for label, subset in (("fit", fit_jobs), ("held-out", held_out), ("all", jobs)):
         report(label, subset, fitted)
+    if args.residuals:
+        predicted = predict(jobs, fitted)
+        for (run, job), value in sorted(zip(jobs, predicted, strict=True), key=lambda x: x[1] / (x[0][0].tokens_per_s_per_gpu or 1)):
+            lay = job.resolved_layout
+            error = (value / (run.tokens_per_s_per_gpu or 1) - 1) * 100
+            print(f"{error:+7.1f}% {'F' if in_fit_half(run.name) else 'H'} {run.name[:64]:<64} tp{lay.tp} pp{lay.pp} "
+                  f"v{lay.vpp} dp{lay.dp} cp{lay.cp} ep{lay.ep} mbs{lay.mbs} {lay.recompute.value} s{job.train.seq_len}")
     print(f"loss fit {loss(fit_jobs, fitted):.4f} held-out {loss(held_out, fitted):.4f}; "
           f"e^loss-1 = {math.expm1(loss(held_out, fitted)) * 100:.1f}%")
 

@@ -76,22 +76,37 @@ def _gemm_s(
     return result
 
 
-def _elementwise_bytes_per_token(model: ModelSpec, moe: bool) -> tuple[float, float]:
+def _narrow(*dims: np.ndarray | float) -> np.ndarray:
+    """The narrowest of a GEMM's M, N, K (tokens, output columns per GPU, reduction size)."""
+    result = np.asarray(dims[0], dtype=float)
+    for dim in dims[1:]:
+        result = np.minimum(result, dim)
+    return result
+
+
+CAST_BYTES_PER_ELEMENT = {Precision.FP8: 3.0, Precision.FP4: 2.5}
+"""Quantising one 16-bit GEMM input: read 2 bytes, write 1 (FP8) or 0.5 (FP4); scales ignored."""
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, precision: Precision) -> tuple[float, float]:
     """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: two norms
-    (read + write 2·2h each), two residual adds (read 2·2h, write 2h each), rotary on q and k, and the
+    (read + write 2·2h each), two residual adds (read 2·2h, write 2h each), rotary on q and k, the
     activation function (gated: read 2·2f, write 2f; else read and write 2f); an MoE layer permutes and
-    un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each)."""
-    h = model.hidden
+    un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each). FP8/FP4
+    recipes quantise every GEMM input (QKV and MLP inputs h, output-projection input n·d, fc2 input f, and
+    each routed copy h) at CAST_BYTES_PER_ELEMENT."""
+    h, q = model.hidden, model.heads * model.dim_per_head
     per_sigma = 8.0 * h + 12.0 * h
     if moe:
         ffn = (model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts
+        per_sigma += model.top_k * (8.0 * h + 2.0 * h)
     else:
         ffn = model.ffn_hidden
-    activation = (6.0 if model.gated_mlp else 4.0) * ffn
-    rotary = 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
-    if moe:
-        per_sigma += model.top_k * (8.0 * h + 2.0 * h)
-    return per_sigma, activation + rotary
+    per_tp = (6.0 if model.gated_mlp else 4.0) * ffn + 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
+    cast = CAST_BYTES_PER_ELEMENT.get(precision, 0.0)
+    per_sigma += cast * (2 * h + (model.top_k * h if moe else 0))
+    per_tp += cast * (q + ffn)
+    return per_sigma, per_tp
 
 
 def layer_times(
@@ -107,30 +122,31 @@ def layer_times(
     hbm = gpu.memory_bandwidth_bytes_per_s * eff.hbm
     core_flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * tokens / lay.tp
     core_s = core_flops / (peak16 * eff.attention)
+    h = model.hidden
     attn_cols = (model.heads + 2 * model.num_kv_heads) * model.dim_per_head / lay.tp
-    attn_s = _gemm_s(2.0 * counts.dense_layer.attention * tokens / lay.tp, np.minimum(tokens, attn_cols), peak, eff,
+    attn_s = _gemm_s(2.0 * counts.dense_layer.attention * tokens / lay.tp, _narrow(tokens, h, attn_cols), peak, eff,
                      train.precision)
 
     def elementwise(moe: bool) -> np.ndarray:
-        per_sigma, per_tp = _elementwise_bytes_per_token(model, moe)
+        per_sigma, per_tp = _elementwise_bytes_per_token(model, moe, train.precision)
         return tokens * (per_sigma / sigma + per_tp / lay.tp) / hbm
 
     mlp_s = _gemm_s(2.0 * counts.dense_layer.dense_mlp * tokens / lay.tp,
-                    np.minimum(tokens, model.ffn_hidden / lay.tp), peak, eff, train.precision)
+                    _narrow(tokens, h, model.ffn_hidden / lay.tp), peak, eff, train.precision)
     dense = LayerTimes(attn_s + mlp_s, core_s, elementwise(False))
     moe = LayerTimes(np.zeros(lay.size), np.zeros(lay.size), np.zeros(lay.size))
     if model.is_moe:
         per_expert_tokens = tokens * model.top_k * lay.etp / lay.tp * lay.ep / model.experts
         routed_flops = 2.0 * counts.active_routed_per_moe_layer * tokens * (model.capacity_factor or 1.0) / lay.tp
-        expert_dim = np.minimum(per_expert_tokens, (model.expert_ffn_hidden or 1) / lay.etp)
+        expert_dim = _narrow(per_expert_tokens, h, (model.expert_ffn_hidden or 1) / lay.etp)
         shared_flops = 2.0 * (counts.moe_layer.shared_experts + counts.moe_layer.router) * tokens / lay.tp
+        shared_dim = _narrow(tokens, h, max(model.shared_ffn * model.shared_experts, 1) / lay.tp)
         moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision)
-                    + _gemm_s(shared_flops, np.minimum(tokens, max(model.shared_ffn, 1) / lay.tp), peak, eff,
-                              train.precision))
+                    + _gemm_s(shared_flops, shared_dim, peak, eff, train.precision))
         moe = LayerTimes(moe_gemm, core_s, elementwise(True))
     logits_flops = 2.0 * model.hidden * model.vocab * tokens / lay.tp
     logits = LayerTimes(
-        _gemm_s(logits_flops, np.minimum(tokens, model.vocab / lay.tp), peak, eff, train.precision),
+        _gemm_s(logits_flops, _narrow(tokens, h, model.vocab / lay.tp), peak, eff, train.precision),
         np.zeros(lay.size),
         tokens * 3 * 4.0 * model.vocab / lay.tp / hbm,  # fp32 softmax + cross-entropy: write, read, write
     )
@@ -150,6 +166,7 @@ def rank_compute(
         return value
 
     gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
+    elementwise = elementwise + (layers.dense + layers.moe) * eff.layer_overhead_us * 1e-6
     forward = gemm + core + elementwise
     layers_forward = forward - layers.last * logits.forward_s
     recompute = np.select(

@@ -19,6 +19,7 @@ from llmscale.catalog import Kind
 from llmscale.cli import options as o
 from llmscale.cli import render
 from llmscale.errors import LlmscaleError
+from llmscale.plan import Objective
 
 app = typer.Typer(
     name="llmscale",
@@ -162,6 +163,34 @@ def explain(
         typer.echo(json.dumps(render.explain_document(job, step), indent=2))
     else:
         render.explain_table(job, step)
+
+
+@app.command()
+def plan(
+    model: o.ModelOpt = o.DEFAULT_MODEL,
+    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
+    gpus: o.GpusOpt = None,
+    tokens: Annotated[float | None, typer.Option("--tokens", help="tokens to train (default 10T)")] = None,
+    objective: Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")] = (
+        Objective.THROUGHPUT
+    ),
+    top: Annotated[int, typer.Option("--top", min=1, help="layouts to show")] = 5,
+    gbs: o.GbsOpt = None,
+    max_global_batch_tokens: Annotated[
+        float | None, typer.Option("--max-global-batch-tokens", help="global batch cap (default: critical batch law)")
+    ] = None,
+    seq_len: o.SeqOpt = None,
+    precision: o.PrecisionOpt = o.Precision.BF16,
+    as_json: o.JsonOpt = False,
+    html: Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")] = None,
+    expect_sha256: o.ExpectShaOpt = None,
+) -> None:
+    """Search every layout (and job size) for the model on the cluster; recommend the best."""
+    from llmscale.cli.plan_view import run_plan
+
+    run_plan(model=model, cluster=cluster, gpus=gpus, tokens=tokens, objective=objective, top=top, gbs=gbs,
+             max_global_batch_tokens=max_global_batch_tokens, seq_len=seq_len, precision=precision,
+             as_json=as_json, html=html, expect_sha256=expect_sha256)
 
 
 @app.command()

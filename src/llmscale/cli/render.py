@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields
 from typing import Any
 
@@ -16,7 +17,7 @@ from llmscale.step import StepBreakdown
 from llmscale.units import GIB
 from llmscale.validate import ValidationReport
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 
 _SCALAR_FIELDS = ("capacity_bytes",)
 

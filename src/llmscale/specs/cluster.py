@@ -24,6 +24,7 @@ class EfficiencySpec(Spec):
     attention: float = Field(gt=0, le=1, description="FlashAttention forward fraction of the 16-bit peak")
     attention_backward_ratio: float = Field(gt=0, description="attention backward time / forward time")
     hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth elementwise kernels reach")
+    layer_overhead_us: float = Field(ge=0, description="fixed time per layer and forward pass (launch gaps)")
 
 
 class GPUSpec(Spec):

@@ -1,0 +1,202 @@
+"""Whole-space layout search: the best layouts of a model on a cluster, by objective, and — on clusters
+larger than one job can use — the best GPUs per job and how many jobs run at once.
+
+For each candidate job size G the layout space (space.py) is scored with the one cost model
+(step.estimate_step, the same code `explain` runs), layouts that do not fit in memory are masked, and the
+objective ranks the rest. Without `--gpus`, G runs over powers of two from the smallest that can hold the
+model's training state up to the cluster. The global batch is the TrainSpec's, or — when the user gives
+none — the critical batch of DeepSeek LLM's law B_opt = 0.292·C^0.3271 tokens (arXiv:2401.02954;
+formulas.md A4) for C = 6·N_active·D, rounded down to a multiple of 1,024 sequences; `--max-global-batch-tokens`
+overrides it. A larger job only helps while its data parallelism fits under that batch, so the job size is
+the largest G whose best layout keeps ≥ `SCALING_FLOOR` of the best per-GPU throughput over all G; the
+cluster then runs ⌊N / G⌋ such jobs at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from llmscale.layouts import Layouts
+from llmscale.params import count_params
+from llmscale.rules import Reason
+from llmscale.space import SpaceOptions, generate
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+from llmscale.step import StepBreakdown, estimate_step
+from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+SCALING_FLOOR = 0.9
+"""A bigger job is worth it while its per-GPU throughput stays within 10% of the best job size's."""
+BATCH_ROUNDING_SEQS = 1024
+
+
+class Objective(str, Enum):
+    """What the search ranks layouts by."""
+
+    THROUGHPUT = "throughput"
+    """Most tokens per second for the job."""
+    TIME_TO_TRAIN = "time"
+    """Least wall time to train the TrainSpec's tokens."""
+    COST = "cost"
+    """Least GPU-hour cost (the cluster's price per GPU-hour)."""
+    ENERGY = "energy"
+    """Least facility energy (GPU TDP and node overhead, times PUE)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One scored layout."""
+
+    layout_index: int
+    step: StepBreakdown
+    layouts: Layouts
+    num_gpus: int
+    days: float
+    cost_usd: float | None
+    energy_j: float | None
+
+
+@dataclass(frozen=True)
+class JobSizeResult:
+    """The best layouts for one job size."""
+
+    num_gpus: int
+    generated: int
+    """Candidate combinations built before the rules filtered them."""
+    evaluated: int
+    """Valid layouts scored by the cost model."""
+    feasible: int
+    """Scored layouts that fit in memory."""
+    rejected: dict[Reason, int]
+    top: list[Candidate]
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The search over job sizes and the chosen job size."""
+
+    sizes: list[JobSizeResult]
+    objective: Objective
+    global_batch: int
+    batch_from_law: bool
+    seconds: float
+    gpus_per_job: int
+    concurrent_jobs: int
+    cluster_gpus: int
+
+    @property
+    def chosen(self) -> JobSizeResult:
+        return next(size for size in self.sizes if size.num_gpus == self.gpus_per_job)
+
+    @property
+    def generated_layouts(self) -> int:
+        return sum(size.generated for size in self.sizes)
+
+    @property
+    def evaluated_layouts(self) -> int:
+        return sum(size.evaluated for size in self.sizes)
+
+    @property
+    def feasible_layouts(self) -> int:
+        return sum(size.feasible for size in self.sizes)
+
+
+def critical_batch_sequences(model: ModelSpec, train: TrainSpec) -> int:
+    """DeepSeek LLM's B_opt(C) in sequences, rounded down to a multiple of 1,024 (at least 1,024)."""
+    compute = 6.0 * count_params(model).active * train.total_tokens
+    tokens = 0.2920 * compute**0.3271
+    return max(BATCH_ROUNDING_SEQS, int(tokens / train.seq_len) // BATCH_ROUNDING_SEQS * BATCH_ROUNDING_SEQS)
+
+
+def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, train: TrainSpec) -> np.ndarray:
+    """Lower is better; out-of-memory layouts score +inf."""
+    seconds = train.total_tokens / (step.tokens_per_s_per_gpu * step.num_gpus)
+    gpu_hours = seconds * step.num_gpus / SECONDS_PER_HOUR
+    score = {
+        Objective.THROUGHPUT: -step.tokens_per_s_per_gpu * step.num_gpus,
+        Objective.TIME_TO_TRAIN: seconds,
+        Objective.COST: gpu_hours * (cluster.usd_per_gpu_hour or 1.0),
+        Objective.ENERGY: gpu_hours * _watts_per_gpu(cluster),
+    }[objective]
+    return np.where(step.memory.fits, score, np.inf)
+
+
+def _watts_per_gpu(cluster: ClusterSpec) -> float:
+    """Facility watts per GPU at full load: TDP plus the node's overhead share, times PUE."""
+    gpu_w = cluster.gpu.tdp_w or 0.0
+    return (gpu_w + cluster.power.node_overhead_w / cluster.node.gpus_per_node) * cluster.power.pue
+
+
+def _candidate(step: StepBreakdown, lay: Layouts, i: int, cluster: ClusterSpec, train: TrainSpec) -> Candidate:
+    gpus = int(lay.num_gpus[i])
+    seconds = float(train.total_tokens / (step.tokens_per_s_per_gpu[i] * gpus))
+    gpu_hours = seconds * gpus / SECONDS_PER_HOUR
+    price = cluster.usd_per_gpu_hour
+    watts = _watts_per_gpu(cluster)
+    return Candidate(
+        layout_index=i, step=step, layouts=lay, num_gpus=gpus, days=seconds / SECONDS_PER_DAY,
+        cost_usd=gpu_hours * price if price else None,
+        energy_j=gpu_hours * SECONDS_PER_HOUR * watts if watts else None,
+    )
+
+
+def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
+                    objective: Objective, top: int, options: SpaceOptions | None = None) -> JobSizeResult:
+    """Score every valid layout of `num_gpus` GPUs; keep the `top` best that fit in memory."""
+    job_cluster = cluster.model_copy(update={"num_gpus": num_gpus}) if num_gpus != cluster.num_gpus else cluster
+    space = generate(model, job_cluster, train, num_gpus, options)
+    rejected = dict(space.rejected)
+    if space.layouts.size == 0:
+        return JobSizeResult(num_gpus, space.generated, 0, 0, rejected, [])
+    step = estimate_step(model, job_cluster, train, space.layouts)
+    oom = int((~step.memory.fits).sum())
+    if oom:
+        rejected[Reason.OUT_OF_MEMORY] = oom
+    score = _score(objective, step, job_cluster, train)
+    order = np.argsort(score, kind="stable")[:top]
+    best = [_candidate(step, space.layouts, int(i), job_cluster, train) for i in order if np.isfinite(score[i])]
+    return JobSizeResult(num_gpus, space.generated, space.layouts.size, int(step.memory.fits.sum()), rejected, best)
+
+
+def job_sizes(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
+    """Powers of two from the smallest that can hold the training state (16 B per parameter) to the cluster."""
+    state_bytes = 16.0 * count_params(model).total
+    smallest = max(cluster.node.gpus_per_node, int(np.ceil(state_bytes / (0.8 * cluster.gpu.memory_bytes))))
+    size = 1 << int(np.ceil(np.log2(smallest)))
+    sizes = []
+    while size <= cluster.num_gpus:
+        sizes.append(size)
+        size *= 2
+    return sizes or [cluster.num_gpus]
+
+
+def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int | None = None,
+         objective: Objective = Objective.THROUGHPUT, top: int = 5, batch_given: bool = True,
+         options: SpaceOptions | None = None) -> PlanResult:
+    """Search every job size (or the one given) and choose the job size and the number of jobs."""
+    start = time.perf_counter()
+    batch_from_law = not batch_given
+    if batch_from_law:
+        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
+    sizes = [gpus] if gpus is not None else job_sizes(model, cluster)
+    results = [search_job_size(model, cluster, train, g, objective, top, options) for g in sizes]
+    chosen = _choose_job_size(results)
+    return PlanResult(
+        sizes=results, objective=objective, global_batch=train.global_batch, batch_from_law=batch_from_law,
+        seconds=time.perf_counter() - start, gpus_per_job=chosen,
+        concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
+    )
+
+
+def _choose_job_size(results: list[JobSizeResult]) -> int:
+    """The largest job size whose best per-GPU throughput is ≥ SCALING_FLOOR of the best over sizes."""
+    per_gpu = {r.num_gpus: float(r.top[0].step.tokens_per_s_per_gpu[r.top[0].layout_index]) for r in results if r.top}
+    if not per_gpu:
+        return results[-1].num_gpus
+    best = max(per_gpu.values())
+    return max(g for g, value in per_gpu.items() if value >= SCALING_FLOOR * best)
