@@ -101,7 +101,8 @@ def fit(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float], ro
             lo, hi = bounds(key)
             for factor in (1 + step, 1 / (1 + step), 1 + step / 3, 1 / (1 + step / 3)):
                 trial = dict(params)
-                base = params[key] if params[key] > 0 else ({"layer_overhead_us": 20.0, "step_overhead_s": 0.1}.get(key, 0.05))
+                restart = {"layer_overhead_us": 20.0, "step_overhead_s": 0.1}.get(key, 0.05)
+                base = params[key] if params[key] > 0 else restart
                 trial[key] = min(hi, max(lo, base * factor))
                 value = loss(jobs, trial)
                 if value < best - 1e-6:
@@ -138,11 +139,13 @@ def main() -> None:
         report(label, subset, fitted)
     if args.residuals:
         predicted = predict(jobs, fitted)
-        for (run, job), value in sorted(zip(jobs, predicted, strict=True), key=lambda x: x[1] / (x[0][0].tokens_per_s_per_gpu or 1)):
+        ranked = sorted(zip(jobs, predicted, strict=True), key=lambda x: x[1] / (x[0][0].tokens_per_s_per_gpu or 1))
+        for (run, job), value in ranked:
             lay = job.resolved_layout
             error = (value / (run.tokens_per_s_per_gpu or 1) - 1) * 100
-            print(f"{error:+7.1f}% {'F' if in_fit_half(run.name) else 'H'} {run.name[:64]:<64} tp{lay.tp} pp{lay.pp} "
-                  f"v{lay.vpp} dp{lay.dp} cp{lay.cp} ep{lay.ep} mbs{lay.mbs} {lay.recompute.value} s{job.train.seq_len}")
+            half = "F" if in_fit_half(run.name) else "H"
+            print(f"{error:+7.1f}% {half} {run.name[:64]:<64} tp{lay.tp} pp{lay.pp} v{lay.vpp} dp{lay.dp} cp{lay.cp} "
+                  f"ep{lay.ep} mbs{lay.mbs} {lay.recompute.value} s{job.train.seq_len}")
     print(f"loss fit {loss(fit_jobs, fitted):.4f} held-out {loss(held_out, fitted):.4f}; "
           f"e^loss-1 = {math.expm1(loss(held_out, fitted)) * 100:.1f}%")
 

@@ -147,7 +147,8 @@ def test_memory_flags_are_frozen() -> None:
         "--model", "-m", "--cluster", "-c", "--gpus",
         "--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--vpp", "--mbs",
         "--gbs", "--seq-len", "--zero", "--recompute", "--sp", "--no-sp", "--schedule", "--precision",
-        "--offload-optimizer", "--offload-params", "--json", "--expect-sha256",
+        "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap",
+        "--json", "--expect-sha256",
     }  # fmt: skip
 
 

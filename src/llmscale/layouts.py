@@ -14,7 +14,7 @@ import numpy as np
 from llmscale.specs.layout import Layout, Recompute, Schedule
 
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "schedule")
-_BOOL_FIELDS = ("sp", "offload_optimizer", "offload_params")
+_BOOL_FIELDS = ("sp", "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Layouts:
     sp: np.ndarray
     offload_optimizer: np.ndarray
     offload_params: np.ndarray
+    tp_comm_overlap: np.ndarray
+    ep_comm_overlap: np.ndarray
 
     @classmethod
     def from_columns(cls, **columns: object) -> Layouts:
@@ -43,6 +45,7 @@ class Layouts:
         defaults: dict[str, object] = {
             "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 1,
             "recompute": Recompute.NONE.code, "offload_optimizer": False, "offload_params": False,
+            "tp_comm_overlap": False, "ep_comm_overlap": False,
         }
         merged = {**defaults, **columns}
         if "dp" not in merged:
@@ -74,6 +77,7 @@ class Layouts:
             vpp=layout.vpp, mbs=layout.mbs, zero=layout.zero, recompute=layout.recompute.code,
             schedule=layout.resolved_schedule.code, sp=layout.resolved_sp,
             offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
+            tp_comm_overlap=layout.tp_comm_overlap, ep_comm_overlap=layout.ep_comm_overlap,
         )
 
     @property
@@ -99,6 +103,7 @@ class Layouts:
             ep=int(self.ep[i]), etp=int(self.etp[i]), vpp=int(self.vpp[i]), mbs=int(self.mbs[i]),
             zero=int(self.zero[i]), recompute=recompute, sp=bool(self.sp[i]), schedule=schedule,
             offload_optimizer=bool(self.offload_optimizer[i]), offload_params=bool(self.offload_params[i]),
+            tp_comm_overlap=bool(self.tp_comm_overlap[i]), ep_comm_overlap=bool(self.ep_comm_overlap[i]),
         )
 
     def take(self, index: np.ndarray) -> Layouts:

@@ -107,6 +107,9 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
     counts = {Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)}
     rejected: dict[Reason, int] = {r: n for r, n in counts.items() if r is not Reason.OK}
+    not_whole = int((~whole).sum())
+    if not_whole:  # tp·cp·pp does not divide the GPU count: no whole dp
+        rejected[Reason.GPU_COUNT] = rejected.get(Reason.GPU_COUNT, 0) + not_whole
     return Space(lay.take(reasons == Reason.OK), generated=int(whole.size), rejected=rejected)
 
 

@@ -134,13 +134,15 @@ def _critical_path(
     comm: MicrobatchComm, recompute_s: np.ndarray,
 ) -> _CriticalPath:
     const = step_constants()
-    tp = 2 * const.tp_comm_exposed_fraction * (layers_dense * comm.tp_dense_s + layers_moe * comm.tp_moe_s)
+    tp_share = np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0)
+    tp = 2 * tp_share * (layers_dense * comm.tp_dense_s + layers_moe * comm.tp_moe_s)
     layers = layers_dense + layers_moe
     cp_fwd = np.maximum(0.0, layers * comm.cp_s - compute.attention_core_forward_s)
     cp_bwd = np.maximum(0.0, 2 * layers * comm.cp_s - 2.5 * compute.attention_core_forward_s)
     ep_total = 2 * layers_moe * comm.ep_s
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
-    ep = np.where(dualpipe, np.maximum(0.0, ep_total - compute.total_s), const.ep_comm_exposed_fraction * ep_total)
+    ep_share = np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0)
+    ep = np.where(dualpipe, np.maximum(0.0, ep_total - compute.total_s), ep_share * ep_total)
     return _CriticalPath(compute, recompute_s, tp, cp_fwd + cp_bwd, ep)
 
 

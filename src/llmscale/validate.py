@@ -6,7 +6,10 @@ GPU's reference cluster (catalog/reference_clusters.yaml), sized to the row's GP
 leaves a layout field null, llmscale assumes, and says so here:
 
   micro_batch   1
-  vp            1 (no interleaving) — the schema cannot say which schedule an unknown degree means
+  vp            1 (1F1B); where the source states that it interleaves without the degree (Narayanan et al.
+                2021 Table 1, Llama 3: `interleaved: true` in run_settings.yaml), the largest v ≤ 8 dividing the
+                layers per stage (Megatron allows down to one layer per virtual stage), falling back to 1F1B
+                when the micro-batch count is not a multiple of pp
   zero          1 (distributed optimizer, the Megatron/NeMo/Bridge default)
   cp, ep        1
   etp           1 for MoE rows (the Megatron-Bridge MoE recipes' expert_tensor_parallel_size)
@@ -14,6 +17,12 @@ leaves a layout field null, llmscale assumes, and says so here:
   precision     bf16
   recompute     the lightest of none → selective → full whose memory fits the GPU (recipes enable
                 recompute only when memory needs it)
+  overlaps      TP and EP communication not overlapped
+
+Before those assumptions, null fields of a shipped row are filled from data/run_settings.yaml: layout facts
+(recompute, sequence parallelism, micro-batch, interleaving, TP/EP communication overlap, activation offload)
+read in the public recipe code that produced the row, each entry citing the file and commit. A value the
+row itself gives is never replaced.
 
 A row that cannot be evaluated (no target, unknown GPU or GPU without numbers, a missing architecture
 key, a layout that breaks a rule) is skipped with its reason — never a crash. Extra keys are ignored.
@@ -36,7 +45,7 @@ from llmscale.memory import memory_breakdown
 from llmscale.rules import Reason, check, explain_rejection
 from llmscale.runs import PublishedRun, model_from_run
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.specs.layout import Layout, Recompute
+from llmscale.specs.layout import Layout, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.step import estimate_step
@@ -98,6 +107,13 @@ class ValidationReport:
 
 
 @cache
+def run_settings() -> dict[str, dict[str, Any]]:
+    """Recipe facts for shipped rows, by exact row name (data/run_settings.yaml)."""
+    text = resources.files("llmscale.data").joinpath("run_settings.yaml").read_text(encoding="utf-8")
+    return {entry["name"]: entry for entry in yaml.safe_load(text)}
+
+
+@cache
 def _reference_clusters() -> dict[str, Any]:
     text = resources.files("llmscale.catalog").joinpath("reference_clusters.yaml").read_text(encoding="utf-8")
     table: dict[str, Any] = yaml.safe_load(text)
@@ -118,14 +134,33 @@ def reference_cluster(run: PublishedRun) -> ClusterSpec:
     return load_cluster(name, num_gpus=run.num_gpus)
 
 
-def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute) -> Layout:
-    vp = run.vp or 1
+def _interleaving(run: PublishedRun, model: ModelSpec, vp: int | None, mbs: int, interleaved: bool) -> int:
+    """The row's vp; for vp null on a source that states it interleaves, the largest v ≤ 8 dividing the
+    layers per stage; else 1."""
+    pp = run.pp or 1
+    if vp is not None or pp == 1 or not interleaved:
+        return vp or 1
+    per_stage = max(model.layers // pp, 1)
+    num_micro = (run.global_batch or 0) // max((run.dp or 1) * mbs, 1)
+    if num_micro % pp:
+        return 1
+    return max(v for v in range(1, 9) if per_stage % v == 0)
+
+
+def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: dict[str, Any]) -> Layout:
+    tp = run.tp or 1
+    mbs = run.micro_batch or facts.get("micro_batch") or 1
+    sp = run.sequence_parallel if run.sequence_parallel is not None else facts.get("sequence_parallel")
     return Layout(
-        tp=run.tp or 1, pp=run.pp or 1, dp=run.dp, cp=run.cp or 1, ep=run.ep or 1,
-        etp=run.etp if run.etp is not None else (1 if model.is_moe else run.tp or 1),
-        vpp=vp, mbs=run.micro_batch or 1, zero=run.zero if run.zero is not None else 1,
-        recompute=recompute,
-        sp=run.sequence_parallel if run.sequence_parallel is not None else (run.tp or 1) > 1,
+        tp=tp, pp=run.pp or 1, dp=run.dp, cp=run.cp or 1, ep=run.ep or 1,
+        etp=run.etp if run.etp is not None else (1 if model.is_moe else tp),
+        vpp=_interleaving(run, model, run.vp if run.vp is not None else facts.get("vp"), mbs,
+                          bool(facts.get("interleaved", False))), mbs=mbs,
+        schedule=Schedule(facts["schedule"]) if "schedule" in facts else None,
+        zero=run.zero if run.zero is not None else 1, recompute=recompute,
+        sp=sp if sp is not None else tp > 1,
+        tp_comm_overlap=bool(facts.get("tp_comm_overlap", False)) and tp > 1,
+        ep_comm_overlap=bool(facts.get("moe_a2a_overlap", False)),
     )
 
 
@@ -138,12 +173,14 @@ def job_from_run(run: PublishedRun) -> JobInputs:
             raise LlmscaleError(f"{key} is null")
     model = model_from_run(run)
     cluster = reference_cluster(run)
+    facts = run_settings().get(run.name, {})
     train = TrainSpec(seq_len=run.seq_len, global_batch=run.global_batch, precision=run.precision or Precision.BF16)
-    candidates = [run.recompute] if run.recompute is not None else list(Recompute)
+    given = run.recompute or (Recompute(facts["recompute"]) if "recompute" in facts else None)
+    candidates = [given] if given is not None else list(Recompute)
     last: JobInputs | None = None
     for recompute in candidates:
         assert recompute is not None
-        job = JobInputs(model, cluster, train, _layout(run, model, recompute), int(run.num_gpus or 0))
+        job = JobInputs(model, cluster, train, _layout(run, model, recompute, facts), int(run.num_gpus or 0))
         lay = job.layouts
         reason = Reason(int(check(model, train, job.num_gpus, lay)[0]))
         if reason is not Reason.OK:

@@ -106,6 +106,8 @@ def memory(
     precision: o.PrecisionOpt = o.Precision.BF16,
     offload_optimizer: o.OffloadOptOpt = False,
     offload_params: o.OffloadParamsOpt = False,
+    tp_comm_overlap: o.TpOverlapOpt = False,
+    ep_comm_overlap: o.EpOverlapOpt = False,
     as_json: o.JsonOpt = False,
     expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
@@ -147,6 +149,8 @@ def explain(
     precision: o.PrecisionOpt = o.Precision.BF16,
     offload_optimizer: o.OffloadOptOpt = False,
     offload_params: o.OffloadParamsOpt = False,
+    tp_comm_overlap: o.TpOverlapOpt = False,
+    ep_comm_overlap: o.EpOverlapOpt = False,
     as_json: o.JsonOpt = False,
     expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
@@ -233,6 +237,12 @@ def _check_sha(actual: str, expected: str | None) -> None:
         raise LlmscaleError(
             f"--expect-sha256 {expected} does not match the inputs' SHA256 {actual}: refusing to run"
         )
+
+
+# `llmscale export` lives in its own module (cli/export_cmd.py); registered here, after the commands above.
+from llmscale.cli.export_cmd import export  # noqa: E402
+
+app.command("export")(export)
 
 
 def main(argv: list[str] | None = None) -> Any:

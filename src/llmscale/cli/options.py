@@ -32,6 +32,8 @@ ScheduleOpt = Annotated[Schedule | None, typer.Option("--schedule", case_sensiti
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
 OffloadOptOpt = Annotated[bool, typer.Option("--offload-optimizer", help="optimizer state in host memory")]
 OffloadParamsOpt = Annotated[bool, typer.Option("--offload-params", help="weights in host memory")]
+TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP collectives with GEMMs")]
+EpOverlapOpt = Annotated[bool, typer.Option("--ep-comm-overlap", help="overlap expert all-to-alls with compute")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ExpectShaOpt = Annotated[
     str | None, typer.Option("--expect-sha256", help="refuse to run unless the inputs hash to this value")
@@ -41,5 +43,5 @@ ExpectShaOpt = Annotated[
 def layout_fields(**flags: Any) -> dict[str, Any]:
     """Layout keyword arguments from CLI flags (None = take the spec's default)."""
     keys = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule",
-            "offload_optimizer", "offload_params")
+            "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
     return {k: flags[k] for k in keys}

@@ -68,6 +68,12 @@ class Layout(Spec):
     schedule: Schedule | None = Field(None, description="None = interleaved if vpp > 1 else 1f1b")
     offload_optimizer: bool = Field(False, description="optimizer state and fp32 master in host memory")
     offload_params: bool = Field(False, description="parameters in host memory, streamed per layer")
+    tp_comm_overlap: bool = Field(
+        False, description="TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap)"
+    )
+    ep_comm_overlap: bool = Field(
+        False, description="expert all-to-alls overlapped with compute (Megatron --overlap-moe-expert-parallel-comm)"
+    )
 
     @property
     def resolved_etp(self) -> int:

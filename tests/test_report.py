@@ -1,0 +1,85 @@
+"""`plan --html`: one self-contained offline page whose numbers are the `plan --json` document's."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from llmscale.cli.main import main
+from llmscale.memory import MemoryBreakdown
+from llmscale.report import MEMORY_CLASSES, _linear_ticks, _log_ticks
+
+# GPT-3 175B on Selene with the batch of Narayanan et al. 2021 (arXiv:2104.04473) Table 1.
+PLAN = ["plan", "--model", "gpt3-175b", "--cluster", "selene", "--gbs", "1536", "--seq-len", "2048"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """stdout of `main(argv)`, which must exit 0."""
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    assert info.value.code in (0, None), err
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("report") / "plan.html"
+    with pytest.raises(SystemExit) as info:
+        main([*PLAN, "--json", "--html", str(path)])
+    assert info.value.code in (0, None)
+    return path.read_text(encoding="utf-8")
+
+
+def test_page_is_one_offline_document(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    # Offline: no scripts, stylesheets, imports or images fetched from anywhere.
+    assert "http://" not in page and "https://" not in page
+    assert not re.search(r"<script|<link|@import|<img|url\(", page, re.IGNORECASE)
+    assert page.count("<svg") >= 3
+
+
+def test_page_carries_the_json_fingerprint_and_numbers(capsys: pytest.CaptureFixture[str], page: str) -> None:
+    document = json.loads(run(capsys, *PLAN, "--json"))
+    assert document["input_sha256"] in page
+    best = document["top"][0]
+    assert f"{best['step_time_s']:.3f}" in page
+    assert f"{document['jobs']['cluster_tokens_per_s']:,.0f} tokens/s" in page
+    for key in best["breakdown"]:  # every step part is named (legend and table), e.g. tp_exposed_s → "tp exposed"
+        assert f">{key.removesuffix('_s').replace('_', ' ')}<" in page
+
+
+def test_page_names_every_memory_class_and_units(page: str) -> None:
+    # The classes come from the dataclass fields: a new class shows up without editing the report.
+    assert set(MEMORY_CLASSES) == {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                                   "comm_buffer_bytes", "runtime_bytes", "fragmentation_bytes"}
+    assert all(name in MemoryBreakdown.__dataclass_fields__ for name in MEMORY_CLASSES)
+    for name in ("weights", "activations", "comm buffer", "fragmentation", "out of memory", "GiB", "days", "MWh"):
+        assert name in page
+    assert "chosen" in page
+
+
+def test_one_job_size_still_draws_the_time_chart(tmp_path: Path) -> None:
+    # --gpus gives one point: the log axes must not divide by a zero span.
+    path = tmp_path / "one.html"
+    with pytest.raises(SystemExit) as info:
+        main([*PLAN, "--gpus", "1024", "--json", "--html", str(path)])
+    assert info.value.code in (0, None)
+    assert path.read_text(encoding="utf-8").count("<svg") >= 3
+
+
+def test_unwritable_path_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*PLAN, "--json", "--html", str(tmp_path / "missing-dir" / "plan.html")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--html" in err and "Traceback" not in err
+
+
+def test_ticks_cover_the_data() -> None:
+    assert _linear_ticks(7.86) == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert _log_ticks(289.0, 9066.0) == [200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
+    assert len(_log_ticks(300.0, 300.0)) >= 2  # one value still spans an axis
