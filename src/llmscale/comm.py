@@ -48,7 +48,7 @@ fabrics behave as their tier sizes say), stragglers and jitter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from functools import cache
 from importlib import resources
@@ -257,10 +257,24 @@ def group_links(
     each member drives its own NIC. Source: formulas.md B2 (SimAI, NCCL tuning.cc, nccl-tests issues).
     """
     eff = efficiency if efficiency is not None else comm_efficiency()
-    tiers = _tiers(cluster, eff)
     n_arr, s_arr = np.broadcast_arrays(np.atleast_1d(np.asarray(size, dtype=np.int64)),
                                        np.atleast_1d(np.asarray(stride, dtype=np.int64)))
     n, s = n_arr.reshape(-1), s_arr.reshape(-1)
+    if n.size > _DEDUPE_ABOVE:
+        # A search has millions of layouts but few distinct (size, stride) groups: place each once.
+        key = n * (int(s.max()) + 1) + s
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        links = _group_links(cluster, n[first], s[first], eff)
+        return replace(links, **{f.name: getattr(links, f.name)[inverse] for f in fields(links)
+                                 if isinstance(getattr(links, f.name), np.ndarray)})
+    return _group_links(cluster, n, s, eff)
+
+
+_DEDUPE_ABOVE = 4096
+
+
+def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommEfficiency) -> GroupLinks:
+    tiers = _tiers(cluster, eff)
     tier, crossed, members = _placement(tiers, n, s)
     lat = _latencies(tiers, n, crossed, members)
     bw = _bandwidths(tiers, n, s, crossed, members, tier)

@@ -145,22 +145,34 @@ def _candidate(step: StepBreakdown, lay: Layouts, i: int, cluster: ClusterSpec, 
     )
 
 
+CHUNK_LAYOUTS = 65536
+"""Layouts scored per call: keeps numpy's temporaries in cache (≈1.5× faster than one huge call)."""
+
+
 def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
                     objective: Objective, top: int, options: SpaceOptions | None = None) -> JobSizeResult:
-    """Score every valid layout of `num_gpus` GPUs; keep the `top` best that fit in memory."""
+    """Score every valid layout of `num_gpus` GPUs in chunks; keep the `top` best that fit in memory, whose
+    full breakdowns are then computed together (the same cost model, on those rows only)."""
     job_cluster = cluster.model_copy(update={"num_gpus": num_gpus}) if num_gpus != cluster.num_gpus else cluster
     space = generate(model, job_cluster, train, num_gpus, options)
     rejected = dict(space.rejected)
-    if space.layouts.size == 0:
+    size = space.layouts.size
+    if size == 0:
         return JobSizeResult(num_gpus, space.generated, 0, 0, rejected, [])
-    step = estimate_step(model, job_cluster, train, space.layouts)
-    oom = int((~step.memory.fits).sum())
-    if oom:
-        rejected[Reason.OUT_OF_MEMORY] = oom
-    score = _score(objective, step, job_cluster, train)
+    score = np.empty(size)
+    for start in range(0, size, CHUNK_LAYOUTS):
+        chunk = space.layouts.take(np.arange(start, min(start + CHUNK_LAYOUTS, size)))
+        score[start:start + chunk.size] = _score(objective, estimate_step(model, job_cluster, train, chunk),
+                                                 job_cluster, train)
+    feasible = int(np.isfinite(score).sum())
+    if size - feasible:
+        rejected[Reason.OUT_OF_MEMORY] = size - feasible
     order = np.argsort(score, kind="stable")[:top]
-    best = [_candidate(step, space.layouts, int(i), job_cluster, train) for i in order if np.isfinite(score[i])]
-    return JobSizeResult(num_gpus, space.generated, space.layouts.size, int(step.memory.fits.sum()), rejected, best)
+    order = order[np.isfinite(score[order])]
+    best_layouts = space.layouts.take(order)
+    step = estimate_step(model, job_cluster, train, best_layouts)
+    best = [_candidate(step, best_layouts, i, job_cluster, train) for i in range(best_layouts.size)]
+    return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best)
 
 
 def job_sizes(model: ModelSpec, cluster: ClusterSpec) -> list[int]:

@@ -1,0 +1,363 @@
+"""`llmscale export`: a layout as Megatron-LM flags or a torchtitan TOML.
+
+The flag and key names are frozen against the frameworks' own definitions, read at one commit each:
+a name that is not in the verified sets below was never checked and must not be emitted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmscale.cli.main import main
+from llmscale.export import (
+    MEGATRON_FLAGS,
+    TORCHTITAN_KEYS,
+    ExportFormat,
+    megatron_args,
+    moe_layer_pattern,
+    pipeline_layout,
+    torchtitan_toml,
+)
+from llmscale.inputs import JobInputs, resolve_job
+from llmscale.specs.layout import Layout
+from llmscale.specs.model import ModelSpec
+
+# tomllib is stdlib from Python 3.11; on 3.10 the TOML checks skip and the Megatron ones still run.
+tomllib: Any = importlib.import_module("tomllib") if importlib.util.find_spec("tomllib") else None
+
+# Every flag name below was read in NVIDIA/Megatron-LM megatron/training/arguments.py at commit
+# 000c4ac24f61159c138b0975def722c65245983c (group.add_argument definitions), except
+# --pipeline-model-parallel-layout's grammar, read in megatron/core/transformer/pipeline_parallel_layer_layout.py
+# @ 00caa53af30912914981c86f39db123961678bbd, and the Megatron-FSDP set (--use-megatron-fsdp,
+# --data-parallel-sharding-strategy, --no-gradient-accumulation-fusion, --use-distributed-optimizer,
+# --ckpt-format fsdp_dtensor), which docs/discussions/megatron-fsdp-user-guide
+# @ f6f94c70974acffa8141a1886fbc076a68e44190 lists as required (each flag is defined in arguments.py @ 000c4ac).
+VERIFIED_MEGATRON_FLAGS = frozenset({
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
+    "--num-virtual-stages-per-pipeline-rank", "--context-parallel-size", "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size", "--sequence-parallel", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
+    "--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+    "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer", "--bf16", "--fp16", "--fp8-format",
+    "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16", "--attention-backend", "--num-layers",
+    "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention", "--num-query-groups",
+    "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--position-embedding-type", "--max-position-embeddings",
+    "--normalization", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+    "--attention-dropout", "--hidden-dropout", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-expert-capacity-factor",
+    "--moe-token-dispatcher-type", "--mtp-num-layers",
+})  # fmt: skip
+
+# Every key below was read in pytorch/torchtitan torchtitan/config/job_config.py at commit
+# 0a8d2b0a6b4ebadee4f99e7cbc924714adf4a0d1 (dataclasses Training, Parallelism, ActivationCheckpoint, Model,
+# Compile, Quantize.dense.float8 = Float8Dense, Quantize.moe.float8 = Float8MoE). The converter names
+# "quantize.dense.float8" / "quantize.moe.float8" are those torchtitan's quantization module of the same
+# generation accepts (components/quantization/mx.py, validate_only_mx_converters).
+VERIFIED_TORCHTITAN_KEYS = frozenset({
+    "training.local_batch_size", "training.global_batch_size", "training.seq_len", "training.dtype",
+    "training.enable_cpu_offload", "parallelism.data_parallel_replicate_degree",
+    "parallelism.data_parallel_shard_degree", "parallelism.fsdp_reshard_after_forward",
+    "parallelism.tensor_parallel_degree", "parallelism.enable_async_tensor_parallel",
+    "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
+    "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_layers_per_stage",
+    "parallelism.pipeline_parallel_first_stage_less_layers", "parallelism.pipeline_parallel_last_stage_less_layers",
+    "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
+    "parallelism.expert_tensor_parallel_degree", "activation_checkpoint.mode",
+    "activation_checkpoint.selective_ac_option", "model.converters", "compile.enable", "compile.components",
+    "quantize.dense.float8.recipe_name", "quantize.dense.float8.enable_fsdp_float8_all_gather",
+    "quantize.dense.float8.precompute_float8_dynamic_scale_for_fsdp", "quantize.dense.float8.filter_fqns",
+    "quantize.moe.float8.fqns",
+})  # fmt: skip
+
+# torch.distributed.pipelining get_schedule_class names (pytorch/pytorch schedules.py @
+# 1fd7abc2f521e4429a29c3088e39ebaca20f4698, plus DualPipeV, registered by later releases).
+TORCH_SCHEDULES = frozenset({"1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
+                             "ZBVZeroBubble", "DualPipeV"})
+
+# GPT-3 175B on Selene as Narayanan et al. 2021 (arXiv:2104.04473) ran it: tp 8, pp 8, batch 1536 × 2048.
+GPT3 = ["--model", "gpt3-175b", "--cluster", "selene", "--tp", "8", "--pp", "8", "--dp", "24", "--vpp", "4",
+        "--gbs", "1536", "--seq-len", "2048", "--recompute", "selective"]
+GPT3_MEGATRON = [
+    "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "8",
+    "--num-virtual-stages-per-pipeline-rank", "4", "--context-parallel-size", "1", "--sequence-parallel",
+    "--micro-batch-size", "1", "--global-batch-size", "1536", "--seq-length", "2048",
+    "--recompute-granularity", "selective", "--use-distributed-optimizer", "--overlap-grad-reduce",
+    "--overlap-param-gather", "--bf16",
+    "--num-layers", "96", "--hidden-size", "12288", "--ffn-hidden-size", "49152", "--num-attention-heads", "96",
+    "--vocab-size", "50257", "--position-embedding-type", "learned_absolute", "--max-position-embeddings", "2048",
+    "--normalization", "LayerNorm",
+]  # fmt: skip
+
+# DeepSeek-V3 as its report (arXiv:2412.19437 §3.2) trained it: 2048 H800, pp 16, ep 64, DualPipe, fp8.
+DSV3: dict[str, Any] = {"model": "deepseek-v3", "cluster": "deepseek-v3-h800",
+        "train": {"global_batch": 15360, "seq_len": 4096, "precision": "fp8"},
+        "layout": {"pp": 16, "dp": 128, "ep": 64, "schedule": "dualpipe"}}
+
+
+def job(model: str = "gpt3-175b", cluster: str = "selene", train: dict[str, Any] | None = None,
+        **layout: Any) -> JobInputs:
+    base = {"tp": 8, "pp": 8, "dp": 24, "vpp": 4, "recompute": "selective"} if model == "gpt3-175b" else {}
+    train = train or ({"global_batch": 1536, "seq_len": 2048} if model == "gpt3-175b" else {})
+    return resolve_job(model, cluster, None, train, {**base, **layout})
+
+
+def dsv3(**layout: Any) -> JobInputs:
+    return resolve_job(DSV3["model"], DSV3["cluster"], None, DSV3["train"], {**DSV3["layout"], **layout})
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    code = info.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+def load_toml(text: str) -> dict[str, Any]:
+    if tomllib is None:
+        pytest.skip("tomllib needs Python 3.11")
+    document: dict[str, Any] = tomllib.loads(text)
+    return document
+
+
+def body(text: str) -> str:
+    """The export without its `#` preamble."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#")).strip()
+
+
+def flags_of(args: list[str]) -> set[str]:
+    return {token for token in args if token.startswith("--")}
+
+
+def dotted_keys(table: dict[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        keys |= dotted_keys(value, name + ".") if isinstance(value, dict) else {name}
+    return keys
+
+
+def parse_layout(text: str) -> list[str]:
+    """Stages of a Megatron layout string: commas dropped, x*n unrolled, split on '|' (the documented grammar)."""
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text.replace(",", ""))
+    return text.split("|")
+
+
+# ---- frozen names ---------------------------------------------------------------------------------
+
+
+def test_megatron_flag_tuple_is_verified() -> None:
+    # A flag Megatron does not define makes argparse exit at launch, after the job waited in the queue.
+    assert set(MEGATRON_FLAGS) <= VERIFIED_MEGATRON_FLAGS
+    assert len(MEGATRON_FLAGS) == len(set(MEGATRON_FLAGS))
+
+
+def test_torchtitan_key_tuple_is_verified() -> None:
+    # torchtitan's config manager rejects unknown keys: an unchecked name fails the launch.
+    assert set(TORCHTITAN_KEYS) <= VERIFIED_TORCHTITAN_KEYS
+
+
+@pytest.mark.parametrize("make", [
+    job, lambda: job(zero=0), lambda: job(zero=2), lambda: job(zero=3), lambda: job(recompute="full"),
+    lambda: job(offload_optimizer=True),
+    lambda: job(train={"global_batch": 1536, "seq_len": 2048, "precision": "fp16"}),
+    dsv3, lambda: dsv3(tp=2, dp=64, etp=1, tp_comm_overlap=True, ep_comm_overlap=True),
+    lambda: job("llama3-405b", "llama3-16k", {"precision": "fp8"}, tp=8, pp=16, dp=8),
+])  # fmt: skip
+def test_every_emitted_name_is_listed(make: Any) -> None:
+    exported = make()
+    assert flags_of(megatron_args(exported)) <= set(MEGATRON_FLAGS)
+    assert dotted_keys(load_toml(torchtitan_toml(exported))) <= set(TORCHTITAN_KEYS)
+
+
+# ---- Megatron-LM ----------------------------------------------------------------------------------
+
+
+def test_gpt3_megatron_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert megatron_args(job()) == GPT3_MEGATRON
+    code, out, _ = run(capsys, "export", "--format", "megatron", *GPT3)
+    assert code == 0
+    assert body(out).replace(" \\\n", " ").split() == GPT3_MEGATRON
+    assert "000c4ac24f61159c138b0975def722c65245983c" in out and "data-parallel size 24" in out
+
+
+def test_zero_stages_and_full_recompute() -> None:
+    # ZeRO-2/3 are Megatron-FSDP, whose user guide makes these five flags required.
+    fsdp = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+            "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"]
+    args = " ".join(megatron_args(job(zero=3)))
+    assert " ".join(["--use-distributed-optimizer", *fsdp]) in args
+    assert "optim_grads " in " ".join(megatron_args(job(zero=2))) + " "
+    zero0 = megatron_args(job(zero=0))
+    assert "--use-distributed-optimizer" not in zero0 and "--overlap-param-gather" not in zero0
+    assert " ".join(["--recompute-granularity", "full", "--recompute-method", "uniform",
+                     "--recompute-num-layers", "1"]) in " ".join(megatron_args(job(recompute="full")))
+
+
+def test_deepseek_v3_megatron_shape() -> None:
+    args = megatron_args(dsv3())
+    joined = " ".join(args)
+    for piece in ("--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 "
+                  "--qk-pos-emb-head-dim 64 --v-head-dim 128", "--num-experts 256 --moe-router-topk 8 "
+                  "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048",
+                  "--fp8-format hybrid --fp8-recipe tensorwise", "--mtp-num-layers 1", "--swiglu",
+                  "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1"):
+        assert piece in joined
+    # 61 layers do not split evenly over 16 stages: the layout string carries llmscale's balanced split.
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
+    stages = parse_layout(args[args.index("--pipeline-model-parallel-layout") + 1])
+    assert len(stages) == 16 and "".join(stages).count("t") == 61
+    assert stages[0].startswith("E") and stages[-1].endswith("mL")
+
+
+@pytest.mark.parametrize(("first_dense", "freq", "layers"), [(0, 1, 8), (0, 2, 8), (3, 1, 61), (2, 3, 20), (1, 4, 9)])
+def test_moe_layer_pattern_matches_the_model(first_dense: int, freq: int, layers: int) -> None:
+    # Megatron reads the pattern as a Python list (1 = MoE layer) or an integer N (i % N == 0).
+    model = ModelSpec(name="m", layers=layers, hidden=64, ffn_hidden=128, heads=4, vocab=100, experts=4, top_k=1,
+                      expert_ffn_hidden=32, first_dense_layers=first_dense, moe_layer_freq=freq)
+    pattern = moe_layer_pattern(model)
+    if pattern.isdigit():
+        marks = [int(i % int(pattern) == 0) for i in range(layers)]
+    else:
+        assert re.fullmatch(r"[\d,\[\]()+*]+", pattern)  # the characters Megatron's _eval_pattern allows
+        marks = eval(pattern)
+    assert marks == [int(i >= first_dense and (i - first_dense) % freq == 0) for i in range(layers)]
+    assert sum(marks) == model.num_moe_layers
+
+
+def test_pipeline_layout_is_the_balanced_split() -> None:
+    model = job().model
+    stages = parse_layout(pipeline_layout(model, Layout(pp=5, vpp=2, dp=1)))
+    counts = [stage.count("t") for stage in stages]
+    assert len(stages) == 10 and sum(counts) == 96 and max(counts) - min(counts) <= 1
+
+
+def test_unsupported_settings_become_notes(capsys: pytest.CaptureFixture[str]) -> None:
+    # Megatron has no DualPipe: the flags run 1F1B, and the output says so instead of dropping it silently.
+    code, out, _ = run(capsys, "export", "--format", "megatron", "--model", "deepseek-v3", "--cluster",
+                       "deepseek-v3-h800", "--pp", "16", "--dp", "128", "--ep", "64", "--schedule", "dualpipe",
+                       "--gbs", "15360", "--seq-len", "4096", "--offload-params")
+    assert code == 0
+    assert "# note: schedule 'dualpipe' has no Megatron-LM flag" in out
+    assert "# note: offload_params has no Megatron-LM flag" in out
+
+
+# ---- torchtitan -----------------------------------------------------------------------------------
+
+
+def test_gpt3_torchtitan_toml(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "export", "--format", "torchtitan", *GPT3)
+    assert code == 0
+    config = load_toml(out)
+    assert config["training"] == {"local_batch_size": 64, "global_batch_size": 1536, "seq_len": 2048}
+    par = config["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 24)  # ZeRO-1 → FSDP
+    assert par["fsdp_reshard_after_forward"] == "never"
+    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (8, 8, 1)
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_microbatch_size"] == 1
+    # torchtitan builds ceil((96 + 0 + 0) / 3) = 32 = pp × vpp stages.
+    assert par["pipeline_parallel_layers_per_stage"] == 3
+    assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert "0a8d2b0a6b4ebadee4f99e7cbc924714adf4a0d1" in out and "ZeRO-1 maps to FSDP2" in out
+
+
+def test_torchtitan_zero0_replicates_and_zero3_shards() -> None:
+    zero0 = load_toml(torchtitan_toml(job(zero=0, recompute="full")))
+    assert zero0["parallelism"]["data_parallel_replicate_degree"] == 24
+    assert zero0["parallelism"]["data_parallel_shard_degree"] == 1
+    assert zero0["activation_checkpoint"] == {"mode": "full"}
+    zero3 = load_toml(torchtitan_toml(job(zero=3)))["parallelism"]
+    assert zero3["data_parallel_shard_degree"] == 24 and "fsdp_reshard_after_forward" not in zero3
+
+
+def test_torchtitan_without_pipeline_accumulates_micro_batches() -> None:
+    # No PP: local_batch_size is one micro-batch; 1536 / (2 × 192) = 4 accumulation steps.
+    config = load_toml(torchtitan_toml(job(tp=8, pp=1, dp=192, vpp=1, mbs=2)))
+    assert config["training"]["local_batch_size"] == 2
+    assert "pipeline_parallel_schedule" not in config["parallelism"]
+
+
+def test_deepseek_v3_torchtitan_toml() -> None:
+    text = torchtitan_toml(dsv3())
+    config = load_toml(text)
+    par = config["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "DualPipeV" and par["pipeline_parallel_schedule"] in TORCH_SCHEDULES
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (64, 1)
+    assert config["model"]["converters"] == ["quantize.dense.float8", "quantize.moe.float8"]
+    assert config["quantize"]["dense"]["float8"]["recipe_name"] == "tensorwise"
+    assert config["quantize"]["moe"]["float8"]["fqns"] == ["experts"]
+    assert config["compile"]["enable"] is True
+    # 61 layers cannot make 32 stages of whole layers: torchtitan's default split, with a note.
+    assert "pipeline_parallel_layers_per_stage" not in par and "default split" in text
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "zbv"])
+def test_torchtitan_schedule_names_exist(schedule: str) -> None:
+    par = load_toml(torchtitan_toml(job(vpp=1, schedule=schedule)))["parallelism"]
+    assert par["pipeline_parallel_schedule"] in TORCH_SCHEDULES
+
+
+# ---- --from-plan and errors -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", [f.value for f in ExportFormat])
+def test_from_explain_json_round_trips(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, explained, _ = run(capsys, "explain", *GPT3, "--json")
+    assert code == 0
+    path = tmp_path / "explain.json"
+    path.write_text(explained, encoding="utf-8")
+    _, direct, _ = run(capsys, "export", "--format", fmt, *GPT3)
+    # explain records tokens_per_step = 1536 × 2048: with --seq-len the batch follows.
+    code, via_file, err = run(capsys, "export", "--format", fmt, "--from-plan", str(path), "--seq-len", "2048")
+    assert code == 0 and err == ""
+    assert via_file == direct
+
+
+def test_from_plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = {"model": "gpt3-175b", "cluster": "selene", "global_batch": {"sequences": 1536, "tokens": 1536 * 2048},
+            "top": [{"num_gpus": 1536, "layout": {"tp": 8, "pp": 8, "dp": 24, "cp": 1, "ep": 1, "etp": 8, "vpp": 4,
+                                                  "mbs": 1, "zero": 1, "recompute": "selective", "sp": True,
+                                                  "schedule": "interleaved"}}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    code, out, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--tp", "4")
+    assert code == 0
+    assert body(out).replace(" \\\n", " ").split() == GPT3_MEGATRON
+    assert err.startswith("warning: --tp ignored")  # the file's layout wins, and the user is told
+
+
+def test_bad_format_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # "deepspeed" is not an export target: one error line naming the value and the choices, exit 2.
+    code, _, err = run(capsys, "export", "--format", "deepspeed", *GPT3)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "'deepspeed'" in lines[0] and "megatron, torchtitan" in lines[0]
+
+
+def test_explain_batch_mismatch_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 1536 × 2048 tokens per step cannot be 1000 sequences of 2048: the document and the flags disagree.
+    _, explained, _ = run(capsys, "explain", *GPT3, "--json")
+    path = tmp_path / "explain.json"
+    path.write_text(explained, encoding="utf-8")
+    code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--gbs", "1000",
+                       "--seq-len", "2048")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "tokens_per_step" in err
+
+
+def test_document_without_layout_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A model file is neither a plan nor an explain document: there is no layout to export.
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({"name": "tiny", "layers": 4}), encoding="utf-8")
+    code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "neither a plan" in err
