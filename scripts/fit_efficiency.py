@@ -35,10 +35,10 @@ GENERATIONS = {
     "blackwell": ("b200", "b300", "gb200", "gb300"),
 }
 STEP_KEYS = ("tp_comm_exposed_fraction", "ep_comm_exposed_fraction", "step_overhead_s")
-GLOBAL_EFFICIENCY = ("attention", "gemm_half_dim", "hbm", "layer_overhead_us")
+GLOBAL_EFFICIENCY = ("attention", "gemm_half_dim", "hbm", "layer_overhead_us", "expert_half_tokens")
 BOUNDS = {"gemm": (0.2, 0.95), "attention": (0.2, 0.9), "tp_comm_exposed_fraction": (0.0, 1.0),
           "ep_comm_exposed_fraction": (0.0, 1.0), "gemm_half_dim": (1.0, 4096.0), "hbm": (0.2, 1.0),
-          "layer_overhead_us": (0.0, 2000.0), "step_overhead_s": (0.0, 5.0)}
+          "layer_overhead_us": (0.0, 2000.0), "step_overhead_s": (0.0, 5.0), "expert_half_tokens": (0.0, 8192.0)}
 
 
 def in_fit_half(name: str) -> bool:
@@ -101,7 +101,7 @@ def fit(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float], ro
             lo, hi = bounds(key)
             for factor in (1 + step, 1 / (1 + step), 1 + step / 3, 1 / (1 + step / 3)):
                 trial = dict(params)
-                restart = {"layer_overhead_us": 20.0, "step_overhead_s": 0.1}.get(key, 0.05)
+                restart = {"layer_overhead_us": 20.0, "step_overhead_s": 0.1, "expert_half_tokens": 64.0}.get(key, 0.05)
                 base = params[key] if params[key] > 0 else restart
                 trial[key] = min(hi, max(lo, base * factor))
                 value = loss(jobs, trial)

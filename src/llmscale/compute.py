@@ -139,18 +139,28 @@ def layer_times(
         per_expert_tokens = tokens * model.top_k * lay.etp / lay.tp * lay.ep / model.experts
         routed_flops = 2.0 * counts.active_routed_per_moe_layer * tokens * (model.capacity_factor or 1.0) / lay.tp
         expert_dim = _narrow(per_expert_tokens, h, (model.expert_ffn_hidden or 1) / lay.etp)
+        # Grouped GEMMs over many thinly loaded experts (one kernel, ragged token counts) run below a dense GEMM
+        # of the same FLOPs: a separate roll-off in tokens per local expert.
+        grouped = per_expert_tokens / (per_expert_tokens + eff.expert_half_tokens)
         shared_flops = 2.0 * (counts.moe_layer.shared_experts + counts.moe_layer.router) * tokens / lay.tp
         shared_dim = _narrow(tokens, h, max(model.shared_ffn * model.shared_experts, 1) / lay.tp)
-        moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision)
+        moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision) / grouped
                     + _gemm_s(shared_flops, shared_dim, peak, eff, train.precision))
         moe = LayerTimes(moe_gemm, core_s, elementwise(True))
     logits_flops = 2.0 * model.hidden * model.vocab * tokens / lay.tp
-    logits = LayerTimes(
-        _gemm_s(logits_flops, _narrow(tokens, h, model.vocab / lay.tp), peak, eff, train.precision),
-        np.zeros(lay.size),
-        tokens * 3 * 4.0 * model.vocab / lay.tp / hbm,  # fp32 softmax + cross-entropy: write, read, write
+    logits_gemm = _gemm_s(logits_flops, _narrow(tokens, h, model.vocab / lay.tp), peak, eff, train.precision)
+    logits_elementwise = tokens * 3 * 4.0 * model.vocab / lay.tp / hbm  # fp32 softmax + CE: write, read, write
+    # The last stage also runs the MTP modules (DeepSeek-V3 §2.2): per module a 2h→h projection, one layer of
+    # the last layer's kind and the shared output head again.
+    mtp, last_kind = model.mtp_layers, (moe if model.is_moe else dense)
+    projection = _gemm_s(2.0 * 2 * h * h * tokens / lay.tp, _narrow(tokens, h, h / lay.tp), peak, eff,
+                         train.precision)
+    output = LayerTimes(
+        (1 + mtp) * logits_gemm + mtp * (last_kind.gemm_s + projection),
+        mtp * last_kind.attention_core_s,
+        (1 + mtp) * logits_elementwise + mtp * last_kind.elementwise_s,
     )
-    return dense, moe, logits
+    return dense, moe, output
 
 
 def rank_compute(

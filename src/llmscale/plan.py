@@ -15,11 +15,13 @@ cluster then runs ⌊N / G⌋ such jobs at once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
+from llmscale.errors import SpecError
 from llmscale.layouts import Layouts
 from llmscale.params import count_params
 from llmscale.rules import Reason
@@ -120,7 +122,7 @@ def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, trai
     score = {
         Objective.THROUGHPUT: -step.tokens_per_s_per_gpu * step.num_gpus,
         Objective.TIME_TO_TRAIN: seconds,
-        Objective.COST: gpu_hours * (cluster.usd_per_gpu_hour or 1.0),
+        Objective.COST: gpu_hours * (cluster.usd_per_gpu_hour or 0.0),
         Objective.ENERGY: gpu_hours * _watts_per_gpu(cluster),
     }[objective]
     return np.where(step.memory.fits, score, np.inf)
@@ -187,16 +189,30 @@ def job_sizes(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
     return sizes or [cluster.num_gpus]
 
 
+def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
+    """Cost needs a price and energy a power figure; without them the ranking would be meaningless."""
+    if objective is Objective.COST and cluster.usd_per_gpu_hour is None:
+        raise SpecError("objective", objective.value, f"cluster {cluster.name!r} has no usd_per_gpu_hour")
+    if objective is Objective.ENERGY and _watts_per_gpu(cluster) == 0:
+        raise SpecError("objective", objective.value, f"cluster {cluster.name!r} has no GPU tdp_w or node power")
+
+
 def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5, batch_given: bool = True,
-         options: SpaceOptions | None = None) -> PlanResult:
-    """Search every job size (or the one given) and choose the job size and the number of jobs."""
+         options: SpaceOptions | None = None, on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
+    """Search every job size (or the one given) and choose the job size and the number of jobs.
+    `on_size(i, n, num_gpus)` is called before each job size is searched (progress reporting)."""
+    check_objective(objective, cluster)
     start = time.perf_counter()
     batch_from_law = not batch_given
     if batch_from_law:
         train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
     sizes = [gpus] if gpus is not None else job_sizes(model, cluster)
-    results = [search_job_size(model, cluster, train, g, objective, top, options) for g in sizes]
+    results = []
+    for i, size in enumerate(sizes):
+        if on_size is not None:
+            on_size(i, len(sizes), size)
+        results.append(search_job_size(model, cluster, train, size, objective, top, options))
     chosen = _choose_job_size(results)
     return PlanResult(
         sizes=results, objective=objective, global_batch=train.global_batch, batch_from_law=batch_from_law,

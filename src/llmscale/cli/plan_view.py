@@ -16,7 +16,7 @@ from llmscale.cli.render import console, explain_table
 from llmscale.errors import LlmscaleError, SpecError
 from llmscale.fingerprint import sha256_of
 from llmscale.inputs import JobInputs
-from llmscale.plan import Candidate, Objective, PlanResult, critical_batch_sequences, job_sizes, search_job_size
+from llmscale.plan import Candidate, Objective, PlanResult, critical_batch_sequences, plan
 from llmscale.specs.parse import parse_spec
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.units import GIB
@@ -66,26 +66,19 @@ def run_plan(*, model: str, cluster: str, gpus: int | None, tokens: float | None
 
 
 def _search(model, cluster, train, gpus, objective, top, batch_given, quiet) -> PlanResult:  # type: ignore[no-untyped-def]
-    import time
-
-    from llmscale.plan import _choose_job_size
-
-    start = time.perf_counter()
-    sizes = [gpus] if gpus is not None else job_sizes(model, cluster)
-    results = []
+    """plan.plan with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
-            task = progress.add_task("searching layouts", total=len(sizes))
-            for size in sizes:
-                progress.update(task, description=f"searching layouts on {size:,} GPUs")
-                results.append(search_job_size(model, cluster, train, size, objective, top))
-                progress.advance(task)
+            task = progress.add_task("searching layouts", total=None)
+
+            def on_size(i: int, n: int, size: int) -> None:
+                progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
+
+            return plan(model, cluster, train, gpus=gpus, objective=objective, top=top, batch_given=batch_given,
+                        on_size=on_size)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None
-    chosen = _choose_job_size(results)
-    return PlanResult(results, objective, train.global_batch, not batch_given, time.perf_counter() - start,
-                      chosen, max(1, cluster.num_gpus // chosen), cluster.num_gpus)
 
 
 def _top_entry(c: Candidate) -> dict[str, Any]:

@@ -25,6 +25,9 @@ class EfficiencySpec(Spec):
     attention_backward_ratio: float = Field(gt=0, description="attention backward time / forward time")
     hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth elementwise kernels reach")
     layer_overhead_us: float = Field(ge=0, description="fixed time per layer and forward pass (launch gaps)")
+    expert_half_tokens: float = Field(
+        ge=0, description="tokens per local expert at which grouped expert GEMMs reach half their efficiency"
+    )
 
 
 class GPUSpec(Spec):
