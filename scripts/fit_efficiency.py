@@ -2,8 +2,9 @@
 the error on both halves.
 
 The split is fixed and independent of the results: a run is in the fitting half when the SHA256 of its
-name is even. Fitted are, per GPU generation (Ampere, Hopper, Blackwell; catalog/gpus.yaml `efficiency`),
-the large-GEMM fractions of the 16-bit, FP8 and FP4 peaks, and globally the FlashAttention efficiency and
+name is even. Fitted are, per GPU generation (Ampere, Hopper, Blackwell, Blackwell Ultra; catalog/gpus.yaml
+`efficiency`),
+the large-GEMM fractions of the 16-bit, FP8 and FP4 peaks and the FlashAttention efficiency, and globally
 the exposed shares of TP and EP communication (catalog/step.yaml). Nothing is fitted per run or per source.
 The loss is the mean of min(|ln(predicted / published)|, 0.5) over the fitting half, so a handful of runs
 the model cannot explain (e.g. 2021 DeepSpeed ZeRO-3 baselines) do not drag the constants.
@@ -32,13 +33,18 @@ from llmscale.validate import job_from_run
 GENERATIONS = {
     "ampere": ("a100-40gb", "a100-80gb"),
     "hopper": ("h100-sxm", "h800", "h200"),
-    "blackwell": ("b200", "b300", "gb200", "gb300"),
+    "blackwell": ("b200", "gb200"),
+    "blackwell_ultra": ("b300", "gb300"),
 }
-STEP_KEYS = ("tp_comm_exposed_fraction", "ep_comm_exposed_fraction", "step_overhead_s")
-GLOBAL_EFFICIENCY = ("attention", "gemm_half_dim", "hbm", "layer_overhead_us", "expert_half_tokens")
-BOUNDS = {"gemm": (0.2, 0.95), "attention": (0.2, 0.9), "tp_comm_exposed_fraction": (0.0, 1.0),
-          "ep_comm_exposed_fraction": (0.0, 1.0), "gemm_half_dim": (1.0, 4096.0), "hbm": (0.2, 1.0),
-          "layer_overhead_us": (0.0, 2000.0), "step_overhead_s": (0.0, 5.0), "expert_half_tokens": (0.0, 8192.0)}
+PER_GENERATION = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "attention")
+STEP_KEYS = ("tp_comm_exposed_fraction", "ep_comm_exposed_fraction", "step_overhead_s", "dp_overlap_efficiency")
+GLOBAL_EFFICIENCY = ("gemm_half_dim", "hbm", "layer_overhead_us", "expert_half_tokens")
+BOUNDS = {
+    "gemm": (0.2, 0.95), "attention": (0.2, 0.9), "tp_comm_exposed_fraction": (0.0, 1.0),
+    "ep_comm_exposed_fraction": (0.0, 1.0), "gemm_half_dim": (1.0, 4096.0), "hbm": (0.2, 1.0),
+    "layer_overhead_us": (0.0, 2000.0), "step_overhead_s": (0.0, 5.0), "dp_overlap_efficiency": (0.0, 50.0),
+    "expert_half_tokens": (0.0, 8192.0),
+}
 
 
 def in_fit_half(name: str) -> bool:
@@ -46,8 +52,9 @@ def in_fit_half(name: str) -> bool:
 
 
 def generation_of(cluster: ClusterSpec) -> str | None:
+    name = cluster.gpu.name.lower()
     for generation, ids in GENERATIONS.items():
-        if any(cluster.gpu.name.lower().startswith(i.split("-")[0]) for i in ids):
+        if any(name.startswith(i.split("-")[0]) for i in ids):
             return generation
     return None
 
@@ -58,7 +65,7 @@ def initial_params(jobs: list[tuple[PublishedRun, JobInputs]]) -> dict[str, floa
         gen = generation_of(job.cluster)
         eff = job.cluster.gpu.efficiency
         if gen is not None:
-            for key in ("gemm_bf16", "gemm_fp8", "gemm_fp4"):
+            for key in PER_GENERATION:
                 params.setdefault(f"{gen}.{key}", getattr(eff, key))
         for key in GLOBAL_EFFICIENCY:
             params.setdefault(key, getattr(eff, key))
@@ -76,7 +83,7 @@ def predict(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]
         gen = generation_of(job.cluster)
         updates = {key: params[key] for key in GLOBAL_EFFICIENCY}
         if gen is not None:
-            updates |= {key: params[f"{gen}.{key}"] for key in ("gemm_bf16", "gemm_fp8", "gemm_fp4")}
+            updates |= {key: params[f"{gen}.{key}"] for key in PER_GENERATION}
         gpu = job.cluster.gpu.model_copy(update={"efficiency": job.cluster.gpu.efficiency.model_copy(update=updates)})
         cluster = job.cluster.model_copy(update={"gpu": gpu})
         out.append(float(estimate_step(job.model, cluster, job.train, job.layouts).tokens_per_s_per_gpu[0]))
@@ -89,7 +96,9 @@ def loss(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]) -
 
 
 def bounds(key: str) -> tuple[float, float]:
-    return BOUNDS["gemm"] if "gemm" in key else BOUNDS[key]
+    if "gemm" in key:
+        return BOUNDS["gemm"]
+    return BOUNDS[key.split(".")[-1]]
 
 
 def fit(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float], rounds: int) -> dict[str, float]:
