@@ -1,0 +1,120 @@
+"""The step-time model: published anchors and properties (parts, bounds, monotonicity, vectorization)."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmscale.catalog import load_cluster, load_model
+from llmscale.layouts import Layouts
+from llmscale.runs import load_runs
+from llmscale.space import SpaceOptions, generate
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.train import Precision, TrainSpec
+from llmscale.step import StepBreakdown, estimate_step
+from llmscale.validate import job_from_run
+
+PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
+         "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s")
+GPT3 = load_model("gpt3-175b")
+GPT3_TRAIN = TrainSpec(seq_len=2048, global_batch=1536, precision=Precision.FP16)
+SELENE = load_cluster("selene", num_gpus=1536)
+
+
+def test_gpt3_175b_step_matches_narayanan_2021() -> None:
+    # Narayanan et al. 2021 (arXiv:2104.04473): GPT-3 175B on 1536 A100 with TP 8 × PP 8, interleaved schedule,
+    # full recompute, batch 1536 × 2048 tokens at 153 TFLOP/s per GPU under their Eq. 3 (96·B·s·l·h²·(1 + s/(6h)
+    # + V/(16·l·h)) = 4.51e18 FLOPs per step) → 19.2 s per step (the figure the issue quotes). The degree of
+    # interleaving is not printed; validate's rule (largest v ≤ 8 dividing 96/8 layers) gives 6.
+    lay = Layouts.from_columns(tp=8, pp=8, dp=24, vpp=6, schedule=Schedule.INTERLEAVED.code,
+                               recompute=Recompute.FULL.code, sp=False)
+    step = estimate_step(GPT3, SELENE, GPT3_TRAIN, lay)
+    assert step.step_time_s[0] == pytest.approx(19.2, rel=0.05)
+
+
+def test_deepseek_v3_gpu_hours_per_trillion_tokens() -> None:
+    # DeepSeek-V3 report (arXiv:2412.19437) §1: 180K H800 GPU-hours per trillion tokens on 2048 H800 (PP16
+    # DualPipe, EP64, ZeRO-1 DP, FP8). A whole-run average including the batch ramp, so 10 % is allowed.
+    run = next(r for r in load_runs() if r.name == "DeepSeek-V3 671B pre-training on 2048 H800")
+    job = job_from_run(run)
+    step = estimate_step(job.model, job.cluster, job.train, job.layouts)
+    gpu_hours_per_trillion = 1e12 / float(step.tokens_per_s_per_gpu[0]) / 3600
+    assert gpu_hours_per_trillion == pytest.approx(180e3, rel=0.10)
+
+
+def _sample_layouts(n: int = 400) -> tuple[Layouts, TrainSpec]:
+    train = TrainSpec(seq_len=2048, global_batch=1536)
+    space = generate(GPT3, SELENE, train, 1536, SpaceOptions(mbs=(1, 2), zero=(0, 1, 3)))
+    rng = np.random.default_rng(0)
+    return space.layouts.take(rng.choice(space.layouts.size, size=min(n, space.layouts.size), replace=False)), train
+
+
+def test_parts_add_up_and_bound_the_total() -> None:
+    lay, train = _sample_layouts()
+    step = estimate_step(GPT3, SELENE, train, lay)
+    total = step.step_time_s
+    parts = np.stack([getattr(step, p) for p in PARTS])
+    assert (parts >= 0).all()
+    assert np.allclose(parts.sum(axis=0), total)
+    assert (total[None, :] >= parts).all()
+
+
+def test_mfu_is_below_one_and_hfu_counts_recompute() -> None:
+    lay, train = _sample_layouts()
+    step = estimate_step(GPT3, SELENE, train, lay)
+    assert (step.mfu > 0).all() and (step.mfu < 1).all()
+    assert (step.hfu >= step.mfu - 1e-12).all()
+    assert (step.hfu[lay.recompute == Recompute.FULL.code] > step.mfu[lay.recompute == Recompute.FULL.code]).all()
+
+
+def _scaled_bandwidth(cluster: ClusterSpec, factor: float) -> ClusterSpec:
+    tiers = tuple(t.model_copy(update={"bandwidth_gb_per_s": t.bandwidth_gb_per_s * factor}) for t in cluster.tiers)
+    return cluster.model_copy(update={"tiers": tiers})
+
+
+def test_more_bandwidth_never_makes_a_step_slower() -> None:
+    lay, train = _sample_layouts()
+    slow = estimate_step(GPT3, SELENE, train, lay).step_time_s
+    fast = estimate_step(GPT3, _scaled_bandwidth(SELENE, 2.0), train, lay).step_time_s
+    assert (fast <= slow * (1 + 1e-12)).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4, 8]),
+    dp=st.sampled_from([1, 2, 4, 8]),
+    micro=st.sampled_from([1, 2, 8, 32]),
+    zero=st.sampled_from([0, 1]),
+    recompute=st.sampled_from(list(Recompute)),
+)
+def test_adding_replicas_costs_at_most_the_added_data_parallel_communication(
+    tp: int, pp: int, dp: int, micro: int, zero: int, recompute: Recompute
+) -> None:
+    # Doubling dp with the global batch doubled keeps every replica's work fixed; only the data-parallel
+    # collectives grow. (Issue 3 property; placement of the pipeline group moves outward with dp.)
+    cluster = load_cluster("selene")
+    base = TrainSpec(seq_len=2048, global_batch=dp * micro)
+    double = base.model_copy(update={"global_batch": 2 * dp * micro})
+    one = Layouts.from_columns(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute.code)
+    two = replace(one, dp=one.dp * 2)
+    small, large = estimate_step(GPT3, cluster, base, one), estimate_step(GPT3, cluster, double, two)
+    added_dp = large.dp_exposed_s[0] - small.dp_exposed_s[0]
+    added_pp = large.pp_exposed_s[0] - small.pp_exposed_s[0]  # the pipeline group's stride grows with dp
+    assert large.step_time_s[0] <= small.step_time_s[0] + max(added_dp, 0.0) + max(added_pp, 0.0) + 1e-9
+
+
+def test_vectorized_equals_one_at_a_time() -> None:
+    # Explaining one layout is a search of size one (DESIGN principle 1).
+    lay, train = _sample_layouts(50)
+    together = estimate_step(GPT3, SELENE, train, lay)
+    for i in range(lay.size):
+        alone: StepBreakdown = estimate_step(GPT3, SELENE, train, lay.take(np.array([i])))
+        for f in PARTS:
+            assert getattr(alone, f)[0] == pytest.approx(getattr(together, f)[i], rel=1e-12, abs=1e-15)
+    assert {f.name for f in fields(together)} >= set(PARTS)
