@@ -18,7 +18,9 @@ For GPT-3 (f = 4h, MHA, dropout) this is exactly Korthikanti's sbh·(34 + 5·a·
 fp32 probabilities 4·s·b·E (÷σ); per GPU the expert part handles tok_e = s_c·b·k·etp/t routed token copies
 (× capacity factor when tokens are dropped), storing the permuted input 2·tok_e·h, fc1 output
 2·tok_e·(m−1)·f_e/etp, activation output 2·tok_e·f_e/etp and the expert output 2·tok_e·h; shared experts are
-dense MLPs of S·f_s (÷t). Full recompute keeps only each layer's input, 2sbh/σ.
+dense MLPs of S·f_s (÷t). Full recompute keeps only each layer's input, 2sbh/σ. FP8/FP4 recipes keep every
+saved GEMM input (QKV, output-projection, fc1, fc2 and expert inputs) quantised at 1 byte
+(`gemm_input_bytes`).
 
 In-flight micro-batches on pipeline rank r (formulas.md B3): 1F1B, ZB-H1, ZB-V keep min(m, p − r);
 interleaved keeps min(m·v, 2(p−1−r) + (v−1)·p + 1)/v stage-equivalents (Megatron's warm-up count; on rank 0
@@ -36,7 +38,7 @@ import numpy as np
 from llmscale.layouts import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import Precision, TrainSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
@@ -56,23 +58,31 @@ class LayerActivations:
     """Routed token copies per GPU per micro-batch in an MoE layer (0 for dense models)."""
 
 
+def gemm_input_bytes(train: TrainSpec) -> float:
+    """Bytes per saved GEMM-input element: FP8/FP4 recipes keep the quantised copy of a Linear's input for the
+    weight-gradient GEMM (TransformerEngine saves the FP8 input tensor instead of the 16-bit one), 1 byte;
+    16-bit recipes keep 2. FP4 is taken at 1 byte too (block scales ignored; conservative)."""
+    return 1.0 if train.precision in (Precision.FP8, Precision.FP4) else float(BYTES_16BIT)
+
+
 def _attention_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
     """Attention block terms, already divided by t or σ; `tokens` = s_c·b per layout."""
     h, n, t = model.hidden, model.heads, lay.tp
     sigma = np.where(lay.sp, lay.tp, 1)
+    gemm_in = gemm_input_bytes(train)
     if model.mla is not None:
         a = model.mla
         d_q = d_k = a.qk_nope_head_dim + a.qk_rope_head_dim
         d_v, g = a.v_head_dim, n
         latents = 2 * (a.q_lora_rank or 0) + 2 * a.kv_lora_rank + a.qk_rope_head_dim  # c_q, its norm, c_kv, k_rope
-        replicated = BYTES_16BIT * tokens * (2 * h + latents)
+        replicated = BYTES_16BIT * tokens * (h + latents) + gemm_in * tokens * h  # LN input, latents, down-proj input
     else:
         d_q = d_k = d_v = model.dim_per_head
         g = model.num_kv_heads
-        replicated = BYTES_16BIT * tokens * 2 * h  # LN input + QKV input
+        replicated = BYTES_16BIT * tokens * h + gemm_in * tokens * h  # LN input + QKV (GEMM) input
     if model.dropout:
         replicated = replicated + tokens * h  # attention-output dropout mask (1 byte)
-    sharded = BYTES_16BIT * tokens * (n * d_q + g * d_k + g * d_v + n * d_v)
+    sharded = BYTES_16BIT * tokens * (n * d_q + g * d_k + g * d_v) + gemm_in * tokens * n * d_v  # Q K V; out-proj input
     seq_full = train.seq_len
     if train.flash_attention:
         core = BYTES_FP32 * tokens * n * np.ones_like(t)
@@ -82,10 +92,11 @@ def _attention_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: n
     return replicated / sigma + (sharded + core) / t
 
 
-def _mlp_bytes(model: ModelSpec, tokens: np.ndarray, ffn: int, divisor: np.ndarray) -> np.ndarray:
-    """fc1 output ((m−1)·f wide) and activation output (f wide) of an MLP of inner size `ffn`, split
-    `divisor` ways: 2·tokens·m·f / divisor bytes."""
-    return BYTES_16BIT * tokens * model.mlp_matrices * ffn / divisor
+def _mlp_bytes(model: ModelSpec, tokens: np.ndarray, ffn: int, divisor: np.ndarray, gemm_in: float) -> np.ndarray:
+    """fc1 output ((m−1)·f wide, 16-bit for the activation's backward) and activation output (f wide, the fc2
+    GEMM input) of an MLP of inner size `ffn`, split `divisor` ways: tokens·(2·(m−1) + gemm_in)·f / divisor
+    bytes (2·tokens·m·f in 16-bit recipes)."""
+    return tokens * (BYTES_16BIT * (model.mlp_matrices - 1) + gemm_in) * ffn / divisor
 
 
 def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayerActivations:
@@ -94,17 +105,21 @@ def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts) -> Layer
     sigma = np.where(lay.sp, lay.tp, 1)
     tokens = (train.seq_len / lay.cp) * lay.mbs
     attention = _attention_bytes(model, train, lay, tokens)
-    mlp_in = BYTES_16BIT * tokens * 2 * h  # LN input + MLP/router input
+    gemm_in = gemm_input_bytes(train)
+    mlp_in = BYTES_16BIT * tokens * h + gemm_in * tokens * h  # LN input + MLP/router (GEMM) input
     if model.dropout:
         mlp_in = mlp_in + tokens * h
-    dense = attention + mlp_in / sigma + _mlp_bytes(model, tokens, model.ffn_hidden, lay.tp)
+    dense = attention + mlp_in / sigma + _mlp_bytes(model, tokens, model.ffn_hidden, lay.tp, gemm_in)
     routed = np.zeros(lay.size)
     moe = np.zeros(lay.size)
     if model.is_moe:
         routed = tokens * model.top_k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
         router = BYTES_FP32 * tokens * model.experts / sigma
-        experts = 2 * BYTES_16BIT * routed * h + _mlp_bytes(model, routed, model.expert_ffn_hidden or 0, lay.etp)
-        shared = _mlp_bytes(model, tokens, model.shared_ffn * model.shared_experts, lay.tp)
+        # permuted expert input (GEMM input) and un-permuted expert output (16-bit, for the combine's backward)
+        experts = (gemm_in + BYTES_16BIT) * routed * h + _mlp_bytes(
+            model, routed, model.expert_ffn_hidden or 0, lay.etp, gemm_in
+        )
+        shared = _mlp_bytes(model, tokens, model.shared_ffn * model.shared_experts, lay.tp, gemm_in)
         moe = attention + mlp_in / sigma + router + experts + shared
     return LayerActivations(
         dense_bytes=dense,
