@@ -27,7 +27,8 @@ class Reason(IntEnum):
     TP_HEADS = 2
     """tp must divide the attention heads and the key/value heads."""
     PP_LAYERS = 3
-    """pp × vpp must not exceed the layers."""
+    """pp × vpp must not exceed the layers + 2: Megatron can give the embedding and the loss a virtual stage
+    each (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split)."""
     SCHEDULE = 4
     """vpp > 1 exactly when the schedule is interleaved; DualPipe needs an even pp."""
     EP_EXPERTS = 5
@@ -56,7 +57,7 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
     conditions = [
         (Reason.GPU_COUNT, lay.num_gpus != num_gpus),
         (Reason.TP_HEADS, (model.heads % lay.tp != 0) | (kv_heads % lay.tp != 0)),
-        (Reason.PP_LAYERS, lay.pp * lay.vpp > model.layers),
+        (Reason.PP_LAYERS, lay.pp * lay.vpp > model.layers + 2),
         (Reason.SCHEDULE, ((lay.vpp > 1) != interleaved) | (dualpipe & (lay.pp % 2 == 1))),
         (Reason.EP_EXPERTS, (experts % lay.ep != 0) | ((model.experts == 0) & (lay.ep > 1))),
         (Reason.EP_FOLD, (lay.tp * lay.cp * lay.dp) % (lay.ep * lay.etp) != 0),
@@ -89,7 +90,10 @@ def explain_rejection(
         Reason.TP_HEADS: (
             "tp", tp, f"must divide heads ({model.heads}) and kv_heads ({model.num_kv_heads})"
         ),
-        Reason.PP_LAYERS: ("pp", pp, f"pp ({pp}) × vpp ({vpp}) = {pp * vpp} exceeds layers ({model.layers})"),
+        Reason.PP_LAYERS: (
+            "pp", pp,
+            f"pp ({pp}) × vpp ({vpp}) = {pp * vpp} exceeds layers ({model.layers}) + 2 (embedding and loss stages)",
+        ),
         Reason.SCHEDULE: (
             "schedule", schedule,
             f"vpp ({vpp}) > 1 requires schedule 'interleaved' and vice versa; 'dualpipe' needs an even pp ({pp})",
