@@ -57,6 +57,8 @@ class RankCompute:
     """Weight-gradient GEMMs (what zero-bubble schedules defer)."""
     attention_core_forward_s: np.ndarray
     """Forward attention core time (what context-parallel KV exchange can hide behind)."""
+    recompute_s: np.ndarray
+    """The recomputed forward work inside backward_input_s (full: the layers; selective: the attention core)."""
 
     @property
     def total_s(self) -> np.ndarray:
@@ -185,4 +187,4 @@ def rank_compute(
         default=0.0,
     )
     backward_input = gemm + core * eff.attention_backward_ratio + 2.0 * elementwise + recompute
-    return RankCompute(forward, backward_input, gemm, core)
+    return RankCompute(forward, backward_input, gemm, core, recompute)

@@ -20,24 +20,25 @@ where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from functools import cache
 from importlib import resources
+from typing import TypeVar
 
 import numpy as np
 import yaml
 
-from llmscale.compute import LayerTimes, RankCompute, layer_times, rank_compute
+from llmscale.compute import RankCompute, layer_times, rank_compute
 from llmscale.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.layouts import Layouts
-from llmscale.memory import MemoryBreakdown, memory_breakdown, rank_params
+from llmscale.memory import MemoryBreakdown, RankParams, memory_breakdown, rank_params
 from llmscale.params import count_params
-from llmscale.pipeline import pipeline_times
-from llmscale.specs.cluster import ClusterSpec
+from llmscale.pipeline import PipelineTimes, pipeline_times
+from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Optimizer, TrainSpec
-from llmscale.stages import RankOf, stage_layers
+from llmscale.stages import RankOf, StageLayers, stage_layers
 from llmscale.traffic import MicrobatchComm, data_parallel_comm, microbatch_comm
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
@@ -118,7 +119,6 @@ class _CriticalPath:
     """Per-micro-batch times of one rank, with the communication that sits on its critical path."""
 
     compute: RankCompute
-    recompute_s: np.ndarray
     tp_s: np.ndarray
     cp_s: np.ndarray
     ep_s: np.ndarray
@@ -128,80 +128,78 @@ class _CriticalPath:
         total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s
         return total
 
+    @property
+    def forward_s(self) -> np.ndarray:
+        """Forward share: TP and EP collectives split evenly between the passes, a third of the CP exchange
+        (forward passes K and V; backward passes them and their gradients)."""
+        fwd: np.ndarray = self.compute.forward_s + self.tp_s / 2 + self.cp_s / 3 + self.ep_s / 2
+        return fwd
+
+
+DataclassT = TypeVar("DataclassT")
+
+
+def _select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
+    """Field-wise np.where over two dataclasses of arrays (nested dataclasses included)."""
+    values = {}
+    for f in fields(a):  # type: ignore[arg-type]
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        values[f.name] = _select(mask, x, y) if is_dataclass(x) else np.where(mask, x, y)
+    return type(a)(**values)
+
 
 def _critical_path(
-    lay: Layouts, layers_dense: np.ndarray, layers_moe: np.ndarray, compute: RankCompute,
-    comm: MicrobatchComm, recompute_s: np.ndarray,
+    lay: Layouts, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm, eff: EfficiencySpec
 ) -> _CriticalPath:
     const = step_constants()
     tp_share = np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0)
-    tp = 2 * tp_share * (layers_dense * comm.tp_dense_s + layers_moe * comm.tp_moe_s)
-    layers = layers_dense + layers_moe
-    cp_fwd = np.maximum(0.0, layers * comm.cp_s - compute.attention_core_forward_s)
-    cp_bwd = np.maximum(0.0, 2 * layers * comm.cp_s - 2.5 * compute.attention_core_forward_s)
-    ep_total = 2 * layers_moe * comm.ep_s
+    tp = 2 * tp_share * (layers.dense * comm.tp_dense_s + layers.moe * comm.tp_moe_s)
+    count = layers.dense + layers.moe
+    cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
+    cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - eff.attention_backward_ratio * compute.attention_core_forward_s)
+    ep_total = 2 * layers.moe * comm.ep_s
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
     ep_share = np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0)
     ep = np.where(dualpipe, np.maximum(0.0, ep_total - compute.total_s), ep_share * ep_total)
-    return _CriticalPath(compute, recompute_s, tp, cp_fwd + cp_bwd, ep)
+    return _CriticalPath(compute, tp, cp_fwd + cp_bwd, ep)
 
 
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
     """The step-time breakdown of every layout (see module docstring)."""
     const = step_constants()
     counts = count_params(model)
+    eff = cluster.gpu.efficiency
     num_micro = np.maximum(train.global_batch // np.maximum(lay.dp * lay.mbs, 1), 1)
-    times: tuple[LayerTimes, LayerTimes, LayerTimes] = layer_times(model, cluster, train, lay)
+    times = layer_times(model, cluster, train, lay)
     comm = microbatch_comm(model, cluster, train, lay)
-    best: _CriticalPath | None = None
-    best_params = None
+    best: tuple[_CriticalPath, RankParams] | None = None
     for which in RankOf:
         layers = stage_layers(model, lay, which)
-        compute = rank_compute(lay, layers, times, cluster.gpu.efficiency)
-        recompute = _recompute_s(lay, layers, times)
-        path = _critical_path(lay, layers.dense, layers.moe, compute, comm, recompute)
+        path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
         params = rank_params(model, counts, lay, layers)
         if best is None:
-            best, best_params = path, params
+            best = (path, params)
             continue
-        slower = path.per_microbatch_s > best.per_microbatch_s
-        best = _pick(slower, path, best)
-        best_params = params if best_params is None else type(params)(
-            *(np.where(slower, getattr(params, f), getattr(best_params, f)) for f in params.__dataclass_fields__)
-        )
-    assert best is not None and best_params is not None
-    fwd = best.compute.forward_s + best.tp_s / 2 + best.cp_s / 3 + best.ep_s / 2
-    bwd_in = best.per_microbatch_s - fwd - best.compute.backward_weight_s
-    pipe = pipeline_times(lay, num_micro, fwd, bwd_in, best.compute.backward_weight_s, comm.pp_s)
-    dp = data_parallel_comm(cluster, lay, best_params.non_expert, best_params.expert)
+        slower = path.per_microbatch_s > best[0].per_microbatch_s
+        best = (_select(slower, path, best[0]), _select(slower, params, best[1]))
+    assert best is not None
+    path, params = best
+    fwd = path.forward_s
+    bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
+    pipe = pipeline_times(lay, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert)
     window = const.dp_overlap_efficiency
-    dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + best.compute.backward_weight_s))
+    dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
-                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - window * best.compute.total_s))
-    return _assemble(model, cluster, train, lay, best, pipe, num_micro, dp_exposed, best_params)
+                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - window * path.compute.total_s))
+    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params)
 
 
-def _recompute_s(lay: Layouts, layers, times) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Recompute time of one micro-batch on this rank (what rank_compute folds into B_in)."""
-    from llmscale.specs.layout import Recompute
-
-    dense, moe, _ = times
-    full = layers.dense * dense.forward_s + layers.moe * moe.forward_s
-    core = layers.dense * dense.attention_core_s + layers.moe * moe.attention_core_s
-    result: np.ndarray = np.select(
-        [lay.recompute == Recompute.FULL.code, lay.recompute == Recompute.SELECTIVE.code], [full, core], 0.0
-    )
-    return result
-
-
-def _pick(mask: np.ndarray, a: _CriticalPath, b: _CriticalPath) -> _CriticalPath:
-    comp = RankCompute(*(np.where(mask, getattr(a.compute, f), getattr(b.compute, f))
-                         for f in a.compute.__dataclass_fields__))
-    return _CriticalPath(comp, np.where(mask, a.recompute_s, b.recompute_s), np.where(mask, a.tp_s, b.tp_s),
-                         np.where(mask, a.cp_s, b.cp_s), np.where(mask, a.ep_s, b.ep_s))
-
-
-def _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params) -> StepBreakdown:  # type: ignore[no-untyped-def]
+def _assemble(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, path: _CriticalPath,
+    pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, params: RankParams,
+) -> StepBreakdown:
+    """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
     const = step_constants()
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     shard = np.where(lay.zero >= 1, params.non_expert / (lay.dp * lay.cp) + params.expert / np.maximum(lay.edp, 1),
@@ -210,10 +208,10 @@ def _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, par
     tokens = float(train.tokens_per_step)
     # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
     m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
-    compute_only = path.compute.total_s - path.recompute_s
+    compute_only = path.compute.total_s - path.compute.recompute_s
     return StepBreakdown(
         compute_s=m * compute_only,
-        recompute_s=m * path.recompute_s,
+        recompute_s=m * path.compute.recompute_s,
         tp_exposed_s=m * path.tp_s,
         cp_exposed_s=m * path.cp_s,
         ep_exposed_s=m * path.ep_s,
