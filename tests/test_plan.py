@@ -59,7 +59,7 @@ def test_every_generated_layout_passes_the_rules_and_fills_the_gpus(name: str) -
     assert np.all(lay.tp * lay.cp * lay.pp * lay.dp == gpus)
     # generate prunes what no framework runs: pipelined schedules without a pipeline, ZeRO-3 with pipelining.
     assert np.all((lay.pp > 1) | (lay.schedule == Schedule.ONE_F_ONE_B.code))
-    assert not np.any((lay.zero == 3) & (lay.pp > 1))
+    assert not np.any((lay.zero >= 2) & (lay.pp > 1))
 
 
 @pytest.mark.parametrize("name", list(CASES))

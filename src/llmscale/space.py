@@ -11,7 +11,8 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
   dp        GPUs / (tp·cp·pp) when whole
   ep, etp   (MoE) divisors of experts; etp ∈ {1, tp}
   mbs       1, 2, 4, 8
-  zero      0, 1, 2, 3 (ZeRO-3 only without pipelining, as Megatron/torchtitan support it)
+  zero      0, 1, 2, 3 (ZeRO-2 and ZeRO-3 only without pipelining: DeepSpeed rejects them with pipeline
+            parallelism and Megatron-FSDP / torchtitan's FSDP2 do not combine gradient sharding with it)
   recompute none, selective, full
   schedule  1f1b or interleaved (by vpp), plus zb-h1, zbv and dualpipe when pp > 1
 """
@@ -114,9 +115,9 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
 
 
 def _pruned(lay: Layouts) -> np.ndarray:
-    """Combinations that are not distinct layouts: pipelined schedules without a pipeline, ZeRO-3 with
-    pipelining (neither Megatron nor torchtitan runs it), and vpp > 1 read only as interleaving."""
+    """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, and
+    ZeRO-2/3 with pipelining (see the module docstring)."""
     no_pipeline = (lay.pp == 1) & (lay.schedule != Schedule.ONE_F_ONE_B.code)
-    zero3_pp = (lay.zero == 3) & (lay.pp > 1)
-    result: np.ndarray = no_pipeline | zero3_pp
+    sharded_grads_pp = (lay.zero >= 2) & (lay.pp > 1)
+    result: np.ndarray = no_pipeline | sharded_grads_pp
     return result
