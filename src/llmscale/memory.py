@@ -134,9 +134,15 @@ def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: Sta
     # A tied output layer still needs its own copy of the embedding on a last rank that is not also the
     # first (Megatron keeps it and all-reduces its gradient with the first stage's).
     output = counts.output if counts.output else np.where(layers.first > 0, 0, model.vocab * model.hidden)
-    vocab = layers.first * counts.embedding + layers.last * (output + counts.final_norm)
-    non_expert = (sharded + vocab) / lay.tp + replicated
-    expert = layers.moe * moe.routed_experts / (lay.ep * lay.etp)
+    vocab = layers.first * counts.embedding + layers.last * output
+    # The last rank also holds the final norm (replicated) and the MTP modules (DeepSeek-V3 §2.2): per module
+    # two norms, a 2h→h projection and one layer of the last layer's kind.
+    last_kind = moe if model.is_moe else dense
+    mtp = layers.last * model.mtp_layers
+    non_expert = ((sharded + vocab + mtp * (2 * model.hidden**2 + last_kind.attention + last_kind.shared_experts
+                                            + last_kind.dense_mlp)) / lay.tp
+                  + replicated + layers.last * counts.final_norm + mtp * (last_kind.norms + last_kind.router))
+    expert = (layers.moe + mtp * model.is_moe) * moe.routed_experts / (lay.ep * lay.etp)
     biggest_dense = np.where(layers.dense > 0, dense.total / lay.tp, 0.0)
     biggest_moe = np.where(
         layers.moe > 0, (moe.non_expert) / lay.tp + moe.routed_experts / (lay.ep * lay.etp), 0.0

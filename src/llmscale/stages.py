@@ -5,8 +5,8 @@ Shape legend: arrays of shape (N,), one element per layout.
 The model's L layers are cut into C = pp × vpp chunks; chunk c holds layers [⌊c·L/C⌋, ⌊(c+1)·L/C⌋)
 (balanced when L is not a multiple of C). Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp (Megatron
 interleaving); under DualPipe it holds stages r and pp−1−r (DeepSeek-V3 §3.2.1). The first chunk carries
-the input embedding, the last the output layer. MoE layers are those at index i ≥ first_dense_layers with
-(i − first_dense_layers) divisible by moe_layer_freq.
+the input embedding, the last the output layer — which ZB-V's V shape puts on rank 0. MoE layers are those
+at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
 """
 
 from __future__ import annotations
@@ -104,4 +104,8 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
         dense = np.where(dual, dense + rows[:, 2], dense)
         moe = np.where(dual, moe + rows[:, 3], moe)
         first, last = first | (dual & last), last | (dual & first)
+    # ZB-V folds the model into a V: rank r holds chunks r and 2p−1−r, so rank 0 holds the last chunk and the
+    # output layer (Qi et al. 2023, ZB-V). Layer counts per rank stay L/p; only where the output sits moves.
+    zbv = (lay.schedule == Schedule.ZB_V.code) & (lay.pp > 1)
+    last = np.where(zbv, rank == 0, last)
     return StageLayers(dense, moe, first.astype(np.int64), last.astype(np.int64))

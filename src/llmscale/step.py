@@ -35,7 +35,7 @@ from llmscale.memory import MemoryBreakdown, RankParams, memory_breakdown, rank_
 from llmscale.params import count_params
 from llmscale.pipeline import PipelineTimes, pipeline_times
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
-from llmscale.specs.layout import Schedule
+from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Optimizer, TrainSpec
 from llmscale.stages import RankOf, StageLayers, stage_layers
@@ -78,6 +78,9 @@ class StepBreakdown:
     bubble_s: np.ndarray
     optimizer_s: np.ndarray
     overhead_s: np.ndarray
+    offload_s: np.ndarray
+    """Host↔device traffic of optimizer/parameter offload (memory.MemoryBreakdown.pcie_s_per_step), taken as
+    exposed: the gradients go down after the last backward and the weights come back before the next forward."""
     num_gpus: np.ndarray
     tokens_per_step: float
     model_flops_per_step: float
@@ -90,6 +93,7 @@ class StepBreakdown:
         total: np.ndarray = (
             self.compute_s + self.recompute_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
             + self.pp_exposed_s + self.dp_exposed_s + self.bubble_s + self.optimizer_s + self.overhead_s
+            + self.offload_s
         )
         return total
 
@@ -122,6 +126,8 @@ class _CriticalPath:
     tp_s: np.ndarray
     cp_s: np.ndarray
     ep_s: np.ndarray
+    comm_forward_s: np.ndarray
+    """The part of tp_s + cp_s + ep_s that belongs to the forward pass."""
 
     @property
     def per_microbatch_s(self) -> np.ndarray:
@@ -130,9 +136,7 @@ class _CriticalPath:
 
     @property
     def forward_s(self) -> np.ndarray:
-        """Forward share: TP and EP collectives split evenly between the passes, a third of the CP exchange
-        (forward passes K and V; backward passes them and their gradients)."""
-        fwd: np.ndarray = self.compute.forward_s + self.tp_s / 2 + self.cp_s / 3 + self.ep_s / 2
+        fwd: np.ndarray = self.compute.forward_s + self.comm_forward_s
         return fwd
 
 
@@ -151,17 +155,25 @@ def _select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
 def _critical_path(
     lay: Layouts, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm, eff: EfficiencySpec
 ) -> _CriticalPath:
+    """Communication on one rank's critical path per micro-batch. Each of TP's collectives and EP's
+    all-to-alls runs once forward and once backward, and once more when full recompute re-runs the forward;
+    the CP exchange hides behind the attention core (forward: K, V; backward: K, V and their gradients) and
+    is repeated by any recompute, which re-runs the attention core."""
     const = step_constants()
+    full = (lay.recompute == Recompute.FULL.code).astype(float)
+    any_recompute = (lay.recompute != Recompute.NONE.code).astype(float)
     tp_share = np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0)
-    tp = 2 * tp_share * (layers.dense * comm.tp_dense_s + layers.moe * comm.tp_moe_s)
+    tp_pass = tp_share * (layers.dense * comm.tp_dense_s + layers.moe * comm.tp_moe_s)
     count = layers.dense + layers.moe
     cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
     cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - eff.attention_backward_ratio * compute.attention_core_forward_s)
-    ep_total = 2 * layers.moe * comm.ep_s
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
+    ep_pass = layers.moe * comm.ep_s
     ep_share = np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0)
-    ep = np.where(dualpipe, np.maximum(0.0, ep_total - compute.total_s), ep_share * ep_total)
-    return _CriticalPath(compute, tp, cp_fwd + cp_bwd, ep)
+    ep = np.where(dualpipe, np.maximum(0.0, (2 + full) * ep_pass - compute.total_s), ep_share * (2 + full) * ep_pass)
+    ep_fwd = ep / (2 + full)
+    return _CriticalPath(compute, (2 + full) * tp_pass, cp_fwd * (1 + any_recompute) + cp_bwd, ep,
+                         comm_forward_s=tp_pass + cp_fwd + ep_fwd)
 
 
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
@@ -172,22 +184,24 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     num_micro = np.maximum(train.global_batch // np.maximum(lay.dp * lay.mbs, 1), 1)
     times = layer_times(model, cluster, train, lay)
     comm = microbatch_comm(model, cluster, train, lay)
-    best: tuple[_CriticalPath, RankParams] | None = None
+    best: tuple[_CriticalPath, RankParams, np.ndarray] | None = None
     for which in RankOf:
         layers = stage_layers(model, lay, which)
         path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
         params = rank_params(model, counts, lay, layers)
+        count = layers.dense + layers.moe
         if best is None:
-            best = (path, params)
+            best = (path, params, count)
             continue
         slower = path.per_microbatch_s > best[0].per_microbatch_s
-        best = (_select(slower, path, best[0]), _select(slower, params, best[1]))
+        best = (_select(slower, path, best[0]), _select(slower, params, best[1]), np.where(slower, count, best[2]))
     assert best is not None
-    path, params = best
+    path, params, layers_on_rank = best
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
     pipe = pipeline_times(lay, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert)
+    grad_bytes = 4.0 if train.fp32_grads else 2.0
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers_on_rank)
     window = const.dp_overlap_efficiency
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
@@ -209,6 +223,7 @@ def _assemble(
     # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
     m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
     compute_only = path.compute.total_s - path.compute.recompute_s
+    memory = memory_breakdown(model, cluster, train, lay)
     return StepBreakdown(
         compute_s=m * compute_only,
         recompute_s=m * path.compute.recompute_s,
@@ -225,5 +240,6 @@ def _assemble(
         model_flops_per_step=model_flops_per_token(model, train.seq_len) * tokens,
         hardware_flops_per_step=hardware_flops_per_token(model, train.seq_len, lay.recompute) * tokens,
         peak_flops_per_s=cluster.gpu.peak_flops_per_s(train.precision),
-        memory=memory_breakdown(model, cluster, train, lay),
+        offload_s=memory.pcie_s_per_step,
+        memory=memory,
     )

@@ -34,6 +34,15 @@ from llmscale.specs.train import TrainSpec
 BYTES_16BIT = 2
 
 
+def kv_width(model: ModelSpec) -> int:
+    """Elements of K plus V per token: 2·g·d for MHA/GQA; n·(d_nope + d_rope) + n·d_v for MLA, whose K and V
+    are expanded per head before attention (DeepSeek-V2 §2.1)."""
+    if model.mla is not None:
+        a = model.mla
+        return model.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+    return 2 * model.num_kv_heads * model.dim_per_head
+
+
 @dataclass(frozen=True)
 class MicrobatchComm:
     """Communication time of one micro-batch, per layer kind, forward direction (backward is the same
@@ -60,13 +69,13 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     tp_dense = 2 * block
     tp_moe = block + np.where(lay.etp > 1, block, 0.0)
     cp_links = group_links(cluster, lay.cp, lay.tp)
-    kv_bytes = 2 * BYTES_16BIT * tokens * model.num_kv_heads * model.dim_per_head
+    kv_bytes = BYTES_16BIT * tokens * kv_width(model)
     cp_step = collective_time_s(Collective.SEND_RECV, kv_bytes, lay.cp, cp_links)
     cp = (lay.cp - 1) * cp_step
     ep = np.zeros(lay.size)
     if model.is_moe:
         ep_links = group_links(cluster, lay.ep, lay.etp)
-        copies = tokens * model.top_k * lay.etp / lay.tp
+        copies = tokens * model.top_k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
         ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
     pp_links = group_links(cluster, lay.pp, lay.tp * lay.cp * lay.dp)
     pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
@@ -86,23 +95,34 @@ class DataParallelComm:
 
 
 def data_parallel_comm(
-    cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray
+    cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
+    grad_bytes: float, layers: np.ndarray,
 ) -> DataParallelComm:
-    """DP traffic for the parameters one GPU holds (before ZeRO sharding), reduced in 16 bits."""
+    """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes`
+    per element (fp32 main grads are reduced in fp32, Megatron grad_reduce_in_fp32), parameters gathered in
+    16 bits. ZeRO-3 gathers and reduce-scatters layer by layer (FSDP units), so each of those collectives pays
+    its latency `layers` times."""
     dense_group = lay.dp * lay.cp
     dense_links = group_links(cluster, dense_group, lay.tp)
     expert_links = group_links(cluster, lay.edp, lay.ep * lay.etp)
-    ne_bytes = BYTES_16BIT * non_expert_params
-    ex_bytes = BYTES_16BIT * expert_params
 
-    def both(op: Collective) -> np.ndarray:
-        return (collective_time_s(op, ne_bytes, dense_group, dense_links)
-                + collective_time_s(op, ex_bytes, lay.edp, expert_links))
+    def both(op: Collective, bytes_per_param: float, calls: np.ndarray | int = 1) -> np.ndarray:
+        return calls * (
+            collective_time_s(op, bytes_per_param * non_expert_params / calls, dense_group, dense_links)
+            + collective_time_s(op, bytes_per_param * expert_params / calls, lay.edp, expert_links)
+        )
 
-    scatter, gather, reduce = both(Collective.REDUCE_SCATTER), both(Collective.ALL_GATHER), both(Collective.ALL_REDUCE)
     zero3 = lay.zero >= 3
+    scatter = both(Collective.REDUCE_SCATTER, grad_bytes)
+    reduce = both(Collective.ALL_REDUCE, grad_bytes)
+    per_layer = np.maximum(layers, 1)
     return DataParallelComm(
         grad_sync_s=np.where(lay.zero >= 1, scatter, reduce) * ~zero3,
-        param_gather_s=np.where((lay.zero >= 1) & ~zero3, gather, 0.0),
-        per_microbatch_s=np.where(zero3, 2 * gather + scatter, 0.0),
+        param_gather_s=np.where((lay.zero >= 1) & ~zero3, both(Collective.ALL_GATHER, BYTES_16BIT), 0.0),
+        per_microbatch_s=np.where(
+            zero3,
+            2 * both(Collective.ALL_GATHER, BYTES_16BIT, per_layer)
+            + both(Collective.REDUCE_SCATTER, grad_bytes, per_layer),
+            0.0,
+        ),
     )

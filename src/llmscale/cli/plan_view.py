@@ -95,10 +95,22 @@ def _top_entry(c: Candidate) -> dict[str, Any]:
         "days": c.days,
         "cost_usd": c.cost_usd,
         "energy_j": c.energy_j,
+        **_reliability_entry(c),
         "breakdown": {name: float(getattr(c.step, name)[i]) for name in (
             "compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
-            "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s")},
+            "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")},
     }
+
+
+def _reliability_entry(c: Candidate) -> dict[str, Any]:
+    """Goodput, checkpoint policy and intervals per tier (minutes), effective days = days / goodput."""
+    r = c.reliability
+    if r is None:
+        return {"goodput": None, "checkpoint_policy": None, "checkpoint_interval_min": None, "effective_days": None}
+    return {"goodput": r.goodput, "checkpoint_policy": r.policy.value,
+            "checkpoint_interval_min": {tier.value: s / 60.0 for tier, s in r.interval_s.items()},
+            "job_mtbf_hours": r.job_mtbf_s / 3600.0, "expected_interruptions": r.expected_interruptions,
+            "effective_days": c.days / r.goodput if r.goodput > 0 else None}
 
 
 def plan_document(result: PlanResult, digest: str, model: str, cluster: str, train: TrainSpec) -> dict[str, Any]:
@@ -158,6 +170,12 @@ def _render(result: PlanResult, document: dict[str, Any], model, cluster, train)
                   f"{jobs['gpus_per_job']:,} GPUs; cluster throughput {jobs['cluster_tokens_per_s']:,.0f} tokens/s "
                   f"({jobs['tokens_per_s_per_job']:,.0f} per job; one job trains {train.total_tokens:.3g} tokens in "
                   f"{best.days:,.1f} days)")
+    top_entry = _top_entry(best)
+    if top_entry["goodput"] is not None:
+        console.print(f"goodput {top_entry['goodput']:.3f} under failures (job MTBF {top_entry['job_mtbf_hours']:.3g} h, "
+                      f"{top_entry['checkpoint_policy']} checkpoints every "
+                      + ", ".join(f"{k} {v:.3g} min" for k, v in top_entry["checkpoint_interval_min"].items())
+                      + f") -> effective {top_entry['effective_days'] or float('inf'):,.1f} days (llmscale goodput)")
     job = JobInputs(model, cluster.model_copy(update={"num_gpus": best.num_gpus}), train,
                     best.layouts.row(best.layout_index), best.num_gpus)
     explain_table(job, best.step, best.layout_index)

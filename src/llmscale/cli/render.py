@@ -122,6 +122,7 @@ _STEP_PARTS = (
     ("pipeline bubble", "bubble_s"),
     ("optimizer", "optimizer_s"),
     ("overhead", "overhead_s"),
+    ("offload (PCIe)", "offload_s"),
 )
 
 
