@@ -24,6 +24,7 @@ import numpy as np
 from llmscale.errors import SpecError
 from llmscale.layouts import Layouts
 from llmscale.params import count_params
+from llmscale.resilience import JobReliability, layout_goodput, reliability_rows
 from llmscale.rules import Reason
 from llmscale.space import SpaceOptions, generate
 from llmscale.specs.cluster import ClusterSpec
@@ -48,6 +49,8 @@ class Objective(str, Enum):
     """Least GPU-hour cost (the cluster's price per GPU-hour)."""
     ENERGY = "energy"
     """Least facility energy (GPU TDP and node overhead, times PUE)."""
+    EFFECTIVE_TIME = "effective-time"
+    """Least effective time-to-train: wall time ÷ goodput under failures at the best checkpoint policy (goodput.py)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class Candidate:
     days: float
     cost_usd: float | None
     energy_j: float | None
+    reliability: JobReliability | None = None
+    """Goodput, best checkpoint policy and intervals (resilience.layout_goodput)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,8 @@ def critical_batch_sequences(model: ModelSpec, train: TrainSpec) -> int:
     return max(BATCH_ROUNDING_SEQS, int(tokens / train.seq_len) // BATCH_ROUNDING_SEQS * BATCH_ROUNDING_SEQS)
 
 
-def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, train: TrainSpec) -> np.ndarray:
+def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, train: TrainSpec,
+           goodput: np.ndarray | None = None) -> np.ndarray:
     """Lower is better; out-of-memory layouts score +inf."""
     seconds = train.total_tokens / (step.tokens_per_s_per_gpu * step.num_gpus)
     gpu_hours = seconds * step.num_gpus / SECONDS_PER_HOUR
@@ -124,6 +130,7 @@ def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, trai
         Objective.TIME_TO_TRAIN: seconds,
         Objective.COST: gpu_hours * (cluster.usd_per_gpu_hour or 0.0),
         Objective.ENERGY: gpu_hours * _watts_per_gpu(cluster),
+        Objective.EFFECTIVE_TIME: seconds / goodput if goodput is not None else seconds,
     }[objective]
     return np.where(step.memory.fits, score, np.inf)
 
@@ -134,7 +141,8 @@ def _watts_per_gpu(cluster: ClusterSpec) -> float:
     return (gpu_w + cluster.power.node_overhead_w / cluster.node.gpus_per_node) * cluster.power.pue
 
 
-def _candidate(step: StepBreakdown, lay: Layouts, i: int, cluster: ClusterSpec, train: TrainSpec) -> Candidate:
+def _candidate(step: StepBreakdown, lay: Layouts, i: int, cluster: ClusterSpec, train: TrainSpec,
+               reliability: JobReliability | None = None) -> Candidate:
     gpus = int(lay.num_gpus[i])
     seconds = float(train.total_tokens / (step.tokens_per_s_per_gpu[i] * gpus))
     gpu_hours = seconds * gpus / SECONDS_PER_HOUR
@@ -143,7 +151,7 @@ def _candidate(step: StepBreakdown, lay: Layouts, i: int, cluster: ClusterSpec, 
     return Candidate(
         layout_index=i, step=step, layouts=lay, num_gpus=gpus, days=seconds / SECONDS_PER_DAY,
         cost_usd=gpu_hours * price if price else None,
-        energy_j=gpu_hours * SECONDS_PER_HOUR * watts if watts else None,
+        energy_j=gpu_hours * SECONDS_PER_HOUR * watts if watts else None, reliability=reliability,
     )
 
 
@@ -164,8 +172,12 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     score = np.empty(size)
     for start in range(0, size, CHUNK_LAYOUTS):
         chunk = space.layouts.take(np.arange(start, min(start + CHUNK_LAYOUTS, size)))
-        score[start:start + chunk.size] = _score(objective, estimate_step(model, job_cluster, train, chunk),
-                                                 job_cluster, train)
+        chunk_step = estimate_step(model, job_cluster, train, chunk)
+        goodput = None
+        if objective is Objective.EFFECTIVE_TIME:  # closed-form intervals to rank; the top rows are refined below
+            goodput = layout_goodput(model, job_cluster, train, chunk, chunk_step.step_time_s, fast=True,
+                                     cluster_gpus=cluster.num_gpus).goodput
+        score[start:start + chunk.size] = _score(objective, chunk_step, job_cluster, train, goodput)
     feasible = int(np.isfinite(score).sum())
     if size - feasible:
         rejected[Reason.OUT_OF_MEMORY] = size - feasible
@@ -173,7 +185,11 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     order = order[np.isfinite(score[order])]
     best_layouts = space.layouts.take(order)
     step = estimate_step(model, job_cluster, train, best_layouts)
-    best = [_candidate(step, best_layouts, i, job_cluster, train) for i in range(best_layouts.size)]
+    rows = reliability_rows(layout_goodput(model, job_cluster, train, best_layouts, step.step_time_s,
+                                           cluster_gpus=cluster.num_gpus)) if best_layouts.size else []
+    best = [_candidate(step, best_layouts, i, job_cluster, train, rows[i]) for i in range(best_layouts.size)]
+    if objective is Objective.EFFECTIVE_TIME:
+        best.sort(key=lambda c: c.days / c.reliability.goodput if c.reliability and c.reliability.goodput else np.inf)
     return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best)
 
 
@@ -213,7 +229,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int 
         if on_size is not None:
             on_size(i, len(sizes), size)
         results.append(search_job_size(model, cluster, train, size, objective, top, options))
-    chosen = _choose_job_size(results)
+    chosen = _choose_job_size(results, objective)
     return PlanResult(
         sizes=results, objective=objective, global_batch=train.global_batch, batch_from_law=batch_from_law,
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
@@ -221,10 +237,18 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int 
     )
 
 
-def _choose_job_size(results: list[JobSizeResult]) -> int:
-    """The largest job size whose best per-GPU throughput is ≥ SCALING_FLOOR of the best over sizes."""
-    per_gpu = {r.num_gpus: float(r.top[0].step.tokens_per_s_per_gpu[r.top[0].layout_index]) for r in results if r.top}
+def _choose_job_size(results: list[JobSizeResult], objective: Objective = Objective.THROUGHPUT) -> int:
+    """The largest job size whose best per-GPU throughput (× goodput for the effective-time objective) is
+    ≥ SCALING_FLOOR of the best over sizes."""
+    per_gpu = {r.num_gpus: _per_gpu_rate(r.top[0], objective) for r in results if r.top}
     if not per_gpu:
         return results[-1].num_gpus
     best = max(per_gpu.values())
     return max(g for g, value in per_gpu.items() if value >= SCALING_FLOOR * best)
+
+
+def _per_gpu_rate(c: Candidate, objective: Objective) -> float:
+    rate = float(c.step.tokens_per_s_per_gpu[c.layout_index])
+    if objective is Objective.EFFECTIVE_TIME and c.reliability is not None:
+        return rate * c.reliability.goodput
+    return rate

@@ -67,6 +67,39 @@ def _with_efficiency(gpu: dict[str, Any]) -> dict[str, Any]:
     return {**gpu, "efficiency": {**_default_efficiency(), **(given or {})}}
 
 
+@cache
+def _failures_catalog() -> dict[str, Any]:
+    text = resources.files("llmscale.catalog").joinpath("failures.yaml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def failure_profile(name: str | None = None) -> dict[str, Any]:
+    """A failure profile of catalog/failures.yaml as a mapping (the default profile when `name` is None)."""
+    catalog = _failures_catalog()
+    name = name or catalog["default"]
+    profiles: dict[str, Any] = catalog["profiles"]
+    if name not in profiles:
+        raise CatalogError(f"unknown failure profile {name!r}; catalog failures: {', '.join(profiles)}")
+    return {"name": name, **profiles[name]}
+
+
+def _with_failures(cluster: dict[str, Any], where: str) -> dict[str, Any]:
+    """Fill the cluster's `failures`: absent -> the default profile; a name -> that profile; a mapping -> merged over
+    the profile its `name` gives (or the default)."""
+    given = cluster.get("failures")
+    if given is not None and not isinstance(given, str | dict):
+        return cluster  # let validation report the wrong type
+    try:
+        if isinstance(given, dict):
+            base = failure_profile(given["name"]) if given.get("name") in _failures_catalog()["profiles"] else (
+                failure_profile())
+            return {**cluster, "failures": {**base, **given}}
+        return {**cluster, "failures": failure_profile(given)}
+    except CatalogError as exc:
+        raise InputFileError(f"{where}: failures: {exc}") from None
+
+
 def load_gpu(ref: str) -> GPUSpec:
     if _is_path(ref):
         return parse_spec(GPUSpec, _with_efficiency(read_document(Path(ref))), where=ref)
@@ -103,4 +136,4 @@ def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
         data = {**data, "gpu": _with_efficiency(gpu)}
     if num_gpus is not None:
         data = {**data, "num_gpus": num_gpus}
-    return parse_spec(ClusterSpec, data, where=where)
+    return parse_spec(ClusterSpec, _with_failures(data, where), where=where)

@@ -172,8 +172,8 @@ def _render(result: PlanResult, document: dict[str, Any], model, cluster, train)
                   f"{best.days:,.1f} days)")
     top_entry = _top_entry(best)
     if top_entry["goodput"] is not None:
-        console.print(f"goodput {top_entry['goodput']:.3f} under failures (job MTBF {top_entry['job_mtbf_hours']:.3g} h, "
-                      f"{top_entry['checkpoint_policy']} checkpoints every "
+        console.print(f"goodput {top_entry['goodput']:.3f} under failures (job MTBF "
+                      f"{top_entry['job_mtbf_hours']:.3g} h, {top_entry['checkpoint_policy']} checkpoints every "
                       + ", ".join(f"{k} {v:.3g} min" for k, v in top_entry["checkpoint_interval_min"].items())
                       + f") -> effective {top_entry['effective_days'] or float('inf'):,.1f} days (llmscale goodput)")
     job = JobInputs(model, cluster.model_copy(update={"num_gpus": best.num_gpus}), train,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
+from llmscale.specs.failures import FailureSpec
 from llmscale.specs.train import Precision
 from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
 
@@ -133,6 +134,9 @@ class ClusterSpec(Spec):
     storage: StorageSpec | None = None
     power: PowerSpec = PowerSpec()
     usd_per_gpu_hour: PositiveFloat | None = None
+    failures: FailureSpec | None = Field(
+        None, description="interruption causes and rates (catalog/failures.yaml default when loaded from the catalog)"
+    )
     source: str = ""
 
     @model_validator(mode="after")
