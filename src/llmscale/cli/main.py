@@ -243,6 +243,12 @@ def _check_sha(actual: str, expected: str | None) -> None:
 from llmscale.cli.export_cmd import export  # noqa: E402
 
 app.command("export")(export)
+from llmscale.cli.goodput_cmd import goodput  # noqa: E402
+
+app.command("goodput")(goodput)
+from llmscale.cli.allocate_cmd import allocate_cmd  # noqa: E402
+
+app.command("allocate")(allocate_cmd)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -1,0 +1,220 @@
+"""`llmscale allocate`: which model, how many tokens, for this cluster and deadline (src/llmscale/allocate.py).
+
+Defaults: the flagship cluster (seed-500k) for 90 days, dense and MoE candidates plus the flagship model
+(seed-10t-moe), Krajewski et al.'s law (the one that scores dense and MoE on one scale). `--flops F` with no
+`--cluster`/`--gpus` answers the pure compute-optimal question (the classic dense one unless --family/--law say
+otherwise: Besiroglu et al.'s constants, as formulas.md A1 recommends). `--explain-3x` adds the "3× compute"
+decomposition (src/llmscale/multiplier.py) for the first `--model` (default the flagship) on the cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.progress import Progress
+from rich.table import Table
+
+from llmscale.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
+from llmscale.allocate_report import COLUMNS, allocation_document, pure_document, write_allocate_html
+from llmscale.catalog import load_cluster, load_model
+from llmscale.cli import options as o
+from llmscale.cli.render import console
+from llmscale.errors import SpecError
+from llmscale.family import Family, candidates
+from llmscale.fingerprint import canonical_json, spec_document
+from llmscale.multiplier import TARGET, Decomposition, decompose
+from llmscale.scaling import ModelScale, ScalingLaw, moe_fit, predict_loss
+from llmscale.specs.train import Precision
+
+DEFAULT_DAYS = 90.0
+DENSE_ONLY = (ScalingLaw.CHINCHILLA, ScalingLaw.BESIROGLU)
+
+ClusterArg = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster or file (default seed-500k)")]
+DaysOpt = Annotated[float | None, typer.Option("--days", help="deadline in days (default 90)")]
+FlopsOpt = Annotated[float | None, typer.Option("--flops", help="training FLOP budget instead of a deadline")]
+FamilyOpt = Annotated[Family | None, typer.Option("--family", case_sensitive=False, help="dense, moe or both")]
+LawOpt = Annotated[ScalingLaw | None, typer.Option("--law", case_sensitive=False, help="scaling law for the loss")]
+UniqueOpt = Annotated[float | None, typer.Option("--unique-tokens", help="unique tokens available (repeat beyond)")]
+ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="extra catalog model or file (repeatable)")]
+PolicyOpt = Annotated[JobPolicy, typer.Option("--job-size", case_sensitive=False, help="fastest or efficient")]
+TopOpt = Annotated[int | None, typer.Option("--top", min=1, help="rows to print (default all)")]
+Explain3xOpt = Annotated[bool, typer.Option("--explain-3x", help="decompose '3× compute' on the cluster")]
+HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
+
+
+def resolve_law(family: Family | None, law: ScalingLaw | None, pure: bool) -> tuple[Family, ScalingLaw]:
+    """Fill in whichever of family and law is missing; refuse a dense-only law for MoE candidates."""
+    if family is None:
+        family = Family.DENSE if (law in DENSE_ONLY or (law is None and pure)) else Family.BOTH
+    if law is None:
+        law = default_law(family is not Family.DENSE)
+    if family is not Family.DENSE and law in DENSE_ONLY:
+        raise SpecError("law", law.value, f"has no mixture-of-experts term; use --law krajewski or --family dense "
+                                          f"(family is {family.value})")
+    return family, law
+
+
+def allocate_cmd(
+    cluster: ClusterArg = None, gpus: o.GpusOpt = None, days: DaysOpt = None, flops: FlopsOpt = None,
+    family: FamilyOpt = None, law: LawOpt = None, unique_tokens: UniqueOpt = None, model: ModelsOpt = None,
+    precision: o.PrecisionOpt = Precision.BF16, seq_len: o.SeqOpt = None, job_size: PolicyOpt = JobPolicy.FASTEST,
+    top: TopOpt = None, explain_3x: Explain3xOpt = False, as_json: o.JsonOpt = False, html: HtmlOpt = None,
+) -> None:
+    """Which model and how many tokens for a cluster and deadline: candidates → best layout → tokens → loss."""
+    if days is not None and flops is not None:
+        raise SpecError("days/flops", (days, flops), "give --days or --flops, not both")
+    pure = flops is not None and cluster is None and gpus is None
+    fam, chosen_law = resolve_law(family, law, pure)
+    if pure:
+        assert flops is not None
+        if html is not None or explain_3x:
+            raise SpecError("--html/--explain-3x", str(html or "--explain-3x"), "need a cluster: add --cluster")
+        if not flops > 0:
+            raise SpecError("flops", flops, "must be a positive number of FLOPs")
+        _pure(chosen_law, flops, fam is not Family.DENSE, as_json)
+        return
+    cluster_spec = load_cluster(cluster or o.DEFAULT_CLUSTER)
+    extras = tuple(model) if model else ((o.DEFAULT_MODEL,) if fam is not Family.DENSE else ())
+    models = candidates(fam, extras)
+    request = Request(cluster_spec, chosen_law, days=None if flops is not None else (DEFAULT_DAYS if days is None
+                                                                                      else days), flops=flops,
+                      gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=seq_len or 4096,
+                      policy=job_size)
+    digest = hashlib.sha256(canonical_json({
+        **spec_document(cluster=cluster_spec), "models": [m.model_dump(mode="json") for m in models],
+        "request": {"law": chosen_law.value, "days": request.days, "flops": flops, "gpus": gpus,
+                    "unique_tokens": unique_tokens, "precision": precision.value, "seq_len": request.seq_len,
+                    "job_size": job_size.value, "goodput": request.goodput}}).encode("ascii")).hexdigest()
+    result = _run(models, request, quiet=as_json)
+    decomposition = _decompose(result, extras, request) if explain_3x else None
+    document = allocation_document(result, digest, fam.value, list(extras), decomposition,
+                                   _sensitivity(result, list(extras)))
+    if html is not None:
+        write_allocate_html(html, document)
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        _render(document, top)
+
+
+def _run(models: list[Any], request: Request, quiet: bool) -> AllocationResult:
+    try:
+        with Progress(console=console, transient=True, disable=quiet) as progress:
+            task = progress.add_task("allocating", total=len(models))
+
+            def on_model(i: int, n: int, name: str) -> None:
+                progress.update(task, completed=i, description=f"searching layouts for {name}")
+
+            return allocate(models, request, on_model)
+    except KeyboardInterrupt:
+        console.print("interrupted: no allocation written")
+        raise typer.Exit(130) from None
+
+
+def _decompose(result: AllocationResult, extras: tuple[str, ...], request: Request) -> Decomposition | None:
+    """The 3× levers for the first compared model (default the flagship), at the tokens it reached."""
+    name = extras[0] if extras else o.DEFAULT_MODEL
+    outcome = result.outcome(name)
+    spec = outcome.model if outcome is not None else load_model(name)
+    tokens = outcome.tokens if outcome is not None and outcome.feasible else 0.0
+    return decompose(spec, request.cluster, tokens or 20.0 * ModelScale.of(spec).active_params, request.seq_len)
+
+
+def _sensitivity(result: AllocationResult, compared: list[str]) -> dict[str, float]:
+    """Loss gap of each compared MoE model to the recommendation under Krajewski's E = 16 refit instead."""
+    best, law = result.best, result.request.law
+    if best is None or law is not ScalingLaw.KRAJEWSKI:
+        return {}
+    refit, unique = moe_fit(16), result.request.unique_tokens
+    out = {}
+    for name in compared:
+        o_ = result.outcome(name)
+        if o_ is not None and o_.feasible and o_.scale.is_moe and o_ is not best:
+            out[name] = (predict_loss(law, o_.scale, o_.tokens, unique, refit)
+                         - predict_loss(law, best.scale, best.tokens, unique, refit))
+    return out
+
+
+def _pure(law: ScalingLaw, flops: float, moe: bool, as_json: bool) -> None:
+    document = pure_document(law, flops, pure_optimum(law, flops, moe))
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+        return
+    console.print(f"# llmscale allocate · compute-optimal allocation of {flops:.3g} FLOPs (C = 6·N·D) · "
+                  f"law {law.value}")
+    for kind, a in document["by_family"].items():
+        gran = f", granularity {a['granularity']}" if a["granularity"] else ""
+        console.print(f"{kind}: {a['params'] / 1e9:,.1f}B params ({a['active_params'] / 1e9:,.1f}B active{gran}), "
+                      f"{a['tokens'] / 1e12:,.2f}T tokens ({a['tokens_per_param']:.1f} per active parameter), "
+                      f"predicted loss {a['loss']:.4f}")
+
+
+def _render(document: dict[str, Any], top: int | None) -> None:
+    budget = f"{document['days']:g} days" if document["days"] else f"{document['flops']:.3g} FLOPs"
+    console.print(f"# llmscale {document['llmscale_version']} allocate · cluster {document['cluster']} "
+                  f"({document['cluster_gpus']:,} GPUs) · {budget} · law {document['law']} · family "
+                  f"{document['family']} · input_sha256 {document['input_sha256'][:16]}…")
+    console.print(f"# goodput {document['goodput']['value']:g} (assumed: no goodput model yet) · job size "
+                  f"{document['job_policy']} · batch = critical batch · {len(document['candidates'])} candidates "
+                  f"in {document['seconds']:.1f} s")
+    table = Table(title="candidates, best predicted loss first", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
+    columns = [c for c in COLUMNS if c.terminal]
+    for c in columns:
+        table.add_column(f"{c.header}\n{c.unit}" if c.unit else c.header, no_wrap=True,
+                         justify="left" if c.key in ("model", "layout_text") else "right")
+    for entry in document["candidates"][:top]:
+        table.add_row(*[c.fmt(entry[c.key]) for c in columns],
+                      style=None if entry["feasible"] else "dim")
+    console.print(table)
+    best = document["recommendation"]
+    if best is None:
+        console.print("no candidate fits in memory on this cluster")
+        return
+    console.print(f"[bold]recommendation[/bold]: {best['model']} — {best['total_params'] / 1e9:,.0f}B total / "
+                  f"{best['active_params'] / 1e9:,.0f}B active on {best['tokens'] / 1e12:,.1f}T tokens, "
+                  f"{best['gpus_per_job']:,} GPUs per job, predicted loss {best['loss']:.4f}")
+    for c in document["compared"]:
+        alt = document.get("loss_gap_by_moe_fit", {}).get(c["model"])
+        refit = f" (under Krajewski's E=16 refit: {alt:+.4f})" if alt is not None else ""
+        console.print(f"{c['model']}: rank {c['rank']}, loss {c['loss']:.4f} → {c['loss_gap']:+.4f} nats vs the "
+                      f"recommendation{refit}")
+    opt = document["compute_optimal"]
+    console.print(f"law optimum at the recommendation's compute ({opt['compute_flops']:.3g} FLOPs): "
+                  f"{opt['params'] / 1e9:,.0f}B params ({opt['active_params'] / 1e9:,.0f}B active), "
+                  f"{opt['tokens'] / 1e12:,.1f}T tokens, loss {opt['loss']:.4f}")
+    if document["recommendation_at_ladder_edge"]:
+        console.print("note: the recommendation is the largest candidate of its kind — the law would take a larger "
+                      "one; add bigger models with --model to see how far")
+    frontier = Table(title="compute-optimal frontier of the law", title_justify="left")
+    for header in ("kind", "C FLOPs", "params", "active", "tokens", "D/N", "loss"):
+        frontier.add_column(header, justify="right")
+    for kind, points in document["frontier"].items():
+        for p in points:
+            frontier.add_row(kind, f"{p['compute_flops']:.2e}", f"{p['params'] / 1e9:,.0f}B",
+                             f"{p['active_params'] / 1e9:,.0f}B", f"{p['tokens'] / 1e12:,.2f}T",
+                             f"{p['tokens_per_param']:.0f}", f"{p['loss']:.4f}")
+    console.print(frontier)
+    if "moe" in document["frontier"]:
+        console.print("note: Krajewski et al. fitted ≤ 3.7B-parameter models on ≤ 130B tokens; at 1e25+ FLOPs every "
+                      "MoE figure here is an extrapolation of 4+ orders of magnitude")
+    if "compute_3x" in document:
+        _render_3x(document["compute_3x"])
+
+
+def _render_3x(d: dict[str, Any]) -> None:
+    table = Table(title=f"what '3× compute' is made of: {d['model']} on {d['cluster']}", title_justify="left")
+    for header in ("lever", "baseline", "planned", "unit", "gain", "baseline is", "planned is"):
+        table.add_column(header, justify="left" if header in ("lever", "baseline is", "planned is") else "right")
+    for f in d["factors"]:
+        table.add_row(f["name"], f"{f['baseline']:.3g}", f"{f['planned']:.3g}", f["unit"], f"{f['gain']:.2f}×",
+                      f["baseline_means"], f["planned_means"])
+    table.add_row("product", "", "", "", f"{d['product']:.2f}×", f"target {TARGET:g}×", "")
+    console.print(table)
+    for note in d["notes"]:
+        console.print(f"note: {note}")

@@ -1,0 +1,131 @@
+"""What "3× compute" can mean on one cluster (seed 000 §1.3): the levers that multiply the useful model FLOPs a
+fixed cluster delivers in a fixed time, each measured with the one cost model, and their product.
+
+For one model on one cluster, useful model FLOPs per GPU-second = tokens/s per GPU · goodput · 6·N_active, and the
+"3×" is a product of ratios, each lever's planned value over its baseline (all at the critical batch of
+plan.critical_batch_sequences for the tokens given):
+
+    layout   MFU of the rule-of-thumb layouts (seed 000 §3.2: tp = GPUs per node, 1F1B without interleaving,
+             full recompute, ZeRO-1, mbs 1; pp and ep searched only to fit) → MFU of the best layout of the whole
+             space (space.py), both BF16 at plan's job size
+    FP8      tokens/s per GPU of the best BF16 layout → of the best FP8 layout (FP8 doubles the GEMM peak, but its
+             GEMMs reach a lower fraction of it and memory-bound and communication time does not shrink)
+    goodput  catalog/allocate.yaml baseline_goodput (Kokolis et al.: 16k GPUs, 60-min checkpoints) → goodput
+             (0.9, an assumption: llmscale has no goodput model yet)
+    batch    tokens/s per GPU of the largest job size that fits → of plan's job size. The critical batch caps
+             data parallelism, so one job spanning the cluster feeds each GPU fewer micro-batches; jobs of plan's
+             size (⌊N/G⌋ of them at once) keep per-GPU throughput. Growing the batch instead costs data
+             efficiency: McCandlish et al. 2018 (formulas.md A4) E/E_min = 1 + B/B_crit, so B = k·B_crit is
+             worth 2/(1 + k) of B_crit's tokens (reported in the notes).
+
+Left out: the seed's third lever, data quality and curriculum (no model of it), and hardware generations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmscale.allocate import SEARCH_SPACE, assumptions, job_rate
+from llmscale.plan import JobSizeResult, Objective, critical_batch_sequences, plan, search_job_size
+from llmscale.space import SpaceOptions
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Precision, TrainSpec
+
+TARGET = 3.0
+"""The seed's "算力 3 倍"."""
+
+
+def rule_of_thumb_space(cluster: ClusterSpec) -> SpaceOptions:
+    """Seed 000 §3.2's habit: TP fills the node, plain 1F1B, full recompute, ZeRO-1, micro-batch 1."""
+    return SpaceOptions(tp=(cluster.node.gpus_per_node,), vpp=(1,), mbs=(1,), zero=(1,),
+                        recompute=(Recompute.FULL,), schedules=(Schedule.ONE_F_ONE_B,))
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One lever: its baseline and planned values (same unit) and their ratio."""
+
+    name: str
+    unit: str
+    baseline: float
+    planned: float
+    baseline_means: str
+    planned_means: str
+
+    @property
+    def gain(self) -> float:
+        return self.planned / self.baseline
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    model: str
+    cluster: str
+    cluster_gpus: int
+    gpus_per_job: int
+    largest_job: int
+    global_batch: int
+    factors: list[Factor]
+    notes: list[str]
+
+    @property
+    def product(self) -> float:
+        result = 1.0
+        for factor in self.factors:
+            result *= factor.gain
+        return result
+
+
+def _best(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, gpus: int,
+          space: SpaceOptions | None) -> JobSizeResult:
+    return search_job_size(model, cluster, train, gpus, Objective.THROUGHPUT, 1, space)
+
+
+def _per_gpu(size: JobSizeResult) -> float:
+    return job_rate(size) / size.num_gpus
+
+
+def _mfu(size: JobSizeResult) -> float:
+    best = size.top[0]
+    return float(best.step.mfu[best.layout_index])
+
+
+def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, seq_len: int = 4096) -> Decomposition | None:
+    """The four levers for `model` on `cluster` training `tokens` tokens (module docstring); None if no layout
+    fits at any job size."""
+    train = TrainSpec(seq_len=seq_len, total_tokens=tokens)
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
+    sized = plan(model, cluster, train, top=1, options=SEARCH_SPACE)
+    fitting = [s for s in sized.sizes if s.top]
+    if not fitting or not sized.chosen.top:
+        return None
+    gpus, largest = sized.gpus_per_job, fitting[-1]
+    rule = _best(model, cluster, train, gpus, rule_of_thumb_space(cluster))
+    bf16 = _best(model, cluster, train, gpus, None)
+    fp8 = _best(model, cluster, train.model_copy(update={"precision": Precision.FP8}), gpus, None)
+    chosen = sized.chosen
+    assume = assumptions()
+    factors = [
+        Factor("layout (MFU)", "MFU", _mfu(rule) if rule.top else float("nan"), _mfu(bf16),
+               "rule-of-thumb layouts (tp = node, 1F1B, full recompute, ZeRO-1)", "searched best layout"),
+        Factor("FP8", "tokens/s/GPU", _per_gpu(bf16), _per_gpu(fp8), "best BF16 layout", "best FP8 layout"),
+        Factor("goodput", "fraction", assume.baseline_goodput, assume.goodput,
+               "16k-GPU job, 60-min checkpoints (Kokolis et al.)", "assumed (no goodput model yet)"),
+        Factor("batch / job size", "tokens/s/GPU", _per_gpu(largest), _per_gpu(chosen),
+               f"one job of {largest.num_gpus:,} GPUs at the critical batch",
+               f"jobs of {gpus:,} GPUs ({max(1, cluster.num_gpus // gpus):,} at once)"),
+    ]
+    grow, kept = largest.num_gpus / gpus, 1.0 / factors[3].gain
+    worth = 2.0 / (1.0 + grow)
+    notes = [
+        f"Growing the batch instead, to fill {largest.num_gpus:,} GPUs at {gpus:,}-GPU efficiency, needs "
+        f"{grow:,.0f}× the critical {train.global_batch:,} sequences; by McCandlish's E/E_min = 1 + B/B_crit "
+        f"those tokens are worth {worth:.2f} of tokens at B_crit, {'less' if worth < kept else 'more'} than the "
+        f"{kept:.2f} of per-GPU throughput the one big job keeps.",
+    ]
+    if not rule.top:
+        notes.append("No rule-of-thumb layout fits in memory at this job size: the layout factor is undefined.")
+    return Decomposition(model.name, cluster.name, cluster.num_gpus, gpus, largest.num_gpus, train.global_batch,
+                         factors, notes)
