@@ -115,8 +115,6 @@ def test_seed_state_arithmetic_for_500b_active_params() -> None:
     assert result.gradients_bytes[0] * n == pytest.approx(2 * params)  # 1 TB bf16 gradients
     state_total = (result.weights_bytes[0] + result.gradients_bytes[0] + result.optimizer_bytes[0]) * n
     assert state_total == pytest.approx(16 * params)
-    # 16 B/param × 500e9 = 8e12 B; over GPUs of 80e9 B that is the seed's 100 cards.
-    assert np.ceil(16 * 500e9 / 80e9) == 100
 
 
 def test_moe_experts_are_divided_by_ep() -> None:

@@ -42,6 +42,14 @@ class JobInputs:
         return self.layouts.row(0)
 
 
+def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
+    """FP8/FP4 need the GPU to have that tensor-core precision (A100 has neither)."""
+    if not cluster.gpu.supports(train.precision):
+        raise SpecError(
+            "precision", train.precision.value, f"gpu {cluster.gpu.name} has no {train.precision.value} tensor cores"
+        )
+
+
 def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:
     if gpus is not None:
         if gpus < 1:
@@ -71,6 +79,7 @@ def resolve_job(
     cluster_spec = load_cluster(cluster)
     train_spec = parse_spec(TrainSpec, {k: v for k, v in train.items() if v is not None}, where="train")
     layout_spec = parse_spec(Layout, {k: v for k, v in layout.items() if v is not None}, where="layout")
+    check_precision(cluster_spec, train_spec)
     num_gpus = _job_gpus(layout_spec, cluster_spec, gpus)
     job = JobInputs(model_spec, cluster_spec, train_spec, layout_spec, num_gpus)
     validate_one(model_spec, train_spec, num_gpus, job.layouts)

@@ -85,7 +85,8 @@ def explain_rejection(
     schedule = list(Schedule)[int(lay.schedule[i])].value
     messages: dict[Reason, tuple[str, object, str]] = {
         Reason.GPU_COUNT: (
-            "dp", dp, f"tp ({tp}) × cp ({cp}) × pp ({pp}) × dp ({dp}) = {tp * cp * pp * dp} ≠ {num_gpus} GPUs"
+            "tp × cp × pp × dp", tp * cp * pp * dp,
+            f"tp ({tp}) × cp ({cp}) × pp ({pp}) × dp ({dp}) must equal the job's {num_gpus} GPUs",
         ),
         Reason.TP_HEADS: (
             "tp", tp, f"must divide heads ({model.heads}) and kv_heads ({model.num_kv_heads})"

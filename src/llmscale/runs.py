@@ -144,7 +144,13 @@ def run_from_row(row: Mapping[str, Any], where: str = "published run") -> Publis
 
 
 def load_runs(path: Path | str | None = None) -> list[PublishedRun]:
-    """Read a published-runs YAML file (default: the dataset shipped with llmscale)."""
+    """Read a published-runs YAML file (default: the dataset shipped with llmscale); a bad row is an error."""
+    rows, where = load_rows(path)
+    return [run_from_row(row, where) for row in rows]
+
+
+def load_rows(path: Path | str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The raw rows of a published-runs YAML file and the name to report it by."""
     if path is None:
         text = resources.files("llmscale.data").joinpath("published_runs.yaml").read_text(encoding="utf-8")
         where = "llmscale/data/published_runs.yaml"
@@ -160,7 +166,7 @@ def load_runs(path: Path | str | None = None) -> list[PublishedRun]:
         raise InputFileError(f"{where}: malformed YAML: {exc}") from exc
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise InputFileError(f"{where}: expected a YAML list of mappings, one per run")
-    return [run_from_row(row, where) for row in rows]
+    return rows, where
 
 
 def _label(run: PublishedRun) -> str:

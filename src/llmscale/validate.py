@@ -40,13 +40,14 @@ import yaml
 
 from llmscale.catalog import load_cluster
 from llmscale.errors import LlmscaleError
-from llmscale.inputs import JobInputs
+from llmscale.inputs import JobInputs, check_precision
 from llmscale.memory import memory_breakdown
 from llmscale.rules import Reason, check, explain_rejection
-from llmscale.runs import PublishedRun, model_from_run
+from llmscale.runs import PublishedRun, model_from_run, run_from_row
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.specs.layout import Layout, Recompute, Schedule
+from llmscale.specs.layout import Layout, Recompute
 from llmscale.specs.model import ModelSpec
+from llmscale.specs.parse import parse_spec
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.step import estimate_step
 
@@ -147,21 +148,26 @@ def _interleaving(run: PublishedRun, model: ModelSpec, vp: int | None, mbs: int,
     return max(v for v in range(1, 9) if per_stage % v == 0)
 
 
+def _given(value: Any, default: Any) -> Any:
+    """The row's value when it gives one (0 included: the spec rejects it), else the default."""
+    return default if value is None else value
+
+
 def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: dict[str, Any]) -> Layout:
-    tp = run.tp or 1
-    mbs = run.micro_batch or facts.get("micro_batch") or 1
-    sp = run.sequence_parallel if run.sequence_parallel is not None else facts.get("sequence_parallel")
-    return Layout(
-        tp=tp, pp=run.pp or 1, dp=run.dp, cp=run.cp or 1, ep=run.ep or 1,
-        etp=run.etp if run.etp is not None else (1 if model.is_moe else tp),
-        vpp=_interleaving(run, model, run.vp if run.vp is not None else facts.get("vp"), mbs,
-                          bool(facts.get("interleaved", False))), mbs=mbs,
-        schedule=Schedule(facts["schedule"]) if "schedule" in facts else None,
-        zero=run.zero if run.zero is not None else 1, recompute=recompute,
-        sp=sp if sp is not None else tp > 1,
-        tp_comm_overlap=bool(facts.get("tp_comm_overlap", False)) and tp > 1,
-        ep_comm_overlap=bool(facts.get("moe_a2a_overlap", False)),
-    )
+    tp = _given(run.tp, 1)
+    mbs = _given(run.micro_batch, facts.get("micro_batch", 1))
+    sp = _given(run.sequence_parallel, facts.get("sequence_parallel"))
+    fields = {
+        "tp": tp, "pp": _given(run.pp, 1), "dp": run.dp, "cp": _given(run.cp, 1), "ep": _given(run.ep, 1),
+        "etp": _given(run.etp, 1 if model.is_moe else tp),
+        "vpp": _interleaving(run, model, _given(run.vp, facts.get("vp")), max(int(mbs), 1),
+                             bool(facts.get("interleaved", False))),
+        "mbs": mbs, "schedule": facts.get("schedule"), "zero": _given(run.zero, 1), "recompute": recompute,
+        "sp": sp if sp is not None else isinstance(tp, int) and tp > 1,
+        "tp_comm_overlap": bool(facts.get("tp_comm_overlap", False)) and isinstance(tp, int) and tp > 1,
+        "ep_comm_overlap": bool(facts.get("moe_a2a_overlap", False)),
+    }
+    return parse_spec(Layout, fields, where=f"published run {run.name!r}")
 
 
 def job_from_run(run: PublishedRun) -> JobInputs:
@@ -174,7 +180,9 @@ def job_from_run(run: PublishedRun) -> JobInputs:
     model = model_from_run(run)
     cluster = reference_cluster(run)
     facts = run_settings().get(run.name, {})
-    train = TrainSpec(seq_len=run.seq_len, global_batch=run.global_batch, precision=run.precision or Precision.BF16)
+    train = parse_spec(TrainSpec, {"seq_len": run.seq_len, "global_batch": run.global_batch,
+                                   "precision": run.precision or Precision.BF16}, where=f"published run {run.name!r}")
+    check_precision(cluster, train)
     given = run.recompute or (Recompute(facts["recompute"]) if "recompute" in facts else None)
     candidates = [given] if given is not None else list(Recompute)
     last: JobInputs | None = None
@@ -190,6 +198,20 @@ def job_from_run(run: PublishedRun) -> JobInputs:
             return job
     assert last is not None
     return last
+
+
+def validate_rows(raw_rows: list[dict[str, Any]], where: str) -> ValidationReport:
+    """Predict every row of a published-runs file; a row that cannot be read or evaluated (a wrong type, a
+    missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash."""
+    runs: list[PublishedRun] = []
+    skipped: list[SkippedRow] = []
+    for i, row in enumerate(raw_rows):
+        try:
+            runs.append(run_from_row(row, where))
+        except LlmscaleError as exc:
+            skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
+    report = validate_runs(runs)
+    return ValidationReport(report.rows, tuple(skipped) + report.skipped)
 
 
 def validate_runs(runs: list[PublishedRun]) -> ValidationReport:

@@ -203,10 +203,10 @@ def validate(
     as_json: o.JsonOpt = False,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
-    from llmscale.runs import load_runs
-    from llmscale.validate import validate_runs
+    from llmscale.runs import load_rows
+    from llmscale.validate import validate_rows
 
-    report = validate_runs(load_runs(runs))
+    report = validate_rows(*load_rows(runs))
     if as_json:
         typer.echo(json.dumps(render.validation_document(report), indent=2))
     else:

@@ -15,7 +15,7 @@ from llmscale.catalog import load_cluster, load_model
 from llmscale.cli.render import console, explain_table
 from llmscale.errors import LlmscaleError, SpecError
 from llmscale.fingerprint import sha256_of
-from llmscale.inputs import JobInputs
+from llmscale.inputs import JobInputs, check_precision
 from llmscale.plan import Candidate, Objective, PlanResult, critical_batch_sequences, plan
 from llmscale.specs.parse import parse_spec
 from llmscale.specs.train import Precision, TrainSpec
@@ -44,6 +44,7 @@ def run_plan(*, model: str, cluster: str, gpus: int | None, tokens: float | None
     model_spec, cluster_spec = load_model(model), load_cluster(cluster)
     fields, batch_given = _train(tokens, gbs, seq_len, precision, max_global_batch_tokens)
     train = parse_spec(TrainSpec, fields, where="train")
+    check_precision(cluster_spec, train)
     if not batch_given:
         train = train.model_copy(update={"global_batch": critical_batch_sequences(model_spec, train)})
     if gpus is not None and not 0 < gpus <= cluster_spec.num_gpus:

@@ -55,6 +55,12 @@ class GPUSpec(Spec):
     def memory_bandwidth_bytes_per_s(self) -> float:
         return self.memory_bandwidth_gb_per_s * GB
 
+    def supports(self, precision: Precision) -> bool:
+        """Whether the catalog has a dense peak for `precision` (16-bit formats share the bf16 one)."""
+        return {Precision.FP8: self.peak_fp8_tflops, Precision.FP4: self.peak_fp4_tflops}.get(
+            precision, self.peak_bf16_tflops
+        ) is not None
+
     def peak_flops_per_s(self, precision: Precision) -> float:
         """Dense tensor-core peak for the GEMM precision; 16-bit formats share the bf16 peak."""
         table = {

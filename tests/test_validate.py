@@ -1,0 +1,64 @@
+"""llmscale validate: robustness to bad rows, the JSON contract, and a regression guard on the shipped set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmscale.cli.main import main
+from llmscale.runs import load_rows
+from llmscale.validate import validate_rows
+
+GOOD = {"name": "ok", "source": "test", "gpu": "h100-sxm", "model_type": "dense", "layers": 2, "hidden": 256,
+        "heads": 4, "vocab": 100, "gated_mlp": True, "ffn_hidden": 512, "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8,
+        "global_batch": 8, "seq_len": 1024, "tokens_per_s_per_gpu": 1000.0, "precision": "bf16"}
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"tp": "8"}, "tp = '8'"),  # a count given as text: the row is unreadable, not coerced
+        ({"tp": 0}, "tp = 0"),  # zero-way tensor parallelism does not exist (and must not become 1)
+        ({"zero": 7}, "zero = 7"),  # ZeRO has stages 0-3
+        ({"precision": "fp8", "gpu": "a100-80gb"}, "no fp8 tensor cores"),  # A100 has no FP8
+        ({"gpu": "v100"}, "no reference cluster"),  # no numbers for V100 in the catalog
+        ({"hidden": None}, "hidden"),  # an architecture key the model needs
+        ({"tokens_per_s_per_gpu": None}, "no throughput target"),
+    ],
+)
+def test_a_bad_row_is_skipped_with_its_reason(change: dict[str, object], needle: str) -> None:
+    report = validate_rows([GOOD, {**GOOD, "name": "bad", **change}], "test.yaml")
+    assert [r.name for r in report.rows] == ["ok"]
+    assert len(report.skipped) == 1 and needle in report.skipped[0].reason
+
+
+def test_unknown_extra_keys_are_ignored() -> None:
+    report = validate_rows([{**GOOD, "my_column": 3}], "test.yaml")
+    assert len(report.rows) == 1
+
+
+def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump([GOOD, {**GOOD, "name": "bad", "tp": 0}]))
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "--runs", str(path), "--json"])
+    assert info.value.code == 0
+    document = json.loads(capsys.readouterr().out)
+    row = document["rows"][0]
+    assert {"name", "predicted_tokens_per_s_per_gpu", "published_tokens_per_s_per_gpu", "error_pct"} <= set(row)
+    assert set(document["summary"]) >= {"median_abs_error_pct", "p90_abs_error_pct", "max_abs_error_pct",
+                                        "evaluated", "skipped"}
+    assert document["summary"]["evaluated"] == 1 and document["summary"]["skipped"] == 1
+
+
+def test_shipped_set_regression_guard() -> None:
+    # A guard against regressions, not the issue's target (median ≤ 5 %, p90 ≤ 12 %, not yet met): on the shipped
+    # 123 published runs the model reached median 5.7 % and p90 27 % |error| in tokens/s per GPU when this guard
+    # was written (scripts/fit_efficiency.py reports the fitting/held-out halves). The bounds leave ~1 point.
+    report = validate_rows(*load_rows())
+    assert report.summary()["evaluated"] >= 113
+    assert report.median_abs_error_pct <= 7.0
+    assert report.p90_abs_error_pct <= 30.0
