@@ -104,7 +104,7 @@ def test_input_sha256_same_when_defaults_are_spelled_out(capsys: pytest.CaptureF
         ["--zero", "0"],
         ["--recompute", "selective"],
         ["--no-sp"],
-        ["--precision", "fp8"],
+        ["--precision", "fp16"],
         ["--seq-len", "2048"],
         ["--gbs", "3072"],
         ["--offload-optimizer"],

@@ -151,7 +151,7 @@ def test_tp_zero(capsys: pytest.CaptureFixture[str]) -> None:
 def test_dp_breaks_the_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
     # tp 8 × pp 8 × dp 20 = 1280 GPUs, but the job was given 1536: 256 GPUs would sit unused.
     code, err = run_inprocess(capsys, "memory", *GPT3, "--tp", "8", "--pp", "8", "--dp", "20", "--gpus", "1536")
-    assert_one_line(code, err, "dp = 20", "1280", "1536 GPUs")
+    assert_one_line(code, err, "dp (20)", "1280", "1536 GPUs")
 
 
 def test_gbs_not_divisible_by_dp_mbs(capsys: pytest.CaptureFixture[str]) -> None:
