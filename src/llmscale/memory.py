@@ -251,10 +251,15 @@ def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarra
     return 4.0 * tokens * (model.vocab + model.hidden) / lay.tp
 
 
+RankStages = dict[RankOf, tuple[StageLayers, "RankParams"]]
+"""Per representative rank, its layers and parameters: what the step model already computed."""
+
+
 def memory_breakdown(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, stages: RankStages | None = None
 ) -> MemoryBreakdown:
-    """Memory of the most-loaded GPU of every layout (see module docstring)."""
+    """Memory of the most-loaded GPU of every layout (see module docstring). `stages` reuses the step
+    model's per-rank layers and parameters instead of recomputing them (same values, less work)."""
     const = memory_constants()
     counts = count_params(model)
     acts = layer_activations(model, train, lay)
@@ -264,8 +269,11 @@ def memory_breakdown(
     fields: dict[str, np.ndarray] = {}
     for which in RankOf:
         rank = which.rank(lay.pp)
-        layers = stage_layers(model, lay, which)
-        params = rank_params(model, counts, lay, layers)
+        if stages is not None:
+            layers, params = stages[which]
+        else:
+            layers = stage_layers(model, lay, which)
+            params = rank_params(model, counts, lay, layers)
         state = _state_bytes(train, lay, params, shard, num_micro)
         held = inflight_microbatches(lay, num_micro, rank)
         if_dual = lay.schedule == Schedule.DUALPIPE.code

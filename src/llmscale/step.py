@@ -31,7 +31,7 @@ import yaml
 from llmscale.compute import RankCompute, layer_times, rank_compute
 from llmscale.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.layouts import Layouts
-from llmscale.memory import MemoryBreakdown, RankParams, memory_breakdown, rank_params
+from llmscale.memory import MemoryBreakdown, RankParams, RankStages, memory_breakdown, rank_params
 from llmscale.params import count_params
 from llmscale.pipeline import PipelineTimes, pipeline_times
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
@@ -185,10 +185,12 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     times = layer_times(model, cluster, train, lay)
     comm = microbatch_comm(model, cluster, train, lay)
     best: tuple[_CriticalPath, RankParams, np.ndarray] | None = None
+    stages: RankStages = {}
     for which in RankOf:
         layers = stage_layers(model, lay, which)
         path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
         params = rank_params(model, counts, lay, layers)
+        stages[which] = (layers, params)
         count = layers.dense + layers.moe
         if best is None:
             best = (path, params, count)
@@ -206,12 +208,14 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
                   + num_micro * np.maximum(0.0, dp.per_microbatch_s - window * path.compute.total_s))
-    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params)
+    memory = memory_breakdown(model, cluster, train, lay, stages)
+    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params, memory)
 
 
 def _assemble(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, path: _CriticalPath,
     pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, params: RankParams,
+    memory: MemoryBreakdown,
 ) -> StepBreakdown:
     """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
     const = step_constants()
@@ -223,7 +227,6 @@ def _assemble(
     # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
     m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
     compute_only = path.compute.total_s - path.compute.recompute_s
-    memory = memory_breakdown(model, cluster, train, lay)
     return StepBreakdown(
         compute_s=m * compute_only,
         recompute_s=m * path.compute.recompute_s,
