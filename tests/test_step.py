@@ -39,12 +39,14 @@ def test_gpt3_175b_step_matches_narayanan_2021() -> None:
 
 def test_deepseek_v3_gpu_hours_per_trillion_tokens() -> None:
     # DeepSeek-V3 report (arXiv:2412.19437) §1: 180K H800 GPU-hours per trillion tokens on 2048 H800 (PP16
-    # DualPipe, EP64, ZeRO-1 DP, FP8). A whole-run average including the batch ramp, so 10 % is allowed.
+    # DualPipe, EP64, ZeRO-1 DP, FP8). That is a whole-run average: it includes the batch-size ramp (3072 → 15360
+    # sequences over the first 469B tokens), checkpoints and restarts, so the steady-state step llmscale predicts
+    # must not be slower, and the ramp and a goodput of ~0.8-0.9 (reliability.md) bound how much faster it can be.
     run = next(r for r in load_runs() if r.name == "DeepSeek-V3 671B pre-training on 2048 H800")
     job = job_from_run(run)
     step = estimate_step(job.model, job.cluster, job.train, job.layouts)
     gpu_hours_per_trillion = 1e12 / float(step.tokens_per_s_per_gpu[0]) / 3600
-    assert gpu_hours_per_trillion == pytest.approx(180e3, rel=0.10)
+    assert 0.75 * 180e3 <= gpu_hours_per_trillion <= 180e3
 
 
 def _sample_layouts(n: int = 400) -> tuple[Layouts, TrainSpec]:

@@ -25,6 +25,7 @@ qwen3, qwen3_moe, deepseek_v2, deepseek_v3. A config without `model_type` is rec
 | decoder_sparse_step, mlp_only_layers    | first_dense_layers, moe_layer_freq | Qwen-MoE (3)                |
 | q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim | mla.* | DeepSeek     |
 | num_nextn_predict_layers                | mtp_layers                         | DeepSeek-V3                 |
+| topk_group (< n_group)                  | moe_max_nodes                      | DeepSeek-V2/V3              |
 
 (1) MLA: v_head_dim, Megatron-LM's `kv_channels` for MLA models (its DeepSeek-V2/V3 configs set 128).
 (2) The default of LlamaConfig, MixtralConfig, Qwen2/3(Moe)Config and DeepseekV2/V3Config.
@@ -191,6 +192,10 @@ def _deepseek_fields(cfg: _Config, spec: dict[str, Any]) -> None:
     cfg.put(spec, "top_k", "num_experts_per_tok", cfg.need("num_experts_per_tok"))
     cfg.put(spec, "expert_ffn_hidden", "moe_intermediate_size", cfg.need("moe_intermediate_size"))
     cfg.put(spec, "shared_experts", "n_shared_experts", cfg.data.get("n_shared_experts") or 0)
+    # Group-limited routing (topk_method "noaux_tc"/"group_limited_greedy"): experts are chosen from topk_group
+    # of n_group groups; DeepSeek maps one group per node, so a token reaches at most topk_group nodes.
+    if cfg.data.get("topk_group") and cfg.data.get("n_group") and cfg.data["topk_group"] < cfg.data["n_group"]:
+        cfg.put(spec, "moe_max_nodes", "topk_group", cfg.data["topk_group"])
     _put_layout(cfg, spec, moe_layers, layers, "moe_layer_freq")
 
 

@@ -34,6 +34,11 @@ DEEPSEEK_MLA = MLASpec(
 Megatron-Bridge providers): q_lora 1536, kv_lora 512, qk head dim 128 + 64 rope dims, v head dim 128."""
 
 
+DEEPSEEK_V3_MAX_NODES = 4
+"""DeepSeek-V3 node-limited routing: each token goes to at most 4 nodes (report §3.2.2; HF config topk_group 4 of
+n_group 8)."""
+
+
 @dataclass(frozen=True)
 class PublishedRun:
     """One published run: the fields llmscale reads, typed, plus the raw row (`raw`)."""
@@ -211,6 +216,8 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
     fields["ffn_hidden"] = _take(run, "ffn_hidden", given)
     if run.raw.get("mla"):
         fields["mla"] = DEEPSEEK_MLA
+    if _is_deepseek_v3(run):
+        fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
     return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
 
 

@@ -12,7 +12,7 @@ ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations,
   CP  per layer: the ring passes each rank's K and V chunk cp − 1 times, 2·2·s_c·b·g·d bytes per step, in
       forward, and K, V and their gradients in backward (Megatron/TransformerEngine context parallelism).
   EP  per MoE layer and direction: dispatch and combine all-to-alls, each GPU sending its routed token
-      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU).
+      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU; min(k, M) across nodes with node-limited routing).
   PP  per micro-batch and stage boundary: one activation, 2·s_c·b·h/σ bytes, each way.
   DP  per step: gradients reduce-scattered (ZeRO ≥ 1) or all-reduced (ZeRO 0) and, with a distributed
       optimizer, 16-bit parameters all-gathered; ZeRO-3 gathers weights in forward and backward and
@@ -75,7 +75,13 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     ep = np.zeros(lay.size)
     if model.is_moe:
         ep_links = group_links(cluster, lay.ep, lay.etp)
-        copies = tokens * model.top_k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
+        # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
+        # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
+        # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
+        k = model.top_k
+        if model.moe_max_nodes is not None:
+            k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
+        copies = tokens * k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
         ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
     pp_links = group_links(cluster, lay.pp, lay.tp * lay.cp * lay.dp)
     pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
