@@ -78,7 +78,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
         # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
         # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
         # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
-        k = model.top_k
+        k: np.ndarray | int = model.top_k
         if model.moe_max_nodes is not None:
             k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
         copies = tokens * k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
