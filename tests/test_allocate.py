@@ -1,6 +1,7 @@
 """`llmscale allocate`: the shape rules of the candidate families, the three-step deduction per candidate (tokens
-from throughput × goodput × deadline, the batch under the critical batch, the law's loss), the ranking, the
-"3× compute" decomposition, the pure compute-optimal answer, and the CLI (JSON keys, HTML, exit code 2)."""
+from throughput × the reliability model's goodput × deadline, the batch under the critical batch, the law's loss),
+the ranking, the "3× compute" decomposition (its goodput lever from the reliability model, checked against Kokolis et
+al.), the pure compute-optimal answer, and the CLI (JSON keys, HTML, exit code 2)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,28 @@ from llmscale.allocate import (
     JobPolicy,
     Request,
     allocate,
-    assumptions,
     choose_job,
+    effective_rate,
     evaluate,
     job_rate,
+    size_goodput,
 )
-from llmscale.catalog import load_cluster, load_model
+from llmscale.catalog import failure_profile, load_cluster, load_model
 from llmscale.cli.allocate_cmd import resolve_law
 from llmscale.cli.main import app, main
 from llmscale.errors import SpecError
 from llmscale.family import Family, FamilyOptions, candidates, dense_model, moe_model
-from llmscale.multiplier import decompose
+from llmscale.layouts import Layouts
+from llmscale.multiplier import decompose, hourly_sync_goodput
 from llmscale.params import count_params
-from llmscale.plan import critical_batch_sequences, plan
+from llmscale.plan import Objective, critical_batch_sequences, plan
+from llmscale.reliability import failures_of
+from llmscale.resilience import layout_goodput
 from llmscale.scaling import ModelScale, ScalingLaw, predict_loss, training_flops
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.failures import FailureSpec
 from llmscale.specs.train import TrainSpec
+from llmscale.step import estimate_step
 from llmscale.units import SECONDS_PER_DAY
 from tests.conftest import make_cluster
 from tests.test_cli_errors import assert_one_line, run_inprocess
@@ -43,6 +51,13 @@ SMALL = FamilyOptions(dense_layers=(16, 24), moe_layers=(16,), expansions=(16,))
 
 def small_cluster(num_gpus: int = 512):  # type: ignore[no-untyped-def]
     return make_cluster(num_gpus=num_gpus).model_copy(update={"usd_per_gpu_hour": 2.0})
+
+
+def with_failures(cluster: ClusterSpec, profile: str | None = None, scale: float = 1.0) -> ClusterSpec:
+    """`cluster` on a catalog failure profile (default: its own), every cause's rate × `scale`."""
+    spec = FailureSpec.model_validate(failure_profile(profile)) if profile else failures_of(cluster)
+    causes = tuple(c.model_copy(update={"per_year": c.per_year * scale}) for c in spec.causes)
+    return cluster.model_copy(update={"failures": spec.model_copy(update={"causes": causes})})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -97,9 +112,10 @@ def test_evaluate_turns_throughput_into_tokens_and_loss() -> None:
     request = Request(cluster, ScalingLaw.BESIROGLU, days=10.0)
     model = dense_model(16)
     o = evaluate(model, request)
-    assert o.feasible and o.layout is not None
-    # D = tokens/s · goodput · deadline (DESIGN: goodput assumed 0.9 until a reliability model exists).
-    assert o.tokens == pytest.approx(o.tokens_per_s * assumptions().goodput * 10 * SECONDS_PER_DAY)
+    assert o.feasible and o.layout is not None and o.reliability is not None
+    # D = tokens/s · goodput · deadline, the goodput the reliability model's (failures make it < 1).
+    assert 0 < o.goodput < 1
+    assert o.tokens == pytest.approx(o.tokens_per_s * o.goodput * 10 * SECONDS_PER_DAY)
     assert o.global_batch <= o.critical_batch
     assert o.critical_batch == critical_batch_sequences(model, TrainSpec(total_tokens=o.tokens))
     assert o.compute_flops == pytest.approx(6 * o.scale.total_params * o.tokens)
@@ -113,8 +129,40 @@ def test_flop_budget_fixes_tokens_and_gives_days() -> None:
     request = Request(small_cluster(), ScalingLaw.BESIROGLU, days=None, flops=1e21)
     o = evaluate(dense_model(16), request)
     assert o.tokens == pytest.approx(1e21 / training_flops(ScalingLaw.BESIROGLU, o.scale, 1.0))
-    assert o.days == pytest.approx(o.tokens / (o.tokens_per_s * request.goodput) / SECONDS_PER_DAY)
+    assert o.days == pytest.approx(o.tokens / (o.tokens_per_s * o.goodput) / SECONDS_PER_DAY)
     assert o.passes == 1  # tokens do not depend on throughput: one search
+
+
+def test_goodput_is_the_reliability_models_for_the_chosen_layout() -> None:
+    # The candidate's goodput is resilience.layout_goodput's best policy for its own layout, GPUs and step time,
+    # recomputed here from the layout alone.
+    cluster, model = small_cluster(), dense_model(16)
+    o = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, days=10.0))
+    assert o.layout is not None
+    train = TrainSpec(total_tokens=o.tokens, global_batch=o.global_batch)
+    lay = Layouts.from_layout(o.layout, o.gpus_per_job)
+    job_cluster = cluster.model_copy(update={"num_gpus": o.gpus_per_job})
+    step = estimate_step(model, job_cluster, train, lay)
+    est = layout_goodput(model, job_cluster, train, lay, step.step_time_s, cluster_gpus=cluster.num_gpus)
+    assert o.goodput == pytest.approx(float(est.goodput[0]), rel=1e-6)
+    assert o.reliability is not None and o.reliability.policy is est.best_policy[0]
+
+
+def test_more_failures_mean_less_goodput_and_fewer_tokens() -> None:
+    # Same cluster, every failure cause 20× as frequent: the job loses more work and trains fewer tokens.
+    cluster, model = small_cluster(), dense_model(16)
+    calm = evaluate(model, Request(with_failures(cluster), ScalingLaw.BESIROGLU, days=10.0, gpus=256))
+    stormy = evaluate(model, Request(with_failures(cluster, scale=20.0), ScalingLaw.BESIROGLU, days=10.0, gpus=256))
+    assert stormy.goodput < calm.goodput
+    assert stormy.tokens < calm.tokens and stormy.loss > calm.loss
+
+
+def test_llama3_405b_goodput_above_90_percent() -> None:
+    # Llama 3 (arXiv:2407.21783 §3.3.4): 'higher than 90% effective training time' for 405B on 16,384 H100s over
+    # 54 days, the run the default failure profile (catalog/failures.yaml llama3-h100) is derived from.
+    o = evaluate(load_model("llama3-405b"), Request(load_cluster("llama3-16k"), ScalingLaw.BESIROGLU, days=54.0,
+                                                    gpus=16_384))
+    assert o.feasible and 0.90 < o.goodput < 1.0
 
 
 def test_a_model_that_fits_nowhere_is_infeasible_and_ranked_last() -> None:
@@ -144,14 +192,27 @@ def test_fastest_policy_takes_the_smallest_job_within_slack_of_the_most_tokens()
     model, cluster = dense_model(16), small_cluster(1024)
     train = TrainSpec(total_tokens=1e11)
     train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-    result = plan(model, cluster, train, top=1, options=SEARCH_SPACE)
+    result = plan(model, cluster, train, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
     fastest = choose_job(result.sizes, JobPolicy.FASTEST, result.gpus_per_job)
     efficient = choose_job(result.sizes, JobPolicy.EFFICIENT, result.gpus_per_job)
     assert fastest is not None and efficient is not None
-    best_rate = max(job_rate(s) for s in result.sizes if s.top)
-    assert job_rate(fastest) >= 0.98 * best_rate
-    assert all(job_rate(s) < 0.98 * best_rate for s in result.sizes if s.top and s.num_gpus < fastest.num_gpus)
+    # "Fastest" is tokens per second of wall time: throughput × goodput.
+    best_rate = max(effective_rate(s) for s in result.sizes if s.top)
+    assert effective_rate(fastest) >= 0.98 * best_rate
+    assert all(effective_rate(s) < 0.98 * best_rate
+               for s in result.sizes if s.top and s.num_gpus < fastest.num_gpus)
     assert efficient.num_gpus == result.gpus_per_job
+
+
+def test_goodput_falls_with_job_size() -> None:
+    # More GPUs and nodes, more interruptions (series system, reliability.md formula 1): each doubling of the job
+    # can only lower the best layout's goodput on the same cluster.
+    model, cluster = dense_model(16), small_cluster(1024)
+    train = TrainSpec(total_tokens=1e11)
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
+    result = plan(model, cluster, train, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    goodputs = [size_goodput(s) for s in result.sizes if s.top]
+    assert len(goodputs) >= 3 and goodputs == sorted(goodputs, reverse=True)
 
 
 def test_pruned_space_loses_little_against_the_whole_space() -> None:
@@ -199,10 +260,27 @@ def test_three_x_decomposition_multiplies_its_factors() -> None:
     gains = {f.name: f.gain for f in d.factors}
     assert set(gains) == {"layout (MFU)", "FP8", "goodput", "batch / job size"}
     assert math.prod(gains.values()) == pytest.approx(d.product)
-    assert gains["goodput"] == pytest.approx(0.9 / 0.7)  # catalog/allocate.yaml
+    goodput = next(f for f in d.factors if f.name == "goodput")
+    # The baseline is one job of the largest size checkpointing hourly: no better than the planned (smaller) job
+    # at its best policy, which includes hourly synchronous checkpoints among its choices.
+    assert 0 < goodput.baseline <= goodput.planned <= 1
     assert gains["layout (MFU)"] >= 1.0  # the whole space contains the rule-of-thumb layouts
     assert gains["batch / job size"] >= 1.0  # plan's job size has the best per-GPU throughput within 10%
     assert d.largest_job >= d.gpus_per_job
+
+
+@pytest.mark.parametrize("model_name", ["llama3-70b", "mixtral-8x7b"])
+def test_hourly_sync_baseline_reproduces_kokolis(model_name: str) -> None:
+    # T13: Kokolis et al. (HPCA'25, arXiv:2410.21680): E[ETTR] ≈ 0.7 for a 16k-GPU job checkpointing every 60
+    # minutes at RSC-1's failure rate (catalog/failures.yaml meta-rsc1), 5-minute restarts; issue 5 asks within
+    # 0.03. The goodput lever's baseline is that setting, so the model must reproduce it on such a job.
+    cluster = with_failures(load_cluster("llama3-16k"), "meta-rsc1")
+    model = load_model(model_name)
+    train = TrainSpec(total_tokens=2e12)
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
+    size = plan(model, cluster, train, gpus=16_384, top=1, options=SEARCH_SPACE).chosen
+    assert hourly_sync_goodput(model, cluster, train, size) == pytest.approx(0.70, abs=0.03)
+    assert size_goodput(size) > hourly_sync_goodput(model, cluster, train, size)  # the best policy does better
 
 
 # --------------------------------------------------------------------------------------------------
@@ -243,8 +321,11 @@ def test_cli_allocate_json_and_html(capsys: pytest.CaptureFixture[str], tmp_path
         assert key in doc
     entry = doc["candidates"][0]
     for key in ("model", "total_params", "active_params", "tokens", "layout", "gpus_per_job", "concurrent_jobs",
-                "days", "loss", "compute_efficiency", "cost_usd", "energy_j", "feasible"):
+                "days", "loss", "compute_efficiency", "cost_usd", "energy_j", "feasible", "goodput",
+                "checkpoint_policy", "checkpoint_interval_min", "job_mtbf_hours"):
         assert key in entry
+    assert doc["goodput"]["failure_profile"] == "llama3-h100"  # Selene names no profile: the catalog default
+    assert all(0 < e["goodput"] < 1 for e in doc["candidates"] if e["feasible"])
     html = page.read_text(encoding="utf-8")
     assert "<svg" in html and "<script" not in html and "http" not in html.split("<body>")[1]
     width, height = (float(v) for v in re.search(r'<svg width="([\d.]+)" height="([\d.]+)"', html).groups())  # type: ignore[union-attr]
@@ -256,12 +337,20 @@ def test_cli_default_answers_the_seed_scenario(capsys: pytest.CaptureFixture[str
     # The issue's scenario: 500k GPUs × 90 days, is seed-10t-moe a good use, and what is the 3× made of.
     start = time.perf_counter()
     doc = run_json(capsys, "--explain-3x")
-    assert time.perf_counter() - start < 60  # ~10 s on two cores; generous against slow CI
+    assert time.perf_counter() - start < 60  # ~13 s on two cores; generous against slow CI
     assert doc["cluster"] == "seed-500k" and doc["days"] == 90 and doc["law"] == "krajewski"
     compared = doc["compared"][0]
     assert compared["model"] == "seed-10t-moe" and compared["loss_gap"] >= 0
     three = doc["compute_3x"]
     assert three["product"] == pytest.approx(math.prod(f["gain"] for f in three["factors"]))
+    # Seed 000 §4.1: hourly checkpoints are 'completely insufficient' at this scale — the one big job checkpointing
+    # hourly keeps less goodput than plan's job at its best policy.
+    goodput = next(f for f in three["factors"] if f["name"] == "goodput")
+    assert goodput["baseline"] < goodput["planned"] <= 1
+    # Every candidate's tokens are throughput × its own goodput × the deadline.
+    for e in doc["candidates"]:
+        if e["feasible"]:
+            assert e["tokens"] == pytest.approx(e["tokens_per_s"] * e["goodput"] * 90 * SECONDS_PER_DAY)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -2,9 +2,9 @@
 
 For every candidate model (family.py):
   1. memory — `plan.plan` masks the layouts that do not fit; a candidate with none at any job size is infeasible;
-  2. time — the best layout of each job size gives tokens/s per job; the job size follows `JobPolicy`; tokens by
-     the deadline D = tokens/s · goodput · deadline (or, for a FLOP budget F, D = F / (6·N_active) and the days
-     it takes);
+  2. time — the best layout of each job size (plan's effective-time objective: tokens/s × goodput) gives tokens/s
+     per job and its goodput; the job size follows `JobPolicy`; tokens by the deadline D = tokens/s · goodput ·
+     deadline (or, for a FLOP budget F, D = F / (6·N_active) and the days it takes, D / (tokens/s · goodput));
   3. capability — the predicted loss of the selected law (scaling.py), with Muennighoff's repetition when the
      unique tokens U < D. Candidates are ranked by loss; "capability per unit of compute" is the compute a
      compute-optimal dense model of the same law needs for that loss over the compute spent, C = 6·N_active·D.
@@ -12,14 +12,19 @@ For every candidate model (family.py):
 Global batch: plan's critical batch, DeepSeek LLM's B_opt(C) = 0.292·C^0.3271 tokens with C = 6·N_active·D
 (arXiv:2401.02954; formulas.md A4), which depends on D while D depends on the throughput at that batch: the search
 repeats (at most MAX_PASSES) until D moves by < 10% and the batch stays at or under the critical batch of the D
-it reaches. Goodput is an assumption (catalog/allocate.yaml) until llmscale has a reliability model.
+it reaches.
+
+Goodput is the reliability model's (resilience.layout_goodput, as plan computes it per layout): the cluster's
+failure profile over the job's GPUs and nodes, the checkpoint shards and step time of its layout, the best of
+sync / async / tiered checkpointing at its best intervals, hot spares, no mitigations. Larger jobs fail more often,
+so the fastest job by raw tokens/s is often not the one that trains the most tokens by the deadline.
 
 Pruned layout space (SEARCH_SPACE) so the default run (21 candidates × up to 16 job sizes × 2–3 passes) takes
 seconds on two cores: mbs 1, ZeRO 1–2, recompute selective or full, schedules 1f1b, interleaved, zbv and
 dualpipe. On seed-500k its best tokens/s per job was within 1% of the whole space's for every one of the 21
-default candidates (measured when this was written): at the critical batch the data-parallel width leaves few
-micro-batches, so mbs > 1 only adds activation memory; ZeRO-0 and -3 never won; zb-h1 is dominated by zbv; and no
-recompute fits only the smallest models, where selective is within 1%.
+default candidates (measured by throughput, before goodput entered the ranking): at the critical batch the
+data-parallel width leaves few micro-batches, so mbs > 1 only adds activation memory; ZeRO-0 and -3 never won;
+zb-h1 is dominated by zbv; and no recompute fits only the smallest models, where selective is within 1%.
 """
 
 from __future__ import annotations
@@ -27,15 +32,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from functools import cache
-from importlib import resources
-
-import yaml
 
 from llmscale.errors import SpecError
-from llmscale.plan import JobSizeResult, critical_batch_sequences, plan
+from llmscale.plan import JobSizeResult, Objective, critical_batch_sequences, plan
+from llmscale.resilience import JobReliability
 from llmscale.scaling import (
     Allocation,
     ModelScale,
@@ -61,32 +63,18 @@ MAX_PASSES = 4
 CONVERGED = 0.10
 """Stop repeating the search once the tokens by the deadline move by less than this fraction."""
 FASTEST_SLACK = 0.02
-"""JobPolicy.FASTEST takes the smallest job size within 2% of the most tokens per second."""
+"""JobPolicy.FASTEST takes the smallest job size within 2% of the most tokens per second after goodput."""
 
 
 class JobPolicy(str, Enum):
     """How many GPUs one candidate's training job gets."""
 
     FASTEST = "fastest"
-    """The job size that trains the most tokens by the deadline (the smallest within 2% of the most)."""
+    """The job size that trains the most tokens by the deadline, tokens/s × goodput (the smallest within 2% of the
+    most)."""
     EFFICIENT = "efficient"
-    """plan's choice: the largest job size within 10% of the best tokens/s per GPU; the cluster runs several."""
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    goodput: float
-    baseline_goodput: float
-    goodput_source: str
-    baseline_goodput_source: str
-
-
-@cache
-def assumptions() -> Assumptions:
-    text = resources.files("llmscale.catalog").joinpath("allocate.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
-    return Assumptions(float(raw["goodput"]["value"]), float(raw["baseline_goodput"]["value"]),
-                       str(raw["goodput"]["source"]), str(raw["baseline_goodput"]["source"]))
+    """plan's choice: the largest job size within 10% of the best tokens/s × goodput per GPU; the cluster runs
+    several."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +90,6 @@ class Request:
     unique_tokens: float | None = None
     precision: Precision = Precision.BF16
     seq_len: int = 4096
-    goodput: float = field(default_factory=lambda: assumptions().goodput)
     policy: JobPolicy = JobPolicy.FASTEST
     space: SpaceOptions = SEARCH_SPACE
 
@@ -115,8 +102,6 @@ class Request:
                 raise SpecError(name, value, "must be a positive finite number")
         if self.gpus is not None and not 0 < self.gpus <= self.cluster.num_gpus:
             raise SpecError("gpus", self.gpus, f"must be in 1..{self.cluster.num_gpus} (cluster {self.cluster.name!r})")
-        if not 0 < self.goodput <= 1:
-            raise SpecError("goodput", self.goodput, "must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -148,10 +133,17 @@ class Outcome:
     problems: tuple[str, ...]
     """Constraints this candidate breaks; empty = feasible."""
     unique_tokens: float | None = None
+    reliability: JobReliability | None = None
+    """The job's best checkpoint policy, its intervals and goodput (resilience.layout_goodput); None if nothing fits."""
 
     @property
     def feasible(self) -> bool:
         return not self.problems
+
+    @property
+    def goodput(self) -> float:
+        """Share of wall time that trains (0 when nothing fits)."""
+        return self.reliability.goodput if self.reliability is not None else 0.0
 
     @property
     def epochs(self) -> float | None:
@@ -186,34 +178,52 @@ def choose_job(sizes: list[JobSizeResult], policy: JobPolicy, efficient: int) ->
         return None
     if policy is JobPolicy.EFFICIENT:
         return next((s for s in fitting if s.num_gpus == efficient), fitting[-1])
-    rates = [job_rate(s) for s in fitting]
+    rates = [effective_rate(s) for s in fitting]
     target = (1.0 - FASTEST_SLACK) * max(rates)
     return next(s for s, rate in zip(fitting, rates, strict=True) if rate >= target)
 
 
 def job_rate(size: JobSizeResult) -> float:
-    """Tokens per second of the job size's best layout."""
+    """Tokens per second of the job size's best layout while it runs."""
     best = size.top[0]
     return float(best.step.tokens_per_s_per_gpu[best.layout_index]) * size.num_gpus
 
 
+def size_goodput(size: JobSizeResult) -> float:
+    """Goodput of the job size's best layout under its best checkpoint policy (plan fills it in for every top
+    layout with resilience.layout_goodput)."""
+    reliability = size.top[0].reliability
+    assert reliability is not None, "plan computes the reliability of every top layout"
+    return reliability.goodput
+
+
+def effective_rate(size: JobSizeResult) -> float:
+    """Tokens per second of wall time: job_rate × goodput."""
+    return job_rate(size) * size_goodput(size)
+
+
 def search_job(model: ModelSpec, request: Request, train: TrainSpec) -> JobSizeResult | None:
     """plan's job sizes — powers of two, as its batch-divisibility rules need (a 500,000-GPU cluster's largest
-    job is 262,144 GPUs; the rest can run other jobs) — or the one given; then the policy's choice."""
-    result = plan(model, request.cluster, train, gpus=request.gpus, top=1, options=request.space)
+    job is 262,144 GPUs; the rest can run other jobs) — or the one given, each with the layout of least effective
+    time (wall time ÷ goodput); then the policy's choice."""
+    result = plan(model, request.cluster, train, gpus=request.gpus, objective=Objective.EFFECTIVE_TIME, top=1,
+                  options=request.space)
     return choose_job(result.sizes, request.policy, result.gpus_per_job)
 
 
 def _infeasible(model: ModelSpec, scale: ModelScale, batch: int, passes: int, why: str) -> Outcome:
-    return Outcome(model, scale, None, 0, 0, batch, batch, 0.0, 0.0, 0.0, 0.0, 0.0, math.inf, 0.0, None, None,
-                   passes, (why,))
+    return Outcome(model=model, scale=scale, layout=None, gpus_per_job=0, concurrent_jobs=0, global_batch=batch,
+                   critical_batch=batch, tokens_per_s=0.0, mfu=0.0, days=0.0, tokens=0.0, compute_flops=0.0,
+                   loss=math.inf, compute_efficiency=0.0, cost_usd=None, energy_j=None, passes=passes,
+                   problems=(why,))
 
 
-def _tokens(request: Request, scale: ModelScale, rate: float) -> float:
+def _tokens(request: Request, scale: ModelScale, effective_per_s: float) -> float:
+    """D = F / (6·N_active) for a FLOP budget, else tokens/s × goodput × deadline."""
     if request.flops is not None:
         return request.flops / training_flops(request.law, scale, 1.0)
     assert request.days is not None
-    return rate * request.goodput * request.days * SECONDS_PER_DAY
+    return effective_per_s * request.days * SECONDS_PER_DAY
 
 
 def evaluate(model: ModelSpec, request: Request) -> Outcome:
@@ -236,7 +246,7 @@ def evaluate(model: ModelSpec, request: Request) -> Outcome:
         job = search_job(model, request, train)
         if job is None:
             return _infeasible(model, scale, batch, passes, "no layout fits in memory")
-        reached = train.model_copy(update={"total_tokens": _tokens(request, scale, job_rate(job))})
+        reached = train.model_copy(update={"total_tokens": _tokens(request, scale, effective_rate(job))})
         last = (job, reached)
         within = critical_batch_sequences(model, reached) >= batch
         if within and (kept is None or reached.total_tokens > kept[1].total_tokens):
@@ -254,7 +264,7 @@ def _outcome(model: ModelSpec, scale: ModelScale, request: Request, job: JobSize
              passes: int) -> Outcome:
     best, rate = job.top[0], job_rate(job)
     i, tokens = best.layout_index, train.total_tokens
-    days = request.days if request.days is not None else tokens / (rate * request.goodput) / SECONDS_PER_DAY
+    days = request.days if request.days is not None else tokens / effective_rate(job) / SECONDS_PER_DAY
     loss = predict_loss(request.law, scale, tokens, request.unique_tokens)
     flops = training_flops(request.law, scale, tokens)
     critical = critical_batch_sequences(model, train)
@@ -269,7 +279,7 @@ def _outcome(model: ModelSpec, scale: ModelScale, request: Request, job: JobSize
         critical_batch=critical, tokens_per_s=rate, mfu=float(best.step.mfu[i]), days=days, tokens=tokens,
         compute_flops=flops, loss=loss, compute_efficiency=dense_equivalent_flops(request.law, loss) / flops,
         cost_usd=gpu_s / 3600.0 * price if price else None, energy_j=gpu_s * watts if watts else None,
-        passes=passes, problems=problems, unique_tokens=request.unique_tokens,
+        passes=passes, problems=problems, unique_tokens=request.unique_tokens, reliability=best.reliability,
     )
 
 

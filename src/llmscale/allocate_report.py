@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from llmscale import __version__
-from llmscale.allocate import AllocationResult, Outcome, assumptions
+from llmscale.allocate import AllocationResult, Outcome
 from llmscale.errors import LlmscaleError
 from llmscale.multiplier import TARGET, Decomposition
+from llmscale.reliability import failures_of
 from llmscale.report import CHART_W, CSS, PALETTE, _log_scale, _log_ticks, _table, _text
 from llmscale.scaling import Allocation, ScalingLaw
 from llmscale.units import SECONDS_PER_HOUR
+
+SECONDS_PER_MINUTE = SECONDS_PER_HOUR / 60.0
 
 J_PER_GWH = 1e9 * SECONDS_PER_HOUR
 
@@ -58,6 +61,8 @@ COLUMNS = [
     Column("layout_text", "layout", "", _or_na(str)),
     Column("gpus_text", "GPUs × jobs", "", _or_na(str)),
     Column("days", "days", "d", _or_na(lambda v: f"{v:,.1f}")),
+    Column("goodput", "goodput", "", _or_na(lambda v: f"{v:.3f}")),
+    Column("checkpoint_policy", "ckpt", "", _or_na(str), terminal=False),
     Column("mfu", "MFU", "%", _or_na(lambda v: f"{100 * v:.1f}"), terminal=False),
     Column("loss", "loss", "nats", _or_na(lambda v: f"{v:.4f}")),
     Column("compute_efficiency", "cap/C", "× dense", _or_na(lambda v: f"{v:,.2f}")),
@@ -92,8 +97,26 @@ def outcome_entry(o: Outcome, rank: int) -> dict[str, Any]:
         "days": o.days if fitted else None, "compute_flops": o.compute_flops if fitted else None,
         "loss": o.loss if fitted else None, "compute_efficiency": o.compute_efficiency if fitted else None,
         "cost_usd": o.cost_usd, "energy_j": o.energy_j, "epochs": o.epochs,
+        **_reliability_entry(o),
         "search_passes": o.passes, "feasible": o.feasible, "problems": list(o.problems),
     }
+
+
+def _reliability_entry(o: Outcome) -> dict[str, Any]:
+    """Goodput, best checkpoint policy, its intervals per tier (minutes) and the job's MTBF."""
+    r = o.reliability
+    if r is None:
+        return {"goodput": None, "checkpoint_policy": None, "checkpoint_interval_min": None, "job_mtbf_hours": None}
+    return {"goodput": r.goodput, "checkpoint_policy": r.policy.value,
+            "checkpoint_interval_min": {tier.value: s / SECONDS_PER_MINUTE for tier, s in r.interval_s.items()},
+            "job_mtbf_hours": r.job_mtbf_s / SECONDS_PER_HOUR}
+
+
+def goodput_source(profile: str) -> str:
+    """How each candidate's goodput is computed (allocate.py module docstring)."""
+    return (f"reliability model per candidate (resilience.layout_goodput): failure profile {profile} over the job's "
+            "GPUs and nodes, its layout's checkpoint shards and step time, the best of sync/async/tiered "
+            "checkpointing at its best intervals, hot spares, no mitigations")
 
 
 def optimum_entry(a: Allocation) -> dict[str, Any]:
@@ -140,14 +163,15 @@ def allocation_document(result: AllocationResult, digest: str, family: str, comp
                         decomposition: Decomposition | None = None,
                         sensitivity: dict[str, float] | None = None) -> dict[str, Any]:
     """The `allocate --json` document."""
-    req, assume = result.request, assumptions()
+    req = result.request
+    profile = failures_of(req.cluster).name
     entries = [outcome_entry(o, k) for k, o in enumerate(result.outcomes, start=1)]
     document: dict[str, Any] = {
         "llmscale_version": __version__, "input_sha256": digest, "cluster": req.cluster.name,
         "cluster_gpus": req.cluster.num_gpus, "gpus": req.gpus, "law": req.law.value, "family": family,
         "days": req.days, "flops": req.flops, "unique_tokens": req.unique_tokens, "precision": req.precision.value,
         "seq_len": req.seq_len, "job_policy": req.policy.value,
-        "goodput": {"value": req.goodput, "source": assume.goodput_source},
+        "goodput": {"failure_profile": profile, "source": goodput_source(profile)},
         "seconds": result.seconds, "candidates": entries,
         "recommendation": entries[0] if entries and entries[0]["feasible"] else None,
         "recommendation_at_ladder_edge": _at_edge(entries),
@@ -241,7 +265,7 @@ def _facts(document: dict[str, Any]) -> str:
     budget = f"{document['days']:g} days" if document["days"] else f"{document['flops']:.3g} FLOPs"
     facts = [("cluster", f"{document['cluster']} ({document['cluster_gpus']:,} GPUs)"), ("budget", budget),
              ("law", document["law"]), ("family", document["family"]), ("job size", document["job_policy"]),
-             ("goodput", f"{document['goodput']['value']:g} — {document['goodput']['source']}"),
+             ("goodput", document["goodput"]["source"]),
              ("input_sha256", document["input_sha256"]), ("llmscale", document["llmscale_version"])]
     return "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in facts) + "</dl>"
 

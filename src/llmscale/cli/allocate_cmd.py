@@ -89,7 +89,7 @@ def allocate_cmd(
         **spec_document(cluster=cluster_spec), "models": [m.model_dump(mode="json") for m in models],
         "request": {"law": chosen_law.value, "days": request.days, "flops": flops, "gpus": gpus,
                     "unique_tokens": unique_tokens, "precision": precision.value, "seq_len": request.seq_len,
-                    "job_size": job_size.value, "goodput": request.goodput}}).encode("ascii")).hexdigest()
+                    "job_size": job_size.value}}).encode("ascii")).hexdigest()
     result = _run(models, request, quiet=as_json)
     decomposition = _decompose(result, extras, request) if explain_3x else None
     document = allocation_document(result, digest, fam.value, list(extras), decomposition,
@@ -159,12 +159,13 @@ def _render(document: dict[str, Any], top: int | None) -> None:
     console.print(f"# llmscale {document['llmscale_version']} allocate · cluster {document['cluster']} "
                   f"({document['cluster_gpus']:,} GPUs) · {budget} · law {document['law']} · family "
                   f"{document['family']} · input_sha256 {document['input_sha256'][:16]}…")
-    console.print(f"# goodput {document['goodput']['value']:g} (assumed: no goodput model yet) · job size "
-                  f"{document['job_policy']} · batch = critical batch · {len(document['candidates'])} candidates "
-                  f"in {document['seconds']:.1f} s")
+    console.print(f"# goodput per job from failures {document['goodput']['failure_profile']} at the best checkpoint "
+                  f"policy · job size {document['job_policy']} · batch = critical batch · "
+                  f"{len(document['candidates'])} candidates in {document['seconds']:.1f} s")
     table = Table(title="candidates, best predicted loss first", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False, collapse_padding=True)
-    columns = [c for c in COLUMNS if c.terminal]
+    # Under a deadline every row's days are the deadline (in the header): the terminal leaves them out.
+    columns = [c for c in COLUMNS if c.terminal and not (c.key == "days" and document["days"])]
     for c in columns:
         table.add_column(f"{c.header}\n{c.unit}" if c.unit else c.header, no_wrap=True,
                          justify="left" if c.key in ("model", "layout_text") else "right")
