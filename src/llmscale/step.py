@@ -207,7 +207,8 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     window = const.dp_overlap_efficiency
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
-                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - window * path.compute.total_s))
+                  # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
+                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
     memory = memory_breakdown(model, cluster, train, lay, stages)
     return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params, memory)
 
