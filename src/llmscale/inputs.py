@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from llmscale.calibration import apply_calibration, load_profile
 from llmscale.catalog import load_cluster, load_model
 from llmscale.errors import SpecError
 from llmscale.fingerprint import sha256_of
@@ -72,11 +74,15 @@ def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:
 
 
 def resolve_job(
-    model: str, cluster: str, gpus: int | None, train: dict[str, Any], layout: dict[str, Any]
+    model: str, cluster: str, gpus: int | None, train: dict[str, Any], layout: dict[str, Any],
+    calibration: Path | None = None,
 ) -> JobInputs:
-    """Load model and cluster, validate train and layout flags, check the layout's rules."""
+    """Load model and cluster, validate train and layout flags, check the layout's rules. A calibration profile
+    replaces the cluster's datasheet numbers with measured ones (calibration.apply_calibration)."""
     model_spec = load_model(model)
     cluster_spec = load_cluster(cluster)
+    if calibration is not None:
+        cluster_spec = apply_calibration(cluster_spec, load_profile(calibration))
     train_spec = parse_spec(TrainSpec, {k: v for k, v in train.items() if v is not None}, where="train")
     layout_spec = parse_spec(Layout, {k: v for k, v in layout.items() if v is not None}, where="layout")
     check_precision(cluster_spec, train_spec)

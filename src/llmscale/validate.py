@@ -33,11 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from llmscale.calibration import CalibrationProfile, apply_calibration, calibrates, load_profile
 from llmscale.catalog import load_cluster
 from llmscale.errors import LlmscaleError
 from llmscale.inputs import JobInputs, check_precision
@@ -170,8 +172,9 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
     return parse_spec(Layout, fields, where=f"published run {run.name!r}")
 
 
-def job_from_run(run: PublishedRun) -> JobInputs:
-    """The run as validated inputs; raises LlmscaleError with the reason when it cannot be built."""
+def job_from_run(run: PublishedRun, calibration: CalibrationProfile | None = None) -> JobInputs:
+    """The run as validated inputs; raises LlmscaleError with the reason when it cannot be built. A calibration
+    profile replaces the datasheet numbers of runs on its GPU (every run when it names none)."""
     if run.tokens_per_s_per_gpu is None:
         raise LlmscaleError("no throughput target (tokens_per_s_per_gpu is null)")
     for key in ("num_gpus", "global_batch", "seq_len", "dp"):
@@ -179,6 +182,8 @@ def job_from_run(run: PublishedRun) -> JobInputs:
             raise LlmscaleError(f"{key} is null")
     model = model_from_run(run)
     cluster = reference_cluster(run)
+    if calibration is not None and calibrates(calibration, run.gpu):
+        cluster = apply_calibration(cluster, calibration)
     facts = run_settings().get(run.name, {})
     train = parse_spec(TrainSpec, {"seq_len": run.seq_len, "global_batch": run.global_batch,
                                    "precision": run.precision or Precision.BF16}, where=f"published run {run.name!r}")
@@ -200,7 +205,7 @@ def job_from_run(run: PublishedRun) -> JobInputs:
     return last
 
 
-def validate_rows(raw_rows: list[dict[str, Any]], where: str) -> ValidationReport:
+def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path | None = None) -> ValidationReport:
     """Predict every row of a published-runs file; a row that cannot be read or evaluated (a wrong type, a
     missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash."""
     runs: list[PublishedRun] = []
@@ -210,17 +215,17 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str) -> ValidationRepor
             runs.append(run_from_row(row, where))
         except LlmscaleError as exc:
             skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
-    report = validate_runs(runs)
+    report = validate_runs(runs, load_profile(calibration) if calibration is not None else None)
     return ValidationReport(report.rows, tuple(skipped) + report.skipped)
 
 
-def validate_runs(runs: list[PublishedRun]) -> ValidationReport:
+def validate_runs(runs: list[PublishedRun], calibration: CalibrationProfile | None = None) -> ValidationReport:
     """Predict every run; skip (with the reason) those that cannot be evaluated."""
     rows: list[ValidationRow] = []
     skipped: list[SkippedRow] = []
     for run in runs:
         try:
-            job = job_from_run(run)
+            job = job_from_run(run, calibration)
         except LlmscaleError as exc:
             skipped.append(SkippedRow(run.name, str(exc)))
             continue

@@ -153,6 +153,7 @@ def explain(
     ep_comm_overlap: o.EpOverlapOpt = False,
     as_json: o.JsonOpt = False,
     expect_sha256: o.ExpectShaOpt = None,
+    calibration: o.CalibrationOpt = None,
 ) -> None:
     """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
     from llmscale.inputs import resolve_job
@@ -160,7 +161,7 @@ def explain(
 
     layout = o.layout_fields(**locals())
     job = resolve_job(model, cluster, gpus, {"global_batch": gbs, "seq_len": seq_len, "precision": precision},
-                      layout)
+                      layout, calibration=calibration)
     _check_sha(job.input_sha256, expect_sha256)
     step = estimate_step(job.model, job.cluster, job.train, job.layouts)
     if as_json:
@@ -188,25 +189,27 @@ def plan(
     as_json: o.JsonOpt = False,
     html: Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")] = None,
     expect_sha256: o.ExpectShaOpt = None,
+    calibration: o.CalibrationOpt = None,
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     from llmscale.cli.plan_view import run_plan
 
     run_plan(model=model, cluster=cluster, gpus=gpus, tokens=tokens, objective=objective, top=top, gbs=gbs,
              max_global_batch_tokens=max_global_batch_tokens, seq_len=seq_len, precision=precision,
-             as_json=as_json, html=html, expect_sha256=expect_sha256)
+             as_json=as_json, html=html, expect_sha256=expect_sha256, calibration=calibration)
 
 
 @app.command()
 def validate(
     runs: Annotated[Path | None, typer.Option("--runs", help="published-runs YAML (default: the shipped set)")] = None,
     as_json: o.JsonOpt = False,
+    calibration: o.CalibrationOpt = None,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
     from llmscale.runs import load_rows
     from llmscale.validate import validate_rows
 
-    report = validate_rows(*load_rows(runs))
+    report = validate_rows(*load_rows(runs), calibration=calibration)
     if as_json:
         typer.echo(json.dumps(render.validation_document(report), indent=2))
     else:
@@ -249,6 +252,14 @@ app.command("goodput")(goodput)
 from llmscale.cli.allocate_cmd import allocate_cmd  # noqa: E402
 
 app.command("allocate")(allocate_cmd)
+from llmscale.cli.probe_cmd import probe  # noqa: E402
+
+app.command("probe")(probe)
+from llmscale.cli.bench_cmd import bench_app  # noqa: E402
+from llmscale.cli.calibrate_cmd import calibrate  # noqa: E402
+
+app.add_typer(bench_app, name="bench")
+app.command("calibrate")(calibrate)
 
 
 def main(argv: list[str] | None = None) -> Any:

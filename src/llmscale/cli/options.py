@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -37,6 +38,11 @@ EpOverlapOpt = Annotated[bool, typer.Option("--ep-comm-overlap", help="overlap e
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ExpectShaOpt = Annotated[
     str | None, typer.Option("--expect-sha256", help="refuse to run unless the inputs hash to this value")
+]
+CalibrationOpt = Annotated[
+    Path | None,
+    typer.Option("--calibration", help="profile from `llmscale calibrate`: measured peaks, efficiencies and bandwidths "
+                 "replace the datasheet ones"),
 ]
 
 

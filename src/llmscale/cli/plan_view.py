@@ -11,6 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from llmscale import __version__
+from llmscale.calibration import apply_calibration, load_profile
 from llmscale.catalog import load_cluster, load_model
 from llmscale.cli.render import console, explain_table
 from llmscale.errors import LlmscaleError, SpecError
@@ -40,8 +41,10 @@ def _train(model_tokens: float | None, gbs: int | None, seq_len: int | None, pre
 
 def run_plan(*, model: str, cluster: str, gpus: int | None, tokens: float | None, objective: Objective, top: int,
              gbs: int | None, max_global_batch_tokens: float | None, seq_len: int | None, precision: Precision,
-             as_json: bool, html: Path | None, expect_sha256: str | None) -> None:
+             as_json: bool, html: Path | None, expect_sha256: str | None, calibration: Path | None = None) -> None:
     model_spec, cluster_spec = load_model(model), load_cluster(cluster)
+    if calibration is not None:
+        cluster_spec = apply_calibration(cluster_spec, load_profile(calibration))
     fields, batch_given = _train(tokens, gbs, seq_len, precision, max_global_batch_tokens)
     train = parse_spec(TrainSpec, fields, where="train")
     check_precision(cluster_spec, train)

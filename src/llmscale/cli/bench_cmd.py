@@ -1,0 +1,363 @@
+"""`llmscale bench gemm|memory|collectives|links`: measure this machine with torch (`calibrate`: calibrate_cmd.py).
+
+torch is imported inside each command (llmscale.measure.require_torch: a missing torch is one line and exit 2).
+Tables are nccl-tests style (llmscale/measure/table.py); `--json` carries the same rows with SI units. Under
+torchrun only rank 0 prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Annotated, Any
+
+import typer
+
+from llmscale.cli import options as o
+from llmscale.errors import SpecError
+from llmscale.units import GB, KIB, TERA
+
+bench_app = typer.Typer(name="bench", help="Micro-benchmarks of this machine (torch): GEMM, memory copy, collectives, "
+                        "link health.", no_args_is_help=True)
+
+NprocOpt = Annotated[int, typer.Option("--nproc", help="ranks to start on this machine (ignored under torchrun)")]
+BackendOpt = Annotated[str | None, typer.Option("--backend", help="gloo or nccl (default: nccl with GPUs, else gloo)")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", help="cpu or cuda[:N] (default: the GPU if any, else cpu)")]
+BlockOpt = Annotated[float, typer.Option("--block-ms", min=0.1, help="milliseconds per timed block")]
+SizesOpt = Annotated[str | None, typer.Option("--sizes", help="comma-separated bytes, K/M/G = 2^10/2^20/2^30")]
+
+CPU_GEMM_WARN_FLOPS = 2e11
+_UNITS = {"": 1, "K": KIB, "M": KIB**2, "G": KIB**3}
+
+
+def parse_sizes(text: str, option: str = "--sizes") -> list[int]:
+    """'4K,1M,64M' -> [4096, 1048576, 67108864] (binary suffixes, as nccl-tests reads -b/-e)."""
+    sizes = []
+    for item in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", item, flags=re.IGNORECASE)
+        if match is None or int(match.group(1)) <= 0:
+            raise SpecError(option.lstrip("-"), text, "a comma-separated list of positive sizes like 4K,1M,64M")
+        sizes.append(int(match.group(1)) * _UNITS[match.group(2).upper()])
+    return sizes
+
+
+def resolve_device(device: str | None) -> str:
+    import torch
+
+    if device is None:  # under torchrun, the local rank's GPU
+        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = "cuda:0"
+    if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):
+        raise SpecError("device", device, "cpu, cuda or cuda:N")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError("device", device, "this torch sees no CUDA GPU; use --device cpu")
+    return device
+
+
+def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
+    typer.echo(json.dumps(document, indent=2) if as_json else text)
+
+
+@bench_app.command("gemm")
+def gemm(
+    model: o.ModelOpt = o.DEFAULT_MODEL,
+    tp: o.TpOpt = 1,
+    cp: o.CpOpt = 1,
+    ep: o.EpOpt = 1,
+    etp: o.EtpOpt = None,
+    mbs: o.MbsOpt = 1,
+    seq_len: o.SeqOpt = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="float32|bfloat16 (CPU), bfloat16|float16|float32|"
+                                              "float8 (GPU)")] = None,
+    device: DeviceOpt = None,
+    block_ms: BlockOpt = 100.0,
+    as_json: o.JsonOpt = False,
+) -> None:
+    """Matmul throughput on the GEMM shapes of one micro-batch of MODEL under the layout, on one device."""
+    from llmscale.measure import require_torch
+
+    require_torch()
+    from llmscale.catalog import load_model
+    from llmscale.measure import gemm as g
+    from llmscale.measure import table
+
+    spec = load_model(model)
+    seq = _check_layout(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, seq_len=seq_len)
+    dev = resolve_device(device)
+    kind = dtype or g.default_dtype(dev)
+    allowed = g.GPU_DTYPES if dev.startswith("cuda") else g.CPU_DTYPES
+    if kind not in allowed:
+        raise SpecError("dtype", kind, f"on {dev}: one of {', '.join(allowed)}")
+    shapes = g.gemm_shapes(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, seq_len=seq)
+    biggest = max(s.flops for s in shapes)
+    if dev == "cpu" and biggest > CPU_GEMM_WARN_FLOPS:
+        typer.echo(f"warning: the largest GEMM is {biggest / TERA:.1f} TFLOP, seconds to minutes per call on a CPU "
+                   "(~0.1-1 TFLOP/s); lower --seq-len or --mbs, or raise --tp", err=True)
+    rows = g.bench_gemm(shapes, kind, dev, target_s=block_ms / 1e3)
+    info = table.versions()
+    total_flops = sum(s.flops for s in shapes)
+    overall = total_flops / sum(r["time_s"] for r in rows)
+    layout = {"tp": tp, "cp": cp, "ep": ep, "etp": etp or tp, "mbs": mbs, "seq_len": seq}
+    document = {"command": "bench gemm", **info, "device": dev, "device_name": table.device_name(dev),
+                "model": spec.name, "layout": layout, "rows": rows, "flops_per_s": overall}
+    columns = [table.Column("name", "name", "", 12, "s"), table.Column("m", "m", "", 8, "d"),
+               table.Column("n", "n", "", 8, "d"), table.Column("k", "k", "", 8, "d"),
+               table.Column("type", "type", "", 9, "s"), table.Column("time_s", "time", "(us)", 11, ".1f", 1e-6),
+               table.Column("flops_per_s", "TFLOP/s", "", 9, ".3f", TERA)]
+    preamble = [f"llmscale bench gemm   {table.version_line(info)}",
+                f"device {dev}: {document['device_name']}",
+                f"model {spec.name}  " + "  ".join(f"{k} {v}" for k, v in layout.items()),
+                "forward GEMMs of one micro-batch on one GPU, (m x k)·(k x n); TFLOP/s = 2·m·n·k / time; median of 3 "
+                f"blocks of ~{block_ms:g} ms", ""]
+    footer = [f"All shapes (FLOP-weighted) : {overall / TERA:.3f} TFLOP/s"]
+    _emit(as_json, document, table.render(preamble, columns, rows, footer))
+
+
+def _check_layout(model: Any, *, tp: int, cp: int, ep: int, etp: int | None, mbs: int, seq_len: int | None) -> int:
+    """The layout rules of `explain` for the flags the shapes use; returns the sequence length."""
+    from llmscale.layouts import Layouts
+    from llmscale.rules import validate_one
+    from llmscale.specs.layout import Layout
+    from llmscale.specs.parse import parse_spec
+    from llmscale.specs.train import TrainSpec
+
+    dp = ep * (etp or tp)
+    layout = parse_spec(Layout, {k: v for k, v in {"tp": tp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs,
+                                                   "dp": dp}.items() if v is not None}, where="layout")
+    train = parse_spec(TrainSpec, {"global_batch": dp * mbs, **({"seq_len": seq_len} if seq_len else {})},
+                       where="train")
+    num_gpus = tp * cp * dp
+    validate_one(model, train, num_gpus, Layouts.from_layout(layout, num_gpus))
+    return train.seq_len
+
+
+@bench_app.command("memory")
+def memory(
+    sizes: SizesOpt = None,
+    device: DeviceOpt = None,
+    block_ms: BlockOpt = 100.0,
+    as_json: o.JsonOpt = False,
+) -> None:
+    """Device copy bandwidth, (read + write) bytes per second of dst.copy_(src)."""
+    from llmscale.measure import require_torch
+
+    require_torch()
+    from llmscale.measure import membw, table
+
+    dev = resolve_device(device)
+    chosen = parse_sizes(sizes) if sizes else list(membw.DEFAULT_GPU_SIZES if dev != "cpu" else membw.DEFAULT_CPU_SIZES)
+    rows = membw.bench_copy(chosen, dev, target_s=block_ms / 1e3)
+    info = table.versions()
+    document = {"command": "bench memory", **info, "device": dev, "device_name": table.device_name(dev),
+                "rows": rows}
+    columns = [table.Column("size_bytes", "size", "(B)", 12, "d"),
+               table.Column("count", "count", "(elements)", 12, "d"), table.Column("type", "type", "", 8, "s"),
+               table.Column("time_s", "time", "(us)", 11, ".1f", 1e-6),
+               table.Column("copy_bytes_per_s", "copybw", "(GB/s)", 9, ".2f", GB)]
+    preamble = [f"llmscale bench memory   {table.version_line(info)}", f"device {dev}: {document['device_name']}",
+                "dst.copy_(src): copybw = 2·size / time (read + write); median of 3 blocks", ""]
+    _emit(as_json, document, table.render(preamble, columns, rows))
+
+
+def _world_size(nproc: int) -> int:
+    from llmscale.measure.launch import under_torchrun
+
+    return int(os.environ["WORLD_SIZE"]) if under_torchrun() else nproc
+
+
+def resolve_backend(backend: str | None, nproc: int) -> str:
+    from llmscale.measure.launch import check_backend, default_backend
+
+    chosen = backend or default_backend()
+    check_backend(chosen, nproc)
+    return chosen
+
+
+def _rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
+    return [f" Rank {r['rank']:3d} Pid {r['pid']:7d} on {r['host']:>12} device {r['device']:>7} {r['device_name']}"
+            for r in ranks]
+
+
+COLLECTIVE_COLUMNS = (
+    ("scope", "scope", "", 10, "s", 1.0), ("op", "op", "", 14, "s", 1.0), ("impl", "impl", "", 7, "s", 1.0),
+    ("size_bytes", "size", "(B)", 10, "d", 1.0), ("count", "count", "(elements)", 10, "d", 1.0),
+    ("type", "type", "", 8, "s", 1.0), ("time_s", "time", "(us)", 10, ".1f", 1e-6),
+    ("algbw_bytes_per_s", "algbw", "(GB/s)", 7, ".3f", GB), ("busbw_bytes_per_s", "busbw", "(GB/s)", 7, ".3f", GB),
+    ("wrong", "#wrong", "", 6, "d", 1.0), ("plain_time_s", "plain", "(us)", 10, ".1f", 1e-6),
+    ("plain_busbw_bytes_per_s", "busbw", "(GB/s)", 7, ".3f", GB), ("ratio", "ratio", "", 6, ".3f", 1.0),
+)
+
+
+@bench_app.command("collectives")
+def collectives(
+    nproc: NprocOpt = 2,
+    backend: BackendOpt = None,
+    ops: Annotated[str | None, typer.Option("--ops", help="comma-separated: all_reduce,all_gather,reduce_scatter,"
+                                            "all_to_all,send_recv (default all)")] = None,
+    sizes: SizesOpt = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16")] = "float32",
+    iters: Annotated[int, typer.Option("--iters", min=0, help="calls per timed block (0: fill --block-ms)")] = 0,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed blocks per size (median kept)")] = 31,
+    block_ms: BlockOpt = 6.0,
+    as_json: o.JsonOpt = False,
+) -> None:
+    """nccl-tests-style table of collectives (time, algbw, busbw, #wrong) beside a plain torch.distributed loop."""
+    from llmscale.measure import require_torch
+
+    require_torch()
+    from llmscale.measure import collectives as c
+    from llmscale.measure.launch import launch
+
+    chosen_ops = [x.strip() for x in ops.split(",")] if ops else list(c.OPS)
+    for op in chosen_ops:
+        if op not in c.OPS:
+            raise SpecError("ops", op, f"one of {', '.join(c.OPS)}")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise SpecError("dtype", dtype, "float32, bfloat16 or float16")
+    kind = resolve_backend(backend, nproc)
+    chosen = parse_sizes(sizes) if sizes else list(c.DEFAULT_GPU_SIZES if kind == "nccl" else c.DEFAULT_CPU_SIZES)
+    cfg = c.bench_config(chosen_ops, chosen, dtype, kind, iters=iters, repeats=repeats, target_s=block_ms / 1e3)
+    result = launch(c.collectives_worker, cfg, nproc, kind)
+    if result is None:
+        return  # a non-zero rank under torchrun
+    document = collectives_document(result, cfg, kind)
+    _emit(as_json, document, collectives_text(document))
+    if document["wrong"]:
+        raise typer.Exit(1)
+
+
+def collectives_document(result: dict[str, Any], cfg: dict[str, Any], backend: str) -> dict[str, Any]:
+    from llmscale.measure import table
+
+    rows = result["rows"]
+    busbw = [r["busbw_bytes_per_s"] for r in rows]
+    return {"command": "bench collectives", **table.versions(), "backend": backend, "nproc": len(result["ranks"]),
+            "config": {k: cfg[k] for k in ("ops", "sizes", "dtype", "iters", "warmup", "repeats", "target_s")},
+            "ranks": result["ranks"], "rows": rows, "wrong": sum(r["wrong"] for r in rows),
+            "avg_busbw_bytes_per_s": sum(busbw) / len(busbw) if busbw else 0.0}
+
+
+def collectives_text(document: dict[str, Any]) -> str:
+    from llmscale.measure import table
+
+    cfg = document["config"]
+    columns = [table.Column(*spec) for spec in COLLECTIVE_COLUMNS]
+    preamble = [f"llmscale bench collectives   {table.version_line(document)}",
+                f"backend {document['backend']}  nproc {document['nproc']}  dtype {cfg['dtype']}  warmup "
+                f"{cfg['warmup']}  blocks {cfg['repeats']} (median)  iters/block "
+                f"{cfg['iters'] or 'auto, ~%g ms' % (cfg['target_s'] * 1e3)}",
+                "", "Using devices", *_rank_lines(document["ranks"]), "",
+                "busbw = algbw·f(n): 2(n-1)/n all_reduce, (n-1)/n all_gather/reduce_scatter/all_to_all, 1 send_recv "
+                "(nccl-tests PERFORMANCE.md)",
+                "plain: the same calls in a bare torch.distributed loop, blocks interleaved with the bench's; ratio = "
+                "median over block pairs of plain time / bench time",
+                "impl a2a+sum: gloo's reduce_scatter_tensor all-reduces the whole input, so it runs as "
+                "all_to_all_single + local sum", ""]
+    wrong = document["wrong"]
+    footer = [f"Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
+              f"Avg bus bandwidth    : {document['avg_busbw_bytes_per_s'] / GB:.3f} GB/s"]
+    return table.render(preamble, columns, document["rows"], footer)
+
+
+@bench_app.command("links")
+def links(
+    nproc: NprocOpt = 4,
+    backend: BackendOpt = None,
+    size: Annotated[str, typer.Option("--size", help="bytes per exchange (K/M/G suffixes)")] = "1M",
+    iters: Annotated[int, typer.Option("--iters", min=1, help="exchanges per timed block")] = 10,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="timed blocks per pair (best kept)")] = 15,
+    threshold: Annotated[float, typer.Option("--threshold", help="sub-healthy below this fraction of the reference")]
+    = 0.8,
+    rated_gb_per_s: Annotated[float | None, typer.Option("--rated-gb-per-s", help="reference: the rated one-direction "
+                                                         "bandwidth instead of the median")] = None,
+    slow_rank: Annotated[int, typer.Option("--slow-rank", help="test hook: this rank sleeps before every exchange")]
+    = -1,
+    slow_delay_ms: Annotated[float, typer.Option("--slow-delay-ms", min=0.0, help="test hook: the sleep")] = 0.0,
+    schedule: Annotated[str, typer.Option("--schedule", help="rounds (disjoint pairs at once), sequential (one pair "
+                                          "at a time) or auto (sequential up to 64 pairs)")] = "auto",
+    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="skip timing suspects again one pair at a time")]
+    = False,
+    as_json: o.JsonOpt = False,
+) -> None:
+    """Pairwise send/recv sweep over all ranks; names sub-healthy ranks, pairs and nodes (JSON: `suspects`)."""
+    from llmscale.measure import require_torch
+
+    require_torch()
+    from llmscale.measure import links as lk
+    from llmscale.measure.launch import launch
+
+    if not 0 < threshold <= 1:
+        raise SpecError("threshold", threshold, "a fraction in (0, 1]")
+    if rated_gb_per_s is not None and rated_gb_per_s <= 0:
+        raise SpecError("rated_gb_per_s", rated_gb_per_s, "a positive bandwidth in GB/s")
+    if slow_rank >= _world_size(nproc):
+        raise SpecError("slow_rank", slow_rank, f"a rank in 0..{_world_size(nproc) - 1} (or -1: none)")
+    if schedule not in ("auto", "rounds", "sequential"):
+        raise SpecError("schedule", schedule, "auto, rounds or sequential")
+    kind = resolve_backend(backend, nproc)
+    rated = rated_gb_per_s * GB if rated_gb_per_s else None
+    world = _world_size(nproc)
+    if schedule == "auto":
+        schedule = "sequential" if world * (world - 1) // 2 <= 64 else "rounds"
+    cfg = {"size_bytes": parse_sizes(size, "--size")[0], "iters": iters, "warmup": 2, "repeats": repeats,
+           "slow_rank": slow_rank, "slow_delay_ms": slow_delay_ms, "confirm": not no_confirm, "threshold": threshold,
+           "rated_bytes_per_s": rated, "schedule": schedule}
+    result = launch(lk.sweep_worker, cfg, nproc, kind)
+    if result is None:
+        return
+    document = links_document(result, cfg, kind)
+    _emit(as_json, document, links_text(document))
+
+
+def links_document(result: dict[str, Any], cfg: dict[str, Any], backend: str) -> dict[str, Any]:
+    import numpy as np
+
+    from llmscale.measure import links as lk
+    from llmscale.measure import table
+
+    hosts = [str(h) for h in result["hosts"]]
+    seconds = np.array(result["seconds"], dtype=float)
+    bandwidth = lk.bandwidth_matrix(seconds, result["size_bytes"])
+    sweep = lk.bandwidth_matrix(np.array(result["sweep_seconds"], dtype=float), result["size_bytes"])
+    suspects = lk.find_suspects(bandwidth, hosts, cfg["threshold"], cfg["rated_bytes_per_s"])
+    if cfg["confirm"]:
+        suspects = lk.confirmed(suspects, lk.find_suspects(sweep, hosts, cfg["threshold"], cfg["rated_bytes_per_s"]))
+    return {"command": "bench links", **table.versions(), "backend": backend, "nproc": len(hosts),
+            "config": {k: cfg[k] for k in ("size_bytes", "iters", "repeats", "threshold", "rated_bytes_per_s",
+                                           "slow_rank", "slow_delay_ms", "confirm", "schedule")},
+            "hosts": hosts, "rows": lk.pair_rows(bandwidth, seconds, sweep, hosts, result["size_bytes"], suspects),
+            "retested": result["retested"], "reference_pairs": result["reference_pairs"],
+            "alone_scale": result["alone_scale"], "healthy": not suspects, "suspects": [s.as_dict() for s in suspects]}
+
+
+def links_text(document: dict[str, Any]) -> str:
+    from llmscale.measure import table
+
+    cfg = document["config"]
+    reference = (f"rated {cfg['rated_bytes_per_s'] / GB:g} GB/s" if cfg["rated_bytes_per_s"] else "the median")
+    columns = [table.Column("rank_a", "rank", "", 5, "d"), table.Column("rank_b", "peer", "", 5, "d"),
+               table.Column("host_a", "host", "", 12, "s"), table.Column("host_b", "peer host", "", 12, "s"),
+               table.Column("size_bytes", "size", "(B)", 10, "d"),
+               table.Column("time_s", "time", "(us)", 10, ".1f", 1e-6),
+               table.Column("sweep_bandwidth_bytes_per_s", "sweep bw", "(GB/s)", 8, ".3f", GB),
+               table.Column("bandwidth_bytes_per_s", "bw", "(GB/s)", 8, ".3f", GB),
+               table.Column("status", "status", "", 10, "s")]
+    preamble = [f"llmscale bench links   {table.version_line(document)}",
+                f"backend {document['backend']}  nproc {document['nproc']}  size {cfg['size_bytes']} B  iters "
+                f"{cfg['iters']}  blocks {cfg['repeats']} (best kept)  threshold {cfg['threshold']:g} x {reference}",
+                "each pair exchanges size bytes both ways (isend + irecv), "
+                + ("one pair at a time" if cfg["schedule"] == "sequential" else "rounds of disjoint pairs at once")
+                + "; bw = size / time, one direction (after the retests; sweep bw before them)",
+                f"timed again alone: {', '.join(f'{a}-{b}' for a, b in document['retested']) or 'none'}"
+                + (f" (references {', '.join(f'{a}-{b}' for a, b in document['reference_pairs'])}, sweep/alone "
+                   f"{document['alone_scale']:.2f})" if document["retested"] and document["reference_pairs"] else "")
+                + (f"   (test hook: rank {cfg['slow_rank']} sleeps {cfg['slow_delay_ms']:g} ms per exchange)"
+                   if cfg["slow_rank"] >= 0 and cfg["slow_delay_ms"] else ""), ""]
+    footer = [f"Suspects: {len(document['suspects']) or 'none'}"]
+    for s in document["suspects"]:
+        who = "-".join(str(r) for r in s["ranks"]) if s["kind"] == "pair" else ",".join(str(r) for r in s["ranks"])
+        footer.append(f"  {s['kind']:5s} {who:10s} on {','.join(s['hosts'])}: {s['bandwidth_bytes_per_s'] / GB:.3f} "
+                      f"GB/s = {s['ratio']:.2f} x reference {s['reference_bytes_per_s'] / GB:.3f} GB/s")
+    return table.render(preamble, columns, document["rows"], footer)
