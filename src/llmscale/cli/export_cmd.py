@@ -26,60 +26,31 @@ FromPlanOpt = Annotated[
     typer.Option("--from-plan", help="JSON of `llmscale plan --json` (top[0]) or `llmscale explain --json`"),
 ]
 
-# The flag defaults of `export`: a flag that differs from its default while --from-plan is given is ignored.
-_DEFAULTS: dict[str, Any] = {
-    "model": o.DEFAULT_MODEL, "cluster": o.DEFAULT_CLUSTER, "gpus": None, "tp": 1, "pp": 1, "dp": None, "cp": 1,
-    "ep": 1, "etp": None, "vpp": 1, "mbs": 1, "zero": 1, "recompute": o.Recompute.NONE, "sp": None,
-    "schedule": None, "offload_optimizer": False, "offload_params": False, "tp_comm_overlap": False,
-    "ep_comm_overlap": False,
-}
-
-
+@o.with_job_flags
 def export(
+    job: o.JobFlags,
     fmt: FormatOpt,
     from_plan: FromPlanOpt = None,
-    model: o.ModelOpt = o.DEFAULT_MODEL,
-    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
-    gpus: o.GpusOpt = None,
-    tp: o.TpOpt = 1,
-    pp: o.PpOpt = 1,
-    dp: o.DpOpt = None,
-    cp: o.CpOpt = 1,
-    ep: o.EpOpt = 1,
-    etp: o.EtpOpt = None,
-    vpp: o.VppOpt = 1,
-    mbs: o.MbsOpt = 1,
-    gbs: o.GbsOpt = None,
-    seq_len: o.SeqOpt = None,
-    zero: o.ZeroOpt = 1,
-    recompute: o.RecomputeOpt = o.Recompute.NONE,
-    sp: o.SpOpt = None,
-    schedule: o.ScheduleOpt = None,
-    precision: o.PrecisionOpt = o.Precision.BF16,
-    offload_optimizer: o.OffloadOptOpt = False,
-    offload_params: o.OffloadParamsOpt = False,
-    tp_comm_overlap: o.TpOverlapOpt = False,
-    ep_comm_overlap: o.EpOverlapOpt = False,
     expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
     """Write one layout as a training framework's launch arguments (Megatron-LM flags or torchtitan TOML)."""
     export_format = parse_format(fmt)
-    flags = dict(locals())
-    train = {"global_batch": gbs, "seq_len": seq_len, "precision": precision}
     if from_plan is not None:
-        ignored = [k for k, default in _DEFAULTS.items() if flags[k] != default]
+        # A model/cluster/GPU/layout flag that differs from its default is ignored (and said so) with --from-plan.
+        ignored = [k for k, default in o.JOB_FLAG_DEFAULTS.items()
+                   if k not in ("gbs", "seq_len", "precision") and job.values[k] != default]
         if ignored:
             names = ", ".join("--" + k.replace("_", "-") for k in ignored)
             typer.echo(f"warning: {names} ignored: --from-plan takes model, cluster, GPUs and layout from the file",
                        err=True)
-        job = job_from_document(from_plan, train)
+        inputs = job_from_document(from_plan, job.train)
     else:
-        job = resolve_job(model, cluster, gpus, train, o.layout_fields(**flags))
-    if expect_sha256 is not None and expect_sha256.lower() != job.input_sha256:
+        inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout)
+    if expect_sha256 is not None and expect_sha256.lower() != inputs.input_sha256:
         raise LlmscaleError(
-            f"--expect-sha256 {expect_sha256} does not match the inputs' SHA256 {job.input_sha256}: refusing to run"
+            f"--expect-sha256 {expect_sha256} does not match the inputs' SHA256 {inputs.input_sha256}: refusing to run"
         )
-    typer.echo(export_text(job, export_format), nl=False)
+    typer.echo(export_text(inputs, export_format), nl=False)
 
 
 def parse_format(value: str) -> ExportFormat:

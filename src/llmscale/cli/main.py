@@ -85,72 +85,25 @@ def show(
 
 
 @app.command()
-def memory(
-    model: o.ModelOpt = o.DEFAULT_MODEL,
-    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
-    gpus: o.GpusOpt = None,
-    tp: o.TpOpt = 1,
-    pp: o.PpOpt = 1,
-    dp: o.DpOpt = None,
-    cp: o.CpOpt = 1,
-    ep: o.EpOpt = 1,
-    etp: o.EtpOpt = None,
-    vpp: o.VppOpt = 1,
-    mbs: o.MbsOpt = 1,
-    gbs: o.GbsOpt = None,
-    seq_len: o.SeqOpt = None,
-    zero: o.ZeroOpt = 1,
-    recompute: o.RecomputeOpt = o.Recompute.NONE,
-    sp: o.SpOpt = None,
-    schedule: o.ScheduleOpt = None,
-    precision: o.PrecisionOpt = o.Precision.BF16,
-    offload_optimizer: o.OffloadOptOpt = False,
-    offload_params: o.OffloadParamsOpt = False,
-    tp_comm_overlap: o.TpOverlapOpt = False,
-    ep_comm_overlap: o.EpOverlapOpt = False,
-    as_json: o.JsonOpt = False,
-    expect_sha256: o.ExpectShaOpt = None,
-) -> None:
+@o.with_job_flags
+def memory(job: o.JobFlags, as_json: o.JsonOpt = False, expect_sha256: o.ExpectShaOpt = None) -> None:
     """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
     from llmscale.inputs import resolve_job
     from llmscale.memory import memory_breakdown
 
-    layout = o.layout_fields(**locals())
-    job = resolve_job(model, cluster, gpus, {"global_batch": gbs, "seq_len": seq_len, "precision": precision},
-                      layout)
-    _check_sha(job.input_sha256, expect_sha256)
-    result = memory_breakdown(job.model, job.cluster, job.train, job.layouts)
-    document = render.memory_document(job, result)
+    inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout)
+    _check_sha(inputs.input_sha256, expect_sha256)
+    result = memory_breakdown(inputs.model, inputs.cluster, inputs.train, inputs.layouts)
     if as_json:
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(json.dumps(render.memory_document(inputs, result), indent=2))
     else:
-        render.memory_table(job, result)
+        render.memory_table(inputs, result)
 
 
 @app.command()
+@o.with_job_flags
 def explain(
-    model: o.ModelOpt = o.DEFAULT_MODEL,
-    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
-    gpus: o.GpusOpt = None,
-    tp: o.TpOpt = 1,
-    pp: o.PpOpt = 1,
-    dp: o.DpOpt = None,
-    cp: o.CpOpt = 1,
-    ep: o.EpOpt = 1,
-    etp: o.EtpOpt = None,
-    vpp: o.VppOpt = 1,
-    mbs: o.MbsOpt = 1,
-    gbs: o.GbsOpt = None,
-    seq_len: o.SeqOpt = None,
-    zero: o.ZeroOpt = 1,
-    recompute: o.RecomputeOpt = o.Recompute.NONE,
-    sp: o.SpOpt = None,
-    schedule: o.ScheduleOpt = None,
-    precision: o.PrecisionOpt = o.Precision.BF16,
-    offload_optimizer: o.OffloadOptOpt = False,
-    offload_params: o.OffloadParamsOpt = False,
-    tp_comm_overlap: o.TpOverlapOpt = False,
-    ep_comm_overlap: o.EpOverlapOpt = False,
+    job: o.JobFlags,
     as_json: o.JsonOpt = False,
     expect_sha256: o.ExpectShaOpt = None,
     calibration: o.CalibrationOpt = None,
@@ -159,15 +112,13 @@ def explain(
     from llmscale.inputs import resolve_job
     from llmscale.step import estimate_step
 
-    layout = o.layout_fields(**locals())
-    job = resolve_job(model, cluster, gpus, {"global_batch": gbs, "seq_len": seq_len, "precision": precision},
-                      layout, calibration=calibration)
-    _check_sha(job.input_sha256, expect_sha256)
-    step = estimate_step(job.model, job.cluster, job.train, job.layouts)
+    inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout, calibration=calibration)
+    _check_sha(inputs.input_sha256, expect_sha256)
+    step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts)
     if as_json:
-        typer.echo(json.dumps(render.explain_document(job, step), indent=2))
+        typer.echo(json.dumps(render.explain_document(inputs, step), indent=2))
     else:
-        render.explain_table(job, step)
+        render.explain_table(inputs, step)
 
 
 @app.command()

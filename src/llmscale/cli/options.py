@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
@@ -51,3 +55,67 @@ def layout_fields(**flags: Any) -> dict[str, Any]:
     keys = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule",
             "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
     return {k: flags[k] for k in keys}
+
+
+@dataclass(frozen=True)
+class JobFlags:
+    """The model, cluster, GPU, layout and run flags one command received (see `with_job_flags`)."""
+
+    values: dict[str, Any]
+
+    @property
+    def model(self) -> str:
+        return str(self.values["model"])
+
+    @property
+    def cluster(self) -> str:
+        return str(self.values["cluster"])
+
+    @property
+    def gpus(self) -> int | None:
+        gpus: int | None = self.values["gpus"]
+        return gpus
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        return layout_fields(**self.values)
+
+    @property
+    def train(self) -> dict[str, Any]:
+        return {"global_batch": self.values["gbs"], "seq_len": self.values["seq_len"],
+                "precision": self.values["precision"]}
+
+
+_JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
+    ("model", ModelOpt, DEFAULT_MODEL), ("cluster", ClusterOpt, DEFAULT_CLUSTER), ("gpus", GpusOpt, None),
+    ("tp", TpOpt, 1), ("pp", PpOpt, 1), ("dp", DpOpt, None), ("cp", CpOpt, 1), ("ep", EpOpt, 1),
+    ("etp", EtpOpt, None), ("vpp", VppOpt, 1), ("mbs", MbsOpt, 1), ("gbs", GbsOpt, None), ("seq_len", SeqOpt, None),
+    ("zero", ZeroOpt, 1), ("recompute", RecomputeOpt, Recompute.NONE), ("sp", SpOpt, None),
+    ("schedule", ScheduleOpt, None), ("precision", PrecisionOpt, Precision.BF16),
+    ("offload_optimizer", OffloadOptOpt, False), ("offload_params", OffloadParamsOpt, False),
+    ("tp_comm_overlap", TpOverlapOpt, False), ("ep_comm_overlap", EpOverlapOpt, False),
+)
+JOB_FLAG_DEFAULTS: dict[str, Any] = {name: default for name, _, default in _JOB_FLAGS}
+
+
+def with_job_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the shared model/cluster/GPU/layout/run flags, declared once here; the command takes
+    `job: JobFlags` instead of repeating two dozen parameters (typer reads the rewritten signature)."""
+    signature = inspect.signature(command)
+    hints = get_type_hints(command, include_extras=True)
+    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
+           if p.name != "job"]
+    first_defaulted = next((i for i, p in enumerate(own) if p.default is not inspect.Parameter.empty), len(own))
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+              for name, annotation, default in _JOB_FLAGS]
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if i >= first_defaulted else p for i, p in enumerate(own)]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in JOB_FLAG_DEFAULTS}
+        return command(job=JobFlags(values), **kwargs)
+
+    parameters = own[:first_defaulted] + shared + own[first_defaulted:]
+    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": hints.get("return")}
+    return wrapper
