@@ -157,7 +157,7 @@ def test_dp_breaks_the_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gbs_not_divisible_by_dp_mbs(capsys: pytest.CaptureFixture[str]) -> None:
     # 1000 sequences cannot be split evenly over dp 24 × mbs 1 = 24 micro-batch slots.
     code, err = run_inprocess(capsys, "memory", *GPT3_LAYOUT, "--gbs", "1000")
-    assert_one_line(code, err, "mbs = 1", "dp (24)", "global batch (1000)")
+    assert_one_line(code, err, "dp × mbs = 24", "dp (24)", "global batch (1000")
 
 
 def test_ep_not_dividing_experts(capsys: pytest.CaptureFixture[str]) -> None:

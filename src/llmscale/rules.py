@@ -106,7 +106,8 @@ def explain_rejection(
         Reason.SP_TP: ("sp", True, "sequence parallelism needs tp > 1"),
         Reason.CP_SEQ: ("cp", cp, f"2 × cp = {2 * cp} must divide seq_len ({train.seq_len})"),
         Reason.BATCH: (
-            "mbs", mbs, f"dp ({dp}) × mbs ({mbs}) = {dp * mbs} must divide global batch ({train.global_batch})"
+            "dp × mbs", dp * mbs, f"dp ({dp}) × mbs ({mbs}) must divide the global batch ({train.global_batch} "
+            "sequences); choose dp, mbs or --gbs accordingly",
         ),
         Reason.MICROBATCHES: (
             "schedule", schedule,

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from llmscale.chart import Panel, Series, write_png
-from llmscale.goodput import GoodputEstimate
+from llmscale.goodput import CheckpointPolicy, GoodputEstimate
 from llmscale.resilience import at_interval, job_goodput
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.failures import Mitigation
@@ -20,10 +20,13 @@ INTERVALS_MIN = np.geomspace(1.0 / 6.0, 1440.0, 48)
 
 
 def _interval_panel(est: GoodputEstimate) -> Panel:
-    series = tuple(
-        Series(policy.value, INTERVALS_MIN, np.array([at_interval(est, policy, m * 60.0)[0] for m in INTERVALS_MIN]))
-        for policy in est.policies
-    )
+    def curve(policy: CheckpointPolicy) -> np.ndarray:
+        values = np.array([at_interval(est, policy, m * 60.0)[0] for m in INTERVALS_MIN])
+        return np.where(values > 0, values, np.nan)  # 0 marks intervals the policy cannot run at: leave a gap
+
+    curves = {policy: curve(policy) for policy in est.policies}
+    # A policy that cannot run at any single interval on this axis (tiered needs two) gets no legend entry.
+    series = tuple(Series(policy.value, INTERVALS_MIN, c) for policy, c in curves.items() if np.isfinite(c).any())
     best = est.policies[est.best_policy[0]]
     marker = float(next(iter(best.interval_s.values()))[0]) / 60.0
     ticks = ((0.1, "0.1"), (1.0, "1"), (10.0, "10"), (100.0, "100"), (1000.0, "1000"))
@@ -42,7 +45,8 @@ def _size_panel(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gp
                       mitigations=mitigations)
     series = tuple(Series(policy.value, sizes, np.where(result.terms.feasible, result.goodput, np.nan))
                    for policy, result in est.policies.items())
-    ticks = ((1e3, "1K"), (1e4, "10K"), (1e5, "100K"), (1e6, "1M"))
+    step = max(1, len(sizes) // 6)  # at most ~7 labels
+    ticks = tuple((float(g), f"{g / 1024:,.0f}K" if g >= 1024 else f"{g:,.0f}") for g in sizes[::step])
     return Panel("GOODPUT VS JOB SIZE (BEST INTERVALS)", "JOB SIZE (GPUS)", "GOODPUT", series, ticks,
                  marker_x=float(num_gpus), legend_low=True)
 
