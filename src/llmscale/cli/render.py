@@ -47,9 +47,9 @@ def spec_document(kind: str, name: str, document: dict[str, Any]) -> None:
     console.print(table)
 
 
-def memory_document(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:
-    """The JSON of `llmscale memory`: every breakdown field of layout i, totals, and provenance."""
-    document: dict[str, Any] = {
+def job_header(job: JobInputs) -> dict[str, Any]:
+    """Provenance every one-layout document starts with: version, input hash, model, cluster, GPUs, layout."""
+    return {
         "llmscale_version": __version__,
         "input_sha256": job.input_sha256,
         "model": job.model.name,
@@ -57,6 +57,11 @@ def memory_document(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> dict
         "num_gpus": job.num_gpus,
         "layout": job.resolved_layout.model_dump(mode="json"),
     }
+
+
+def memory_document(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:
+    """The JSON of `llmscale memory`: every breakdown field of layout i, totals, and provenance."""
+    document = job_header(job)
     for f in fields(result):
         value = getattr(result, f.name)
         document[f.name] = float(value) if f.name in _SCALAR_FIELDS else value[i].item()
@@ -129,12 +134,7 @@ _STEP_PARTS = (
 def explain_document(job: JobInputs, step: StepBreakdown, i: int = 0) -> dict[str, Any]:
     """The JSON of `llmscale explain`: the step breakdown, the rates, and the memory document."""
     document: dict[str, Any] = {
-        "llmscale_version": __version__,
-        "input_sha256": job.input_sha256,
-        "model": job.model.name,
-        "cluster": job.cluster.name,
-        "num_gpus": job.num_gpus,
-        "layout": job.resolved_layout.model_dump(mode="json"),
+        **job_header(job),
         "step_time_s": float(step.step_time_s[i]),
         "breakdown": {field: float(getattr(step, field)[i]) for _, field in _STEP_PARTS},
         "mfu": float(step.mfu[i]),
