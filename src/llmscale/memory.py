@@ -160,8 +160,24 @@ class _StateBytes:
     pcie_per_step: np.ndarray
 
 
+def gradient_bytes_per_param(train: TrainSpec) -> float:
+    """fp32 main gradients (Megatron main_grad) or 16-bit ones."""
+    return 4.0 if train.fp32_grads else 2.0
+
+
+def optimizer_state_bytes_per_param(train: TrainSpec) -> float:
+    """fp32 master weights (4) plus the optimizer's fp32 state (Adam 8, SGD momentum 4)."""
+    return (4.0 if train.fp32_master_weights else 0.0) + (8.0 if train.optimizer is Optimizer.ADAM else 4.0)
+
+
+def optimizer_step_traffic_bytes_per_param(train: TrainSpec) -> float:
+    """HBM bytes an optimizer step moves per local parameter: read the gradient, read and write the master
+    weight and the optimizer state, write the 16-bit weight (Adam with fp32 grads and master: 4 + 24 + 2 = 30)."""
+    return gradient_bytes_per_param(train) + 2 * optimizer_state_bytes_per_param(train) + BYTES_16BIT
+
+
 @dataclass(frozen=True)
-class _Sharding:
+class Sharding:
     """Per-layout fraction of non-expert (ne) and expert (ex) state kept on a GPU, by ZeRO stage; the
     same for every pipeline rank, so computed once."""
 
@@ -173,7 +189,7 @@ class _Sharding:
     optim_ex: np.ndarray
 
     @classmethod
-    def of(cls, lay: Layouts) -> _Sharding:
+    def of(cls, lay: Layouts) -> Sharding:
         ne = 1.0 / (lay.dp * lay.cp)
         ex = 1.0 / np.maximum(lay.edp, 1)
         one = np.ones(lay.size)
@@ -185,12 +201,12 @@ class _Sharding:
 
 
 def _state_bytes(
-    train: TrainSpec, lay: Layouts, params: RankParams, shard: _Sharding, num_micro: np.ndarray
+    train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray
 ) -> _StateBytes:
     """Weights, gradients and optimizer bytes after ZeRO sharding, offload and low-precision copies."""
     const = memory_constants()
-    grad_b = 4.0 if train.fp32_grads else 2.0
-    opt_b = (4.0 if train.fp32_master_weights else 0.0) + (8.0 if train.optimizer is Optimizer.ADAM else 4.0)
+    grad_b = gradient_bytes_per_param(train)
+    opt_b = optimizer_state_bytes_per_param(train)
     cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
                Precision.FP4: const.fp4_weight_cache_bytes_per_param}.get(train.precision, 0.0)
     ne, ex = params.non_expert, params.expert
@@ -264,7 +280,7 @@ def memory_breakdown(
     counts = count_params(model)
     acts = layer_activations(model, train, lay)
     num_micro = np.maximum(train.global_batch // np.maximum(lay.dp * lay.mbs, 1), 1)
-    shard = _Sharding.of(lay)
+    shard = Sharding.of(lay)
     best_total = np.full(lay.size, -1.0)
     fields: dict[str, np.ndarray] = {}
     for which in RankOf:

@@ -31,19 +31,23 @@ import yaml
 from llmscale.compute import RankCompute, layer_times, rank_compute
 from llmscale.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.layouts import Layouts
-from llmscale.memory import MemoryBreakdown, RankParams, RankStages, memory_breakdown, rank_params
+from llmscale.memory import (
+    MemoryBreakdown,
+    RankParams,
+    RankStages,
+    Sharding,
+    memory_breakdown,
+    optimizer_step_traffic_bytes_per_param,
+    rank_params,
+)
 from llmscale.params import count_params
 from llmscale.pipeline import PipelineTimes, pipeline_times
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Optimizer, TrainSpec
+from llmscale.specs.train import TrainSpec
 from llmscale.stages import RankOf, StageLayers, stage_layers
 from llmscale.traffic import MicrobatchComm, data_parallel_comm, microbatch_comm
-
-OPTIMIZER_BYTES_PER_PARAM = 30.0
-"""Adam step per local parameter shard: read fp32 grad 4, master 4, m 4, v 4; write master, m, v 12;
-write the 16-bit weight 2 (sum 30)."""
 
 
 @dataclass(frozen=True)
@@ -221,9 +225,9 @@ def _assemble(
     """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
     const = step_constants()
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
-    shard = np.where(lay.zero >= 1, params.non_expert / (lay.dp * lay.cp) + params.expert / np.maximum(lay.edp, 1),
-                     params.non_expert + params.expert)
-    opt_bytes = OPTIMIZER_BYTES_PER_PARAM if train.optimizer is Optimizer.ADAM else OPTIMIZER_BYTES_PER_PARAM - 8
+    sharding = Sharding.of(lay)
+    shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex
+    opt_bytes = optimizer_step_traffic_bytes_per_param(train)
     tokens = float(train.tokens_per_step)
     # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
     m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)

@@ -55,14 +55,14 @@ from llmscale.comm import Collective, collective_time_s, group_links
 from llmscale.compute import _elementwise_bytes_per_token, layer_times, rank_compute
 from llmscale.flops import attention_core_flops_per_layer
 from llmscale.layouts import Layouts
-from llmscale.memory import rank_params
+from llmscale.memory import optimizer_step_traffic_bytes_per_param, rank_params
 from llmscale.params import count_params
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec, GPUSpec, NetworkTier, NodeSpec
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.stages import RankOf, stage_layers
-from llmscale.step import OPTIMIZER_BYTES_PER_PARAM, StepBreakdown, estimate_step
+from llmscale.step import StepBreakdown, estimate_step
 from llmscale.traffic import data_parallel_comm
 from llmscale.units import GB, GIB, TERA, US
 
@@ -174,14 +174,14 @@ def fit_tier(gpu: GPUSpec, nproc: int, samples: list[dict[str, Any]]) -> tuple[f
 def memory_bound_bytes(setup: ProbeSetup) -> float:
     """Bytes the step model charges to memory-bound kernels in one step of the probe (compute.py, step.py):
     every layer's elementwise bytes and the logits' fp32 softmax/loss bytes, forward + backward (1 + 2 passes),
-    per micro-batch; plus the optimizer's OPTIMIZER_BYTES_PER_PARAM per parameter held (ZeRO 0)."""
+    per micro-batch; plus the optimizer step's bytes per parameter held (ZeRO 0, memory.py)."""
     model, tokens = setup.model, setup.tokens_per_micro_batch
     per_layer = {moe: sum(_elementwise_bytes_per_token(model, moe, Precision.BF16)) * tokens for moe in (False, True)}
     layers = model.num_dense_layers * per_layer[False] + model.num_moe_layers * per_layer[True]
     logits = tokens * 3 * 4.0 * model.vocab
     counts = count_params(model)
     held = counts.total - counts.routed_experts + counts.routed_experts / setup.ep
-    return setup.micro_batches * 3.0 * (layers + logits) + OPTIMIZER_BYTES_PER_PARAM * held
+    return setup.micro_batches * 3.0 * (layers + logits) + optimizer_step_traffic_bytes_per_param(setup.train) * held
 
 
 def memory_bound_seconds(setup: ProbeSetup, ranks: list[dict[str, Any]]) -> float:
