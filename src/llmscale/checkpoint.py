@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 import numpy as np
-import yaml
 
+from llmscale.catalog.constants import catalog_values
 from llmscale.layouts import Layouts
 from llmscale.memory import rank_params
 from llmscale.params import count_params
@@ -55,8 +54,7 @@ class CheckpointConstants:
 
 @cache
 def checkpoint_constants() -> CheckpointConstants:
-    text = resources.files("llmscale.catalog").joinpath("checkpoint.yaml").read_text(encoding="utf-8")
-    raw = {key: entry["value"] for key, entry in yaml.safe_load(text).items()}
+    raw = catalog_values("checkpoint.yaml")
     return CheckpointConstants(
         detection_s=raw["detection_s"], reschedule_hot_spare_s=raw["reschedule_hot_spare_s"],
         reschedule_requeue_s=raw["reschedule_requeue_s"], startup_s=raw["startup_s"],

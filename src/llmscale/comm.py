@@ -51,11 +51,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from functools import cache
-from importlib import resources
 
 import numpy as np
-import yaml
 
+from llmscale.catalog.constants import catalog_values
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.units import US
 
@@ -98,8 +97,7 @@ class CommEfficiency:
 @cache
 def comm_efficiency() -> CommEfficiency:
     """The catalog's communication constants (catalog/comm.yaml)."""
-    text = resources.files("llmscale.catalog").joinpath("comm.yaml").read_text(encoding="utf-8")
-    raw = {key: entry["value"] for key, entry in yaml.safe_load(text).items()}
+    raw = catalog_values("comm.yaml")
     return CommEfficiency(
         scale_up_ring=raw["scale_up_ring"],
         scale_up_in_network=raw["scale_up_in_network"],

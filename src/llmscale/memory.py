@@ -25,10 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 import numpy as np
-import yaml
 
 from llmscale.activations import (
     BYTES_16BIT,
@@ -37,6 +35,7 @@ from llmscale.activations import (
     layer_activations,
     stage_activation_bytes,
 )
+from llmscale.catalog.constants import catalog_values
 from llmscale.layouts import Layouts
 from llmscale.params import ParamCounts, count_params
 from llmscale.specs.cluster import ClusterSpec
@@ -60,8 +59,7 @@ class MemoryConstants:
 
 @cache
 def memory_constants() -> MemoryConstants:
-    text = resources.files("llmscale.catalog").joinpath("memory.yaml").read_text(encoding="utf-8")
-    raw = {key: entry["value"] for key, entry in yaml.safe_load(text).items()}
+    raw = catalog_values("memory.yaml")
     return MemoryConstants(
         runtime_reserved_bytes=raw["runtime_reserved_gib"] * GIB,
         fragmentation_fraction=raw["fragmentation_fraction"],

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
 from functools import cache
-from importlib import resources
 from typing import TypeVar
 
 import numpy as np
-import yaml
 
+from llmscale.catalog.constants import catalog_values
 from llmscale.compute import RankCompute, layer_times, rank_compute
 from llmscale.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.layouts import Layouts
@@ -62,8 +61,7 @@ class StepConstants:
 
 @cache
 def step_constants() -> StepConstants:
-    text = resources.files("llmscale.catalog").joinpath("step.yaml").read_text(encoding="utf-8")
-    raw = {key: float(entry["value"]) for key, entry in yaml.safe_load(text).items()}
+    raw = {key: float(value) for key, value in catalog_values("step.yaml").items()}
     return StepConstants(**raw)
 
 
