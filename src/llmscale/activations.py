@@ -39,9 +39,7 @@ from llmscale.layouts import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
-
-BYTES_16BIT = 2
-BYTES_FP32 = 4
+from llmscale.units import BYTES_16BIT, BYTES_FP32
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,6 @@ from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.stages import StageLayers
 
-BYTES_16BIT = 2
-
 
 @dataclass(frozen=True)
 class LayerTimes:

@@ -88,6 +88,12 @@ class Layouts:
     def num_gpus(self) -> np.ndarray:
         return self.tp * self.cp * self.pp * self.dp
 
+    def num_microbatches(self, global_batch: int) -> np.ndarray:
+        """Micro-batches per step and pipeline: global batch / (dp · mbs), at least 1 (`rules.check` masks
+        layouts where it does not divide)."""
+        result: np.ndarray = np.maximum(global_batch // np.maximum(self.dp * self.mbs, 1), 1)
+        return result
+
     @property
     def edp(self) -> np.ndarray:
         """Expert data-parallel size: the tp·cp·dp ranks of a stage re-partitioned as etp·ep·edp.

@@ -277,7 +277,7 @@ def memory_breakdown(
     const = memory_constants()
     counts = count_params(model)
     acts = layer_activations(model, train, lay)
-    num_micro = np.maximum(train.global_batch // np.maximum(lay.dp * lay.mbs, 1), 1)
+    num_micro = lay.num_microbatches(train.global_batch)
     shard = Sharding.of(lay)
     best_total = np.full(lay.size, -1.0)
     fields: dict[str, np.ndarray] = {}

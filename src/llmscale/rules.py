@@ -52,7 +52,7 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
     kv_heads = model.heads if model.mla is not None else model.num_kv_heads
     interleaved = lay.schedule == Schedule.INTERLEAVED.code
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
-    num_micro = train.global_batch // np.maximum(lay.dp * lay.mbs, 1)
+    num_micro = lay.num_microbatches(train.global_batch)
     experts = max(model.experts, 1)
     conditions = [
         (Reason.GPU_COUNT, lay.num_gpus != num_gpus),

@@ -183,7 +183,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     const = step_constants()
     counts = count_params(model)
     eff = cluster.gpu.efficiency
-    num_micro = np.maximum(train.global_batch // np.maximum(lay.dp * lay.mbs, 1), 1)
+    num_micro = lay.num_microbatches(train.global_batch)
     times = layer_times(model, cluster, train, lay)
     comm = microbatch_comm(model, cluster, train, lay)
     best: tuple[_CriticalPath, RankParams, np.ndarray] | None = None

@@ -30,8 +30,7 @@ from llmscale.layouts import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-
-BYTES_16BIT = 2
+from llmscale.units import BYTES_16BIT
 
 
 def kv_width(model: ModelSpec) -> int:

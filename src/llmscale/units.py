@@ -5,6 +5,11 @@ otherwise. Catalog files use GB/s (1e9 B/s), Gbit/s and GiB where the vendor doe
 once with the constants below.
 """
 
+BYTES_16BIT = 2
+"""bf16 / fp16 element."""
+BYTES_FP32 = 4
+"""fp32 element."""
+
 KIB = 2**10
 MIB = 2**20
 GIB = 2**30
