@@ -21,6 +21,7 @@ from enum import Enum
 
 import numpy as np
 
+from llmscale.catalog.constants import catalog_values
 from llmscale.errors import SpecError
 from llmscale.layouts import Layouts
 from llmscale.params import count_params
@@ -33,9 +34,10 @@ from llmscale.specs.train import TrainSpec
 from llmscale.step import StepBreakdown, estimate_step
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
-SCALING_FLOOR = 0.9
+_CONSTANTS = catalog_values("plan.yaml")
+SCALING_FLOOR = float(_CONSTANTS["scaling_floor"])
 """A bigger job is worth it while its per-GPU throughput stays within 10% of the best job size's."""
-BATCH_ROUNDING_SEQS = 1024
+BATCH_ROUNDING_SEQS = int(_CONSTANTS["batch_rounding_sequences"])
 
 
 class Objective(str, Enum):
@@ -116,7 +118,7 @@ class PlanResult:
 def critical_batch_sequences(model: ModelSpec, train: TrainSpec) -> int:
     """DeepSeek LLM's B_opt(C) in sequences, rounded down to a multiple of 1,024 (at least 1,024)."""
     compute = 6.0 * count_params(model).active * train.total_tokens
-    tokens = 0.2920 * compute**0.3271
+    tokens = _CONSTANTS["batch_law_coefficient"] * compute ** _CONSTANTS["batch_law_exponent"]
     return max(BATCH_ROUNDING_SEQS, int(tokens / train.seq_len) // BATCH_ROUNDING_SEQS * BATCH_ROUNDING_SEQS)
 
 
@@ -194,9 +196,11 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
 
 
 def job_sizes(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
-    """Powers of two from the smallest that can hold the training state (16 B per parameter) to the cluster."""
-    state_bytes = 16.0 * count_params(model).total
-    smallest = max(cluster.node.gpus_per_node, int(np.ceil(state_bytes / (0.8 * cluster.gpu.memory_bytes))))
+    """Powers of two from the smallest that can hold the training state (16 B per parameter, catalog/plan.yaml)
+    to the cluster."""
+    state_bytes = _CONSTANTS["state_bytes_per_param"] * count_params(model).total
+    usable = _CONSTANTS["usable_memory_fraction"] * cluster.gpu.memory_bytes
+    smallest = max(cluster.node.gpus_per_node, int(np.ceil(state_bytes / usable)))
     size = 1 << int(np.ceil(np.log2(smallest)))
     sizes = []
     while size <= cluster.num_gpus:
