@@ -2,9 +2,13 @@
 
 Shape legend: arrays of shape (N,), one element per layout.
 
-The model's L layers are cut into C = pp × vpp chunks; chunk c holds layers [⌊c·L/C⌋, ⌊(c+1)·L/C⌋)
-(balanced when L is not a multiple of C). Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp (Megatron
-interleaving); under DualPipe it holds stages r and pp−1−r (DeepSeek-V3 §3.2.1). The first chunk carries
+Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp of the pp × vpp chunks the model's L layers are cut into
+(Megatron interleaving), chunk k holding the next layers after chunk k − 1. Each rank gets ⌈L/pp⌉ layers; when
+pp does not divide L the shortfall goes to the last rank, then the first (the ranks that also hold the output
+layer and the embedding: Llama 3 §3.3.2 "one fewer layer on the first and last stage", Megatron's
+account_for_embedding/loss_in_pipeline_split), then from rank pp−2 inward, rank 1 last; a rank's layers are
+spread over its vpp chunks as evenly as they go. Under DualPipe a rank holds stages r and pp−1−r
+(DeepSeek-V3 §3.2.1). The first chunk carries
 the input embedding, the last the output layer — which ZB-V's V shape puts on rank 0. MoE layers are those
 at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
 """
@@ -42,35 +46,42 @@ def moe_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
     return -(-after_dense // model.moe_layer_freq)
 
 
-def _chunk_layers(model: ModelSpec, chunk: np.ndarray, num_chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    start = chunk * model.layers // num_chunks
-    end = (chunk + 1) * model.layers // num_chunks
-    moe = moe_layers_before(model, end) - moe_layers_before(model, start)
-    return (end - start) - moe, moe
+def rank_layer_counts(layers: int, pp: int) -> np.ndarray:
+    """Layers of each pipeline rank (module docstring): ⌈L/pp⌉ each, one fewer on the last, first, then ranks
+    pp−2, pp−3, …, 1 until the counts sum to L."""
+    counts = np.full(pp, -(-layers // pp), dtype=np.int64)
+    order = [pp - 1, 0, *range(pp - 2, 0, -1)]
+    counts[order[: int(counts.sum()) - layers]] -= 1
+    return counts
 
 
-def _rank_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(dense, moe) layers of rank `rank` for arrays of pp and vpp, summing its interleaved chunks."""
-    dense = np.zeros(pp.shape, dtype=np.int64)
-    moe = np.zeros(pp.shape, dtype=np.int64)
-    for j in range(int(vpp.max(initial=1))):
-        present = j < vpp
-        d, m = _chunk_layers(model, rank + j * pp, pp * vpp)
-        dense += np.where(present, d, 0)
-        moe += np.where(present, m, 0)
-    return dense, moe
+def _chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
+    """First layer of every chunk k = j·pp + r (shape (pp·vpp + 1,), the last entry L)."""
+    per_rank = rank_layer_counts(layers, pp)
+    j = np.arange(vpp)[:, None]
+    sizes = (j + 1) * per_rank // vpp - j * per_rank // vpp  # [chunk j of the rank, rank]; short chunks first
+    sizes[:, -1] = sizes[::-1, -1]  # except on the last rank, where the short chunk is the one with the output layer
+    return np.concatenate([[0], np.cumsum(sizes.reshape(-1))])
+
+
+def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, moe) layers of every rank of a pp × vpp split (arrays of shape (pp,))."""
+    bounds = _chunk_bounds(model.layers, pp, vpp)
+    moe = moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])
+    dense = np.diff(bounds) - moe
+    return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0)
 
 
 @cache
 def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf) -> np.ndarray:
     """Table [pp, vpp, field] of (dense, moe, dense of mirror, moe of mirror) for the rank `rank_of_pp`
     picks; computed once per model and grid size, then gathered for millions of layouts."""
-    grid_pp, grid_vpp = np.meshgrid(np.arange(1, max_pp + 1), np.arange(1, max_vpp + 1), indexing="ij")
-    pp, vpp = grid_pp.reshape(-1), grid_vpp.reshape(-1)
-    rank = rank_of_pp.rank(pp)
     table = np.zeros((max_pp + 1, max_vpp + 1, 4), dtype=np.int64)
-    table[pp, vpp, 0:2] = np.stack(_rank_layers(model, pp, vpp, rank), axis=-1)
-    table[pp, vpp, 2:4] = np.stack(_rank_layers(model, pp, vpp, pp - 1 - rank), axis=-1)
+    for pp in range(1, max_pp + 1):
+        rank = int(rank_of_pp.rank(np.array(pp)))
+        for vpp in range(1, max_vpp + 1):
+            dense, moe = _rank_layers(model, pp, vpp)
+            table[pp, vpp] = dense[rank], moe[rank], dense[pp - 1 - rank], moe[pp - 1 - rank]
     return table
 
 
