@@ -22,7 +22,8 @@ from llmscale.validate import job_from_run
 PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
          "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")
 GPT3 = load_model("gpt3-175b")
-GPT3_TRAIN = TrainSpec(seq_len=2048, global_batch=1536, precision=Precision.FP16)
+# Megatron-LM of 2021 had no FlashAttention (it appeared in 2022, arXiv:2205.14135): the unfused attention core.
+GPT3_TRAIN = TrainSpec(seq_len=2048, global_batch=1536, precision=Precision.FP16, flash_attention=False)
 SELENE = load_cluster("selene", num_gpus=1536)
 
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from llmscale.cli.main import main
-from llmscale.runs import load_rows
-from llmscale.validate import validate_rows
+from llmscale.runs import load_rows, load_runs
+from llmscale.validate import job_from_run, validate_rows
 
 GOOD = {"name": "ok", "source": "test", "gpu": "h100-sxm", "model_type": "dense", "layers": 2, "hidden": 256,
         "heads": 4, "vocab": 100, "gated_mlp": True, "ffn_hidden": 512, "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8,
@@ -62,3 +62,18 @@ def test_shipped_set_regression_guard() -> None:
     assert report.summary()["evaluated"] >= 113
     assert report.median_abs_error_pct <= 6.0
     assert report.p90_abs_error_pct <= 25.0
+
+
+@pytest.mark.parametrize(
+    ("name", "flash"),
+    [
+        ("Megatron-LM 2021 Table2 PTD-P GPT 174.6B on 1536 A100 (mbs 1)", False),
+        ("Korthikanti 2022 22B full recompute baseline (no SP) on 8 A100", False),
+        ("BLOOM-176B (tr11-176B-ml) on 384 A100-80GB", False),
+        ("Megatron-Bridge 25.09 LLAMA3_70B on 64 H100 fp8", True),
+    ],
+)
+def test_runs_before_flash_attention_use_the_unfused_core(name: str, flash: bool) -> None:
+    # data/run_settings.yaml `source_contains` facts: the 2021-2022 papers' software had no FlashAttention.
+    run = next(r for r in load_runs() if r.name == name)
+    assert job_from_run(run).train.flash_attention is flash

@@ -7,7 +7,12 @@ with f = d / (d + d_half) for the GEMM's narrow dimension d — the tokens of a 
 columns left after the tensor-parallel split, or the tokens one expert receives — so small TP shards and
 thinly loaded experts run below the large-GEMM efficiency. The attention core (FlashAttention, causal, so
 half the s×s work) runs at η_attn of the 16-bit peak forward and attention_backward_ratio × that time
-backward (FlashAttention-2 §3.1.2: 5 GEMMs against 2). Elementwise work (norms, residuals, rotary,
+backward (FlashAttention-2 §3.1.2: 5 GEMMs against 2). Without FlashAttention (train.flash_attention false:
+Megatron-LM's CoreAttention before 2022, Korthikanti et al. 2022 §4.1) QKᵀ and AV are batched 16-bit GEMMs
+over the whole s×s matrix (the mask is applied afterwards), narrow in the head dimension, and every score
+passes through HBM: the fused scale-mask-softmax reads and writes it, dropout reads it and writes it and a
+1-byte mask (forward); backward, dropout reads the gradient and the mask and writes a gradient, softmax reads
+the gradient and its output and writes one, and the two GEMMs become four. Elementwise work (norms, residuals, rotary,
 activation functions, MoE permutation) moves bytes at η_hbm of the HBM bandwidth. Backward GEMMs are two
 passes (input gradient, weight gradient) of the forward's cost. Recompute adds a forward of the layers
 (full) or of the attention core (selective). Efficiencies come from catalog/efficiency.yaml per GPU.
@@ -37,6 +42,7 @@ class LayerTimes:
 
     gemm_s: np.ndarray
     attention_core_s: np.ndarray
+    attention_core_backward_s: np.ndarray
     elementwise_s: np.ndarray
 
     @property
@@ -109,6 +115,28 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, precision: Precisi
     return per_sigma, per_tp
 
 
+UNFUSED_SCORE_BYTES = {False: (4.0, 6.0), True: (9.0, 11.0)}
+"""(forward, backward) bytes each 16-bit attention score moves through HBM without FlashAttention, by whether
+the model has dropout: softmax read + write 2 + 2 (backward: read gradient and output, write gradient 6);
+dropout read + write + 1-byte mask 5 (backward: read gradient and mask, write gradient 5)."""
+
+
+def _attention_core_s(
+    model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray, eff: EfficiencySpec, peak16: float,
+    hbm: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU."""
+    if train.flash_attention:
+        flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * tokens / lay.tp
+        forward: np.ndarray = flops / (peak16 * eff.attention)
+        return forward, forward * eff.attention_backward_ratio
+    flops = attention_core_flops_per_layer(model, train.seq_len, causal=False) * tokens / lay.tp
+    gemm = _gemm_s(flops, _narrow(tokens, float(model.dim_per_head)), peak16, eff, Precision.BF16)
+    scores = model.heads / lay.tp * tokens * train.seq_len
+    fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
+    return gemm + scores * fwd_bytes / hbm, 2.0 * gemm + scores * bwd_bytes / hbm
+
+
 def layer_times(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
 ) -> tuple[LayerTimes, LayerTimes, LayerTimes]:
@@ -120,8 +148,7 @@ def layer_times(
     tokens = train.seq_len / lay.cp * lay.mbs
     sigma = np.where(lay.sp, lay.tp, 1)
     hbm = gpu.memory_bandwidth_bytes_per_s * eff.hbm
-    core_flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * tokens / lay.tp
-    core_s = core_flops / (peak16 * eff.attention)
+    core_s, core_bwd_s = _attention_core_s(model, train, lay, tokens, eff, peak16, hbm)
     h = model.hidden
     attn_cols = (model.heads + 2 * model.num_kv_heads) * model.dim_per_head / lay.tp
     attn_s = _gemm_s(2.0 * counts.dense_layer.attention * tokens / lay.tp, _narrow(tokens, h, attn_cols), peak, eff,
@@ -133,8 +160,9 @@ def layer_times(
 
     mlp_s = _gemm_s(2.0 * counts.dense_layer.dense_mlp * tokens / lay.tp,
                     _narrow(tokens, h, model.ffn_hidden / lay.tp), peak, eff, train.precision)
-    dense = LayerTimes(attn_s + mlp_s, core_s, elementwise(False))
-    moe = LayerTimes(np.zeros(lay.size), np.zeros(lay.size), np.zeros(lay.size))
+    dense = LayerTimes(attn_s + mlp_s, core_s, core_bwd_s, elementwise(False))
+    zero = np.zeros(lay.size)
+    moe = LayerTimes(zero, zero, zero, zero)
     if model.is_moe:
         per_expert_tokens = tokens * model.top_k * lay.etp / lay.tp * lay.ep / model.experts
         routed_flops = 2.0 * counts.active_routed_per_moe_layer * tokens * (model.capacity_factor or 1.0) / lay.tp
@@ -146,7 +174,7 @@ def layer_times(
         shared_dim = _narrow(tokens, h, max(model.shared_ffn * model.shared_experts, 1) / lay.tp)
         moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision) / grouped
                     + _gemm_s(shared_flops, shared_dim, peak, eff, train.precision))
-        moe = LayerTimes(moe_gemm, core_s, elementwise(True))
+        moe = LayerTimes(moe_gemm, core_s, core_bwd_s, elementwise(True))
     logits_flops = 2.0 * model.hidden * model.vocab * tokens / lay.tp
     logits_gemm = _gemm_s(logits_flops, _narrow(tokens, h, model.vocab / lay.tp), peak, eff, train.precision)
     logits_elementwise = tokens * 3 * 4.0 * model.vocab / lay.tp / hbm  # fp32 softmax + CE: write, read, write
@@ -158,6 +186,7 @@ def layer_times(
     output = LayerTimes(
         (1 + mtp) * logits_gemm + mtp * (last_kind.gemm_s + projection),
         mtp * last_kind.attention_core_s,
+        mtp * last_kind.attention_core_backward_s,
         (1 + mtp) * logits_elementwise + mtp * last_kind.elementwise_s,
     )
     return dense, moe, output
@@ -176,6 +205,7 @@ def rank_compute(
         return value
 
     gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
+    core_backward = total("attention_core_backward_s")
     elementwise = elementwise + (layers.dense + layers.moe) * eff.layer_overhead_us * 1e-6
     forward = gemm + core + elementwise
     layers_forward = forward - layers.last * logits.forward_s
@@ -184,5 +214,5 @@ def rank_compute(
         [layers_forward, core],
         default=0.0,
     )
-    backward_input = gemm + core * eff.attention_backward_ratio + 2.0 * elementwise + recompute
+    backward_input = gemm + core_backward + 2.0 * elementwise + recompute
     return RankCompute(forward, backward_input, gemm, core, recompute)

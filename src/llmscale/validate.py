@@ -110,10 +110,25 @@ class ValidationReport:
 
 
 @cache
+def _settings_entries() -> list[dict[str, Any]]:
+    text = resources.files("llmscale.data").joinpath("run_settings.yaml").read_text(encoding="utf-8")
+    entries: list[dict[str, Any]] = yaml.safe_load(text)
+    return entries
+
+
 def run_settings() -> dict[str, dict[str, Any]]:
     """Recipe facts for shipped rows, by exact row name (data/run_settings.yaml)."""
-    text = resources.files("llmscale.data").joinpath("run_settings.yaml").read_text(encoding="utf-8")
-    return {entry["name"]: entry for entry in yaml.safe_load(text)}
+    return {entry["name"]: entry for entry in _settings_entries() if "name" in entry}
+
+
+def run_facts(run: PublishedRun) -> dict[str, Any]:
+    """The recipe facts of one row: those of every `source_contains` entry whose text is in the row's source
+    (facts shared by all rows of one paper, such as its attention kernel), then the row's own entry."""
+    facts: dict[str, Any] = {}
+    for entry in _settings_entries():
+        if "source_contains" in entry and entry["source_contains"] in run.source:
+            facts |= entry
+    return facts | run_settings().get(run.name, {})
 
 
 @cache
@@ -184,9 +199,11 @@ def job_from_run(run: PublishedRun, calibration: CalibrationProfile | None = Non
     cluster = reference_cluster(run)
     if calibration is not None and calibrates(calibration, run.gpu):
         cluster = apply_calibration(cluster, calibration)
-    facts = run_settings().get(run.name, {})
+    facts = run_facts(run)
     train = parse_spec(TrainSpec, {"seq_len": run.seq_len, "global_batch": run.global_batch,
-                                   "precision": run.precision or Precision.BF16}, where=f"published run {run.name!r}")
+                                   "precision": run.precision or Precision.BF16,
+                                   "flash_attention": bool(facts.get("flash_attention", True))},
+                       where=f"published run {run.name!r}")
     check_precision(cluster, train)
     given = run.recompute or (Recompute(facts["recompute"]) if "recompute" in facts else None)
     candidates = [given] if given is not None else list(Recompute)
