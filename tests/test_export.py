@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from llmscale.catalog import load_model
 from llmscale.cli.main import main
 from llmscale.export import (
     MEGATRON_FLAGS,
@@ -361,3 +362,12 @@ def test_document_without_layout_is_one_line(tmp_path: Path, capsys: pytest.Capt
     path.write_text(json.dumps({"name": "tiny", "layers": 4}), encoding="utf-8")
     code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "neither a plan" in err
+
+
+def test_llama31_405b_layout_matches_megatron_embedding_and_loss_accounting() -> None:
+    # 126 layers on pp16 × vpp4: the Bridge recipe's account_for_embedding/loss_in_pipeline_split gives every
+    # virtual stage 2 layers and the first and last 1 (Megatron-Core get_num_layers_to_build); the exported
+    # layout carries exactly the split the cost model uses.
+    model = load_model("llama3-405b")
+    stages = parse_layout(pipeline_layout(model, Layout(tp=8, pp=16, vpp=4, dp=1)))
+    assert [stage.count("t") for stage in stages] == [1] + [2] * 62 + [1]

@@ -8,7 +8,7 @@ import pytest
 from llmscale.catalog import load_model
 from llmscale.layouts import Layouts
 from llmscale.specs.layout import Schedule
-from llmscale.stages import RankOf, _chunk_bounds, rank_layer_counts, stage_layers
+from llmscale.stages import RankOf, chunk_bounds, rank_layer_counts, stage_layers
 
 LLAMA3_405B_LAYERS = 126
 
@@ -30,7 +30,7 @@ def test_llama31_405b_virtual_stages_match_megatron_embedding_and_loss_accountin
     # account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split; Megatron-Core's
     # get_num_layers_to_build then gives every virtual stage (L + 2) / (pp·vpp) layers and the first and the last
     # virtual stage one fewer (the embedding and the loss take their place).
-    sizes = np.diff(_chunk_bounds(LLAMA3_405B_LAYERS, pp, vpp))
+    sizes = np.diff(chunk_bounds(LLAMA3_405B_LAYERS, pp, vpp))
     assert (LLAMA3_405B_LAYERS + 2) // (pp * vpp) == per_virtual_stage
     assert sizes[0] == sizes[-1] == per_virtual_stage - 1
     assert (sizes[1:-1] == per_virtual_stage).all()

@@ -13,15 +13,17 @@ learning-rate and checkpoint settings are the run's own.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from enum import Enum
+
+import numpy as np
 
 from llmscale import __version__
 from llmscale.inputs import JobInputs
 from llmscale.specs.layout import Layout, Recompute, Schedule
 from llmscale.specs.model import ModelSpec, Norm
 from llmscale.specs.train import Optimizer, Precision
+from llmscale.stages import chunk_bounds
 
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
 TORCHTITAN_SOURCE = "pytorch/torchtitan torchtitan/config/job_config.py @ 0a8d2b0a6b4ebadee4f99e7cbc924714adf4a0d1"
@@ -206,16 +208,15 @@ def _megatron_moe(m: ModelSpec, lay: Layout) -> list[str]:
 
 
 def pipeline_layout(m: ModelSpec, lay: Layout) -> str:
-    """Megatron --pipeline-model-parallel-layout for llmscale's balanced split (stages.py): chunk c of
-    C = pp × vpp holds layers [⌊c·L/C⌋, ⌊(c+1)·L/C⌋); E = embedding on the first chunk, m = MTP and L = loss
-    on the last. Grammar: megatron/core/transformer/pipeline_parallel_layer_layout.py (stages split by "|",
-    "t*n" = n decoder layers, commas cosmetic) @ 00caa53af30912914981c86f39db123961678bbd."""
-    chunks = lay.pp * lay.vpp
+    """Megatron --pipeline-model-parallel-layout for llmscale's split (stages.chunk_bounds: chunk k = j·pp + r,
+    the shortfall on the last and first rank); E = embedding on the first chunk, m = MTP and L = loss on the
+    last. Grammar: megatron/core/transformer/pipeline_parallel_layer_layout.py (stages split by "|", "t*n" = n
+    decoder layers, commas cosmetic; stage i on pp rank i mod pp) @ 00caa53af30912914981c86f39db123961678bbd."""
+    sizes = np.diff(chunk_bounds(m.layers, lay.pp, lay.vpp)).tolist()
     stages = []
-    for c in range(chunks):
-        n = (c + 1) * m.layers // chunks - c * m.layers // chunks
+    for c, n in enumerate(sizes):
         parts = (["E"] if c == 0 else []) + ([f"t*{n}"] if n > 1 else ["t"] * n)
-        if c == chunks - 1:
+        if c == len(sizes) - 1:
             parts += ["m"] * m.mtp_layers + ["L"]
         stages.append(",".join(parts))
     return "|".join(stages)
@@ -356,16 +357,17 @@ def _titan_stages_per_rank(lay: Layout) -> int:
 
 
 def _titan_stage_split(job: JobInputs) -> dict[str, object]:
-    """Layers per virtual stage so that torchtitan builds pp × stages-per-rank stages. torchtitan counts
-    ceil((L + first_less + last_less) / layers_per_stage) stages; llmscale splits the L layers evenly, so
-    the embedding/output weights are set to 0. Empty when no whole number gives that stage count."""
-    stages = job.resolved_layout.pp * _titan_stages_per_rank(job.resolved_layout)
-    layers = job.model.layers
-    per_stage = math.ceil(layers / stages)
-    if math.ceil(layers / per_stage) != stages:
+    """Layers per virtual stage and the first/last stage's shortfall, so that torchtitan builds the pp ×
+    stages-per-rank stages llmscale's split has (stages.chunk_bounds; torchtitan counts ceil((L + first_less +
+    last_less) / layers_per_stage) stages). Empty when the split's middle stages are not all equal."""
+    lay = job.resolved_layout
+    sizes = np.diff(chunk_bounds(job.model.layers, lay.pp, _titan_stages_per_rank(lay)))
+    per_stage = int(sizes.max())
+    if len(sizes) > 2 and (sizes[1:-1] != per_stage).any():
         return {}
-    return {"pipeline_parallel_layers_per_stage": per_stage, "pipeline_parallel_first_stage_less_layers": 0,
-            "pipeline_parallel_last_stage_less_layers": 0}
+    return {"pipeline_parallel_layers_per_stage": per_stage,
+            "pipeline_parallel_first_stage_less_layers": per_stage - int(sizes[0]),
+            "pipeline_parallel_last_stage_less_layers": per_stage - int(sizes[-1])}
 
 
 def _titan_recompute(lay: Layout) -> dict[str, object]:

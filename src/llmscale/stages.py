@@ -55,7 +55,7 @@ def rank_layer_counts(layers: int, pp: int) -> np.ndarray:
     return counts
 
 
-def _chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
+def chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
     """First layer of every chunk k = j·pp + r (shape (pp·vpp + 1,), the last entry L)."""
     per_rank = rank_layer_counts(layers, pp)
     j = np.arange(vpp)[:, None]
@@ -66,7 +66,7 @@ def _chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
 
 def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray]:
     """(dense, moe) layers of every rank of a pp × vpp split (arrays of shape (pp,))."""
-    bounds = _chunk_bounds(model.layers, pp, vpp)
+    bounds = chunk_bounds(model.layers, pp, vpp)
     moe = moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])
     dense = np.diff(bounds) - moe
     return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0)
