@@ -17,7 +17,7 @@ from llmscale.plan import SCALING_FLOOR, Objective, critical_batch_sequences, pl
 from llmscale.rules import Reason, check
 from llmscale.space import Space, SpaceOptions, generate
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.step import estimate_step
@@ -196,3 +196,13 @@ def test_plan_unknown_objective_exits_2(capsys: pytest.CaptureFixture[str]) -> N
     code, _, err = _run(capsys, "plan", "--objective", "bogus")
     assert code == 2
     assert "bogus" in err and "Traceback" not in err
+
+
+def test_a_second_rank_order_only_adds_pipelined_data_parallel_layouts() -> None:
+    # The order only matters when both pp and dp exceed 1; elsewhere the second order is the same layout.
+    model, cluster = load_model("gpt3-175b"), load_cluster("selene", num_gpus=1536)
+    train = TrainSpec(seq_len=2048, global_batch=1536)
+    one = generate(model, cluster, train, 1536).layouts
+    both = generate(model, cluster, train, 1536, SpaceOptions(rank_orders=tuple(RankOrder))).layouts
+    added = both.size - one.size
+    assert added == int(((one.pp > 1) & (one.dp > 1)).sum()) > 0

@@ -14,7 +14,7 @@ from llmscale.layouts import Layouts
 from llmscale.runs import load_runs
 from llmscale.space import SpaceOptions, generate
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.step import StepBreakdown, estimate_step
 from llmscale.validate import job_from_run
@@ -121,3 +121,23 @@ def test_vectorized_equals_one_at_a_time() -> None:
         for f in PARTS:
             assert getattr(alone, f)[0] == pytest.approx(getattr(together, f)[i], rel=1e-12, abs=1e-15)
     assert {f.name for f in fields(together)} >= set(PARTS)
+
+
+def test_rank_order_moves_pipeline_and_data_parallel_groups() -> None:
+    # tp 2 × pp 4 × dp 4 on 8-GPU nodes. Megatron's default order (tp-cp-ep-dp-pp) puts a stage's DP replicas
+    # in one node and pipeline neighbours 8 ranks apart, in another node; tp-cp-ep-pp-dp (Llama 3's
+    # [TP, CP, PP, DP]) keeps a replica's four stages in one node and spreads each DP group over four nodes.
+    from llmscale.traffic import GroupStrides, data_parallel_comm, microbatch_comm
+
+    cluster = load_cluster("eos-h100", num_gpus=32)
+    default, pp_inner = (Layouts.from_columns(tp=2, pp=4, dp=4, rank_order=order.code)
+                         for order in (RankOrder.TP_CP_EP_DP_PP, RankOrder.TP_CP_EP_PP_DP))
+    assert GroupStrides.of(default).pp[0] == 8 and GroupStrides.of(pp_inner).pp[0] == 2
+    assert GroupStrides.of(default).dense_dp[0] == 2 and GroupStrides.of(pp_inner).dense_dp[0] == 8
+    model, train = load_model("llama3-8b"), TrainSpec(seq_len=8192, global_batch=64)
+    p2p = [microbatch_comm(model, cluster, train, lay).pp_s[0] for lay in (default, pp_inner)]
+    params = np.array([2e9])
+    sync = [data_parallel_comm(cluster, lay, params, np.zeros(1), 4.0, np.array([8])).grad_sync_s[0]
+            for lay in (default, pp_inner)]
+    assert p2p[1] < p2p[0]  # NVLink instead of the network
+    assert sync[1] > sync[0]  # the network instead of NVLink

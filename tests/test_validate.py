@@ -77,3 +77,10 @@ def test_runs_before_flash_attention_use_the_unfused_core(name: str, flash: bool
     # data/run_settings.yaml `source_contains` facts: the 2021-2022 papers' software had no FlashAttention.
     run = next(r for r in load_runs() if r.name == name)
     assert job_from_run(run).train.flash_attention is flash
+
+
+def test_llama3_runs_put_the_pipeline_inside_data_parallel() -> None:
+    # Llama 3 paper §3.3.2, Figure 5: groups ordered [TP, CP, PP, DP] (data/run_settings.yaml source_contains).
+    runs = [r for r in load_runs() if r.name.startswith("Llama 3 405B")]
+    assert len(runs) == 3
+    assert {job_from_run(r).layout.rank_order.value for r in runs} == {"tp-cp-ep-pp-dp"}

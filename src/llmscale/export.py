@@ -20,7 +20,7 @@ import numpy as np
 
 from llmscale import __version__
 from llmscale.inputs import JobInputs
-from llmscale.specs.layout import Layout, Recompute, Schedule
+from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec, Norm
 from llmscale.specs.train import Optimizer, Precision
 from llmscale.stages import chunk_bounds
@@ -254,6 +254,9 @@ def megatron_notes(job: JobInputs) -> list[str]:
         notes.append("tp_comm_overlap needs sequence parallel in Megatron-LM (--tp-comm-overlap asserts it): not set")
     if lay.offload_params:
         notes.append("offload_params has no Megatron-LM flag (--cpu-offloading-num-layers offloads activations)")
+    if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP:
+        notes.append(f"rank_order {lay.rank_order.value}: Megatron-LM's --use-tp-pp-dp-mapping selects this order in "
+                     "initialize_model_parallel; the flag is not verified against the pinned arguments.py: not emitted")
     if not job.train.fp32_master_weights:
         notes.append("fp32_master_weights = false has no Megatron-LM flag: it always keeps a main copy "
                      "(fp32, or fp16 via --use-precision-aware-optimizer --main-params-dtype fp16)")
@@ -429,6 +432,9 @@ def torchtitan_notes(job: JobInputs) -> list[str]:
         notes.append("optimizer sgd: set [optimizer] name yourself; llmscale exports no optimizer section")
     if not train.flash_attention:
         notes.append("flash_attention = false has no torchtitan switch (attention comes from the model flavor)")
+    if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP:
+        notes.append(f"rank_order {lay.rank_order.value}: torchtitan's device mesh keeps pipeline outermost "
+                     "(pp, dp, cp, tp); the run gets tp-cp-dp-pp placement")
     return notes
 
 

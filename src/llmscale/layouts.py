@@ -11,9 +11,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from llmscale.specs.layout import Layout, Recompute, Schedule
+from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 
-_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "schedule")
+_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "schedule", "rank_order")
 _BOOL_FIELDS = ("sp", "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
 
 
@@ -37,6 +37,7 @@ class Layouts:
     offload_params: np.ndarray
     tp_comm_overlap: np.ndarray
     ep_comm_overlap: np.ndarray
+    rank_order: np.ndarray
 
     @classmethod
     def from_columns(cls, **columns: object) -> Layouts:
@@ -45,7 +46,7 @@ class Layouts:
         defaults: dict[str, object] = {
             "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 1,
             "recompute": Recompute.NONE.code, "offload_optimizer": False, "offload_params": False,
-            "tp_comm_overlap": False, "ep_comm_overlap": False,
+            "tp_comm_overlap": False, "ep_comm_overlap": False, "rank_order": RankOrder.TP_CP_EP_DP_PP.code,
         }
         merged = {**defaults, **columns}
         if "dp" not in merged:
@@ -78,6 +79,7 @@ class Layouts:
             schedule=layout.resolved_schedule.code, sp=layout.resolved_sp,
             offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
             tp_comm_overlap=layout.tp_comm_overlap, ep_comm_overlap=layout.ep_comm_overlap,
+            rank_order=layout.rank_order.code,
         )
 
     @property
@@ -110,6 +112,7 @@ class Layouts:
             zero=int(self.zero[i]), recompute=recompute, sp=bool(self.sp[i]), schedule=schedule,
             offload_optimizer=bool(self.offload_optimizer[i]), offload_params=bool(self.offload_params[i]),
             tp_comm_overlap=bool(self.tp_comm_overlap[i]), ep_comm_overlap=bool(self.ep_comm_overlap[i]),
+            rank_order=list(RankOrder)[int(self.rank_order[i])],
         )
 
     def take(self, index: np.ndarray) -> Layouts:

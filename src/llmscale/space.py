@@ -16,6 +16,7 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
             (SpaceOptions.zero), see there
   recompute none, selective, full
   schedule  1f1b or interleaved (by vpp), plus zb-h1, zbv and dualpipe when pp > 1
+  order     Megatron's tp-cp-ep-dp-pp; tp-cp-ep-pp-dp on request (SpaceOptions.rank_orders)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 from llmscale.layouts import Layouts
 from llmscale.rules import Reason, check
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 
@@ -49,6 +50,9 @@ class SpaceOptions:
     recompute: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[Schedule, ...] = tuple(Schedule)
     offload_optimizer: tuple[bool, ...] = (False,)
+    rank_orders: tuple[RankOrder, ...] = (RankOrder.TP_CP_EP_DP_PP,)
+    """Megatron's default order only; add RankOrder.TP_CP_EP_PP_DP to let the search also place the pipeline
+    inside data parallel (it doubles the pipelined, data-parallel part of the space)."""
     max_cp: int = field(default=0, metadata={"doc": "0 = 1 below 16K tokens, else 16"})
 
 
@@ -100,6 +104,7 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     values["recompute"] = [r.code for r in opts.recompute]
     values["schedule"] = [s.code for s in opts.schedules]
     values["offload_optimizer"] = [int(b) for b in opts.offload_optimizer]
+    values["rank_order"] = [o.code for o in opts.rank_orders]
     cols = _product(values)
     replica = cols["tp"] * cols["cp"] * cols["pp"]
     whole = num_gpus % replica == 0
@@ -119,9 +124,10 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
 
 
 def _pruned(lay: Layouts) -> np.ndarray:
-    """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, and
-    ZeRO-2/3 with pipelining (see the module docstring)."""
+    """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, ZeRO-2/3
+    with pipelining (see the module docstring), and a second rank order where pp or dp is 1 (the same layout)."""
     no_pipeline = (lay.pp == 1) & (lay.schedule != Schedule.ONE_F_ONE_B.code)
     sharded_grads_pp = (lay.zero >= 2) & (lay.pp > 1)
-    result: np.ndarray = no_pipeline | sharded_grads_pp
+    same_order = ((lay.pp == 1) | (lay.dp == 1)) & (lay.rank_order != RankOrder.TP_CP_EP_DP_PP.code)
+    result: np.ndarray = no_pipeline | sharded_grads_pp | same_order
     return result

@@ -2,9 +2,10 @@
 
 Shape legend: arrays of shape (N,), one element per layout; seconds per GPU.
 
-Groups and their placement follow Megatron's rank order, innermost first: TP → CP → (EP) → DP → PP, so a
-group's stride is the product of the sizes inside it. Expert layers re-fold a stage's tp·cp·dp ranks as
-ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
+Groups and their placement follow the layout's rank order, innermost first: Megatron's default TP → CP → (EP)
+→ DP → PP, or TP → CP → (EP) → PP → DP (specs.layout.RankOrder), so a group's stride is the product of the
+sizes inside it (`GroupStrides`). Expert layers re-fold a stage's tp·cp·dp ranks as ETP → EP → EDP (Megatron
+MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
 
   TP  per layer and direction: with SP two all-gathers and two reduce-scatters of the gathered activation
       S = 2·s_c·b·h bytes (attention and MLP blocks; an MoE layer's expert block only when etp > 1);
@@ -28,6 +29,7 @@ import numpy as np
 from llmscale.comm import Collective, collective_time_s, group_links
 from llmscale.layouts import Layouts
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import RankOrder
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import BYTES_16BIT
@@ -40,6 +42,29 @@ def kv_width(model: ModelSpec) -> int:
         a = model.mla
         return model.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
     return 2 * model.num_kv_heads * model.dim_per_head
+
+
+@dataclass(frozen=True)
+class GroupStrides:
+    """Rank distance between neighbouring members of each group (shape (N,)). With PP inside DP a stage's
+    tp·cp·dp ranks are no longer contiguous: a group that takes members both inside a tp·cp block and across
+    blocks (dense DP over dp·cp, EP beyond tp·cp, EDP) is placed as if spread evenly over the same span."""
+
+    pp: np.ndarray
+    dense_dp: np.ndarray
+    ep: np.ndarray
+    edp: np.ndarray
+
+    @classmethod
+    def of(cls, lay: Layouts) -> GroupStrides:
+        pp_inner = lay.rank_order == RankOrder.TP_CP_EP_PP_DP.code
+        spread = np.where(pp_inner, lay.pp, 1)
+        return cls(
+            pp=np.where(pp_inner, lay.tp * lay.cp, lay.tp * lay.cp * lay.dp),
+            dense_dp=lay.tp * spread,
+            ep=np.where(lay.ep * lay.etp > lay.tp * lay.cp, lay.etp * spread, lay.etp),
+            edp=lay.ep * lay.etp * spread,
+        )
 
 
 @dataclass(frozen=True)
@@ -58,6 +83,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     """Per-layer communication time of one micro-batch in one direction (see module docstring)."""
     tokens = train.seq_len / lay.cp * lay.mbs
     h = model.hidden
+    strides = GroupStrides.of(lay)
     activation = BYTES_16BIT * tokens * h
     sigma = np.where(lay.sp, lay.tp, 1)
     tp_links = group_links(cluster, lay.tp, np.ones_like(lay.tp))
@@ -73,7 +99,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     cp = (lay.cp - 1) * cp_step
     ep = np.zeros(lay.size)
     if model.is_moe:
-        ep_links = group_links(cluster, lay.ep, lay.etp)
+        ep_links = group_links(cluster, lay.ep, strides.ep)
         # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
         # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
         # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
@@ -82,7 +108,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
             k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
         copies = tokens * k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
         ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
-    pp_links = group_links(cluster, lay.pp, lay.tp * lay.cp * lay.dp)
+    pp_links = group_links(cluster, lay.pp, strides.pp)
     pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
     return MicrobatchComm(tp_dense, tp_moe, cp, ep, pp)
 
@@ -108,8 +134,9 @@ def data_parallel_comm(
     16 bits. ZeRO-3 gathers and reduce-scatters layer by layer (FSDP units), so each of those collectives pays
     its latency `layers` times."""
     dense_group = lay.dp * lay.cp
-    dense_links = group_links(cluster, dense_group, lay.tp)
-    expert_links = group_links(cluster, lay.edp, lay.ep * lay.etp)
+    strides = GroupStrides.of(lay)
+    dense_links = group_links(cluster, dense_group, strides.dense_dp)
+    expert_links = group_links(cluster, lay.edp, strides.edp)
 
     def both(op: Collective, bytes_per_param: float, calls: np.ndarray | int = 1) -> np.ndarray:
         return calls * (

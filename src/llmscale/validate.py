@@ -47,7 +47,7 @@ from llmscale.memory import memory_breakdown
 from llmscale.rules import Reason, check, explain_rejection
 from llmscale.runs import PublishedRun, model_from_run, run_from_row
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.specs.layout import Layout, Recompute
+from llmscale.specs.layout import Layout, RankOrder, Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.parse import parse_spec
 from llmscale.specs.train import Precision, TrainSpec
@@ -183,6 +183,7 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
         "sp": sp if sp is not None else isinstance(tp, int) and tp > 1,
         "tp_comm_overlap": bool(facts.get("tp_comm_overlap", False)) and isinstance(tp, int) and tp > 1,
         "ep_comm_overlap": bool(facts.get("moe_a2a_overlap", False)),
+        "rank_order": facts.get("rank_order", RankOrder.TP_CP_EP_DP_PP),
     }
     return parse_spec(Layout, fields, where=f"published run {run.name!r}")
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.train import Precision
 
 DEFAULT_MODEL = "seed-10t-moe"
@@ -39,6 +39,8 @@ OffloadOptOpt = Annotated[bool, typer.Option("--offload-optimizer", help="optimi
 OffloadParamsOpt = Annotated[bool, typer.Option("--offload-params", help="weights in host memory")]
 TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP collectives with GEMMs")]
 EpOverlapOpt = Annotated[bool, typer.Option("--ep-comm-overlap", help="overlap expert all-to-alls with compute")]
+RankOrderOpt = Annotated[RankOrder, typer.Option("--rank-order", case_sensitive=False,
+                                                 help="rank order of the parallel groups, innermost first")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ExpectShaOpt = Annotated[
     str | None, typer.Option("--expect-sha256", help="refuse to run unless the inputs hash to this value")
@@ -53,7 +55,7 @@ CalibrationOpt = Annotated[
 def layout_fields(**flags: Any) -> dict[str, Any]:
     """Layout keyword arguments from CLI flags (None = take the spec's default)."""
     keys = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule",
-            "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
+            "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap", "rank_order")
     return {k: flags[k] for k in keys}
 
 
@@ -94,6 +96,7 @@ _JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
     ("schedule", ScheduleOpt, None), ("precision", PrecisionOpt, Precision.BF16),
     ("offload_optimizer", OffloadOptOpt, False), ("offload_params", OffloadParamsOpt, False),
     ("tp_comm_overlap", TpOverlapOpt, False), ("ep_comm_overlap", EpOverlapOpt, False),
+    ("rank_order", RankOrderOpt, RankOrder.TP_CP_EP_DP_PP),
 )
 JOB_FLAG_DEFAULTS: dict[str, Any] = {name: default for name, _, default in _JOB_FLAGS}
 

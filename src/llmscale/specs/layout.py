@@ -46,8 +46,24 @@ class Schedule(str, Enum):
         return _SCHEDULE_CODES[self]
 
 
+class RankOrder(str, Enum):
+    """How global ranks map to the parallel dimensions, innermost first (Megatron-Core
+    parallel_state.initialize_model_parallel `order`; Megatron-LM picks the second with --use-tp-pp-dp-mapping)."""
+
+    TP_CP_EP_DP_PP = "tp-cp-ep-dp-pp"
+    """Megatron's default: data-parallel replicas of a stage are neighbours, pipeline stages are far apart."""
+    TP_CP_EP_PP_DP = "tp-cp-ep-pp-dp"
+    """Pipeline inside data parallel: a replica's stages are neighbours, DP groups span the job (Llama 3
+    §3.3.2 orders its groups [TP, CP, PP, DP])."""
+
+    @property
+    def code(self) -> int:
+        return _RANK_ORDER_CODES[self]
+
+
 _RECOMPUTE_CODES = {member: i for i, member in enumerate(Recompute)}
 _SCHEDULE_CODES = {member: i for i, member in enumerate(Schedule)}
+_RANK_ORDER_CODES = {member: i for i, member in enumerate(RankOrder)}
 
 
 class Layout(Spec):
@@ -74,6 +90,7 @@ class Layout(Spec):
     ep_comm_overlap: bool = Field(
         False, description="expert all-to-alls overlapped with compute (Megatron --overlap-moe-expert-parallel-comm)"
     )
+    rank_order: RankOrder = Field(RankOrder.TP_CP_EP_DP_PP, description="rank order of the parallel groups")
 
     @property
     def resolved_etp(self) -> int:
