@@ -27,7 +27,7 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale.catalog.constants import catalog_values
-from llmscale.compute import RankCompute, layer_times, rank_compute
+from llmscale.compute import LayerTimes, RankCompute, layer_times, rank_compute
 from llmscale.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.layouts import Layouts, distinct_rows
 from llmscale.memory import (
@@ -183,8 +183,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     counts = count_params(model)
     eff = cluster.gpu.efficiency
     num_micro = lay.num_microbatches(train.global_batch)
-    times = layer_times(model, cluster, train, lay)
-    comm = microbatch_comm(model, cluster, train, lay)
+    times, comm = _per_microbatch(model, cluster, train, lay)
     best: tuple[_CriticalPath, StageLayers] | None = None
     stages: RankStages = {}
     for which in RankOf:
@@ -210,6 +209,21 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
                   + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
     memory = memory_breakdown(model, cluster, train, lay, stages)
     return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory)
+
+
+MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp")
+"""The layout columns compute.layer_times and traffic.microbatch_comm read."""
+
+
+def _per_microbatch(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
+    """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
+    search has few) and spread to every layout."""
+    rows = lay.distinct(*MICROBATCH_COLUMNS)
+    few = lay.take(rows.first)
+    dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few))
+    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few))
 
 
 @dataclass(frozen=True)

@@ -54,18 +54,9 @@ class MicrobatchComm:
     pp_s: np.ndarray
 
 
-MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp")
-"""The layout columns `microbatch_comm` depends on."""
-
-
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
-    """Per-layer communication time of one micro-batch in one direction (see module docstring), computed once
-    per distinct MICROBATCH_COLUMNS row."""
-    rows = lay.distinct(*MICROBATCH_COLUMNS)
-    return rows.spread_fields(_microbatch_comm(model, cluster, train, lay.take(rows.first)))
-
-
-def _microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
+    """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
+    columns tp, cp, mbs, sp, etp, ep, pp and dp only (step.MICROBATCH_COLUMNS)."""
     tokens = train.seq_len / lay.cp * lay.mbs
     h = model.hidden
     activation = BYTES_16BIT * tokens * h
