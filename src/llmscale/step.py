@@ -32,11 +32,11 @@ from llmscale.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.layouts import Layouts, distinct_rows
 from llmscale.memory import (
     MemoryBreakdown,
-    RankStages,
     Sharding,
     memory_breakdown,
     optimizer_step_traffic_bytes_per_param,
     rank_params,
+    rank_stages,
 )
 from llmscale.params import count_params
 from llmscale.pipeline import PipelineTimes, pipeline_times
@@ -44,7 +44,7 @@ from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.stages import RankOf, StageLayers, stage_layers
+from llmscale.stages import RankOf, StageLayers
 from llmscale.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
 
 
@@ -180,16 +180,14 @@ def _critical_path(
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
     """The step-time breakdown of every layout (see module docstring)."""
     const = step_constants()
-    counts = count_params(model)
     eff = cluster.gpu.efficiency
     num_micro = lay.num_microbatches(train.global_batch)
     times, comm = _per_microbatch(model, cluster, train, lay)
     best: tuple[_CriticalPath, StageLayers] | None = None
-    stages: RankStages = {}
+    stages = rank_stages(model, train, lay)
     for which in RankOf:
-        layers = stage_layers(model, lay, which)
+        layers = stages[which].layers
         path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
-        stages[which] = (layers, rank_params(model, counts, lay, layers))
         if best is None:
             best = (path, layers)
             continue
