@@ -6,12 +6,16 @@ Three measurements in one run:
                2021, arXiv:2104.04473, Table 2): time to generate the layout space, time to score it with
                `step.estimate_step`, layouts scored per second and the whole `plan` call; the best layout found
                against the published hand-tuned PTD-P layouts, all scored by the same `estimate_step`.
-  (b) batch    `estimate_step` on ≥ 1M layouts (the valid space of a model tiled to that size), in one call
-               and in the chunks `plan` uses, for the issue's target of ≥ 1M layouts/s per core — GPT-3 175B
-               on 1,536 GPUs and the flagship seed-10t-moe on 65,536 GPUs of seed-500k.
+  (b) batch    `estimate_step` (step time and, inside it, `memory.memory_breakdown`) on ≥ 1M layouts (the valid
+               space of a model tiled to that size), in one call and in the chunks `plan` uses, for the target of
+               ≥ 2M layouts/s on one core for memory + step-time scoring together — GPT-3 175B on 1,536 GPUs and
+               the flagship seed-10t-moe on 65,536 GPUs of seed-500k.
   (c) single   the same layouts one at a time through the same `estimate_step` (an evenly spaced sample,
                extrapolated), the ratio vectorized / one-at-a-time, and a check that both give the same
                tokens/s per GPU (the `verified` column).
+
+The target line reports whether (b) meets TARGET_LAYOUTS_PER_S; the exit status reflects the correctness checks
+(the `verified` columns) only, since timings vary with the machine.
 
 Run:  OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/search_layouts_per_s.py [--layouts 1000000] [--single 300]
 """
@@ -43,8 +47,9 @@ from llmscale.specs.train import TrainSpec
 from llmscale.step import estimate_step
 from llmscale.units import GIB
 
-TARGET_LAYOUTS_PER_S = 1_000_000
-"""The issue's target: ≥ 1M layouts scored per second on one core."""
+TARGET_LAYOUTS_PER_S = 2_000_000
+"""The target: ≥ 2M layouts per second on one core scored for memory and step time together (`estimate_step`,
+which computes `memory_breakdown`), in the best vectorized mode of (b). An earlier issue asked for 1M/s."""
 MATCH_RTOL = 1e-9
 """One-at-a-time and vectorized scores of a layout must agree to rounding."""
 T = TypeVar("T")
@@ -245,11 +250,16 @@ def main() -> int:
     print()
     for key, b in batches.items():
         vec = max(b.one_call_per_s, b.chunked_per_s)
-        verdict = "meets" if vec >= TARGET_LAYOUTS_PER_S else "below"
-        print(f"# {cases[key].model.name}: vectorized {vec:,.0f} layouts/s, best mode ({verdict} the "
-              f"{TARGET_LAYOUTS_PER_S:,}/s target, {vec / TARGET_LAYOUTS_PER_S:.2f}×); one at a time the {b.layouts:,} "
+        verdict = "meets" if vec >= TARGET_LAYOUTS_PER_S else "misses"
+        print(f"# {cases[key].model.name}: memory + step time, vectorized {vec:,.0f} layouts/s on one core, best mode "
+              f"({verdict} the {TARGET_LAYOUTS_PER_S:,}/s target, {vec / TARGET_LAYOUTS_PER_S:.2f}×); one at a time "
+              f"the {b.layouts:,} "
               f"layouts would take {b.layouts / b.single_per_s:,.0f} s vs {b.layouts / vec:.2f} s: ratio vectorized / "
               f"one-at-a-time {vec / b.single_per_s:,.0f}×")
+    missed = [cases[key].model.name for key, b in batches.items()
+              if max(b.one_call_per_s, b.chunked_per_s) < TARGET_LAYOUTS_PER_S]
+    print(f"# target ≥ {TARGET_LAYOUTS_PER_S:,} layouts/s on one core (memory + step time): "
+          f"{'met by every case' if not missed else 'MISSED by ' + ', '.join(missed)}")
     print(f"# best found / published Table 2 layout (both predicted): {best_rate / rows[1].predicted:.2f}×")
     print(f"# verified: search best = max tokens/s/GPU over feasible layouts; published layouts valid and fit; "
           f"one-at-a-time = vectorized within {MATCH_RTOL:g}")

@@ -7,7 +7,8 @@ Explaining one layout is a search of size one: `Layouts.from_layout(layout, num_
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "schedule", "rank_order")
 _BOOL_FIELDS = ("sp", "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
+DataclassT = TypeVar("DataclassT")
 
 
 @dataclass(frozen=True)
@@ -118,3 +120,54 @@ class Layouts:
     def take(self, index: np.ndarray) -> Layouts:
         """The layouts at `index` (an integer or boolean array)."""
         return Layouts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def distinct(self, *names: str) -> DistinctRows:
+        """The distinct rows of the columns `names` (see `distinct_rows`)."""
+        return distinct_rows(*(getattr(self, name) for name in names))
+
+
+@dataclass(frozen=True)
+class DistinctRows:
+    """Layouts grouped by the values of a few integer columns: a function of those columns alone is computed once
+    per distinct row (on `first`) and spread back to every layout, with the same values element by element. A
+    search has millions of layouts but few distinct (tp, cp, mbs, …) combinations."""
+
+    first: np.ndarray
+    """One layout index per distinct row, shape (U,)."""
+    inverse: np.ndarray
+    """The distinct row of every layout, shape (N,)."""
+
+    def spread(self, values: np.ndarray) -> np.ndarray:
+        """Per-row values (U,) → per-layout values (N,)."""
+        result: np.ndarray = values.take(self.inverse)
+        return result
+
+    def spread_fields(self, obj: DataclassT) -> DataclassT:
+        """A dataclass of per-row arrays → the same dataclass of per-layout arrays (nested dataclasses included,
+        other fields kept)."""
+        values = {f.name: getattr(obj, f.name) for f in fields(obj)}  # type: ignore[arg-type]
+        spread = {name: self.spread(v) if isinstance(v, np.ndarray) else self.spread_fields(v)
+                  for name, v in values.items() if isinstance(v, np.ndarray) or is_dataclass(v)}
+        return replace(obj, **spread)  # type: ignore[type-var]
+
+
+def distinct_rows(*columns: np.ndarray) -> DistinctRows:
+    """Distinct rows of integer or bool columns of shape (N,): one mixed-radix key per row (each column offset by
+    its minimum), then `np.unique` of the keys; falls back to `np.unique(axis=0)` if the key would overflow."""
+    size = columns[0].shape[0]
+    if size == 0:
+        return DistinctRows(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp))
+    key = np.zeros(size, dtype=np.int64)
+    radix = 1
+    for column in columns:
+        values = column.astype(np.int64, copy=False)
+        low, high = int(values.min()), int(values.max())
+        radix *= high - low + 1
+        if radix >= 2**62:
+            _, first, inverse = np.unique(np.stack(columns, axis=1).astype(np.int64), axis=0, return_index=True,
+                                          return_inverse=True)
+            return DistinctRows(first, inverse.reshape(-1))
+        key *= high - low + 1
+        key += values - low if low else values
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return DistinctRows(first, inverse.reshape(-1))

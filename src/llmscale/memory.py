@@ -246,16 +246,15 @@ def _offloaded(
     )
 
 
-def _comm_buffer_bytes(
-    model: ModelSpec, train: TrainSpec, lay: Layouts, acts: LayerActivations, gather: np.ndarray
-) -> np.ndarray:
-    """TP/SP all-gather of one activation, pipeline send+recv, EP dispatch+combine, ZeRO-3 gather."""
+def _comm_buffer_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, acts: LayerActivations) -> np.ndarray:
+    """TP/SP all-gather of one activation, pipeline send+recv, EP dispatch+combine; the ZeRO-3 gather buffer
+    (which depends on the rank) is added by the caller."""
     tokens = train.seq_len / lay.cp * lay.mbs
     activation = BYTES_16BIT * tokens * model.hidden
     sp_gather = np.where(lay.tp > 1, activation, 0.0)
     p2p = np.where(lay.pp > 1, 2 * activation / np.where(lay.sp, lay.tp, 1), 0.0)
     ep_dispatch = 2 * BYTES_16BIT * acts.routed_tokens_per_gpu * model.hidden
-    return sp_gather + p2p + ep_dispatch + gather
+    return sp_gather + p2p + ep_dispatch
 
 
 def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
@@ -265,36 +264,62 @@ def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarra
     return 4.0 * tokens * (model.vocab + model.hidden) / lay.tp
 
 
-RankStages = dict[RankOf, tuple[StageLayers, "RankParams"]]
-"""Per representative rank, its layers and parameters: what the step model already computed."""
+@dataclass(frozen=True)
+class RankStage:
+    """One representative pipeline rank (stages.RankOf) of every layout."""
+
+    layers: StageLayers
+    params: RankParams
+    held: np.ndarray
+    """Stage-equivalents of micro-batch activations it holds at its peak (activations.inflight_microbatches),
+    halved under DualPipe, whose two chunks share the p + 1 budget."""
+
+
+RankStages = dict[RankOf, RankStage]
+"""Per representative rank, its layers, parameters and in-flight micro-batches."""
+
+STAGE_COLUMNS = ("pp", "vpp", "schedule", "tp", "ep", "etp", "dp", "mbs")
+"""The layout columns stage_layers, rank_params and inflight_microbatches read (dp and mbs through the number of
+micro-batches)."""
+
+
+def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
+    """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
+    and spread to every layout."""
+    rows = lay.distinct(*STAGE_COLUMNS)
+    few = lay.take(rows.first)
+    counts = count_params(model)
+    num_micro = few.num_microbatches(train.global_batch)
+    dualpipe = few.schedule == Schedule.DUALPIPE.code
+    stages: RankStages = {}
+    for which in RankOf:
+        layers = stage_layers(model, few, which)
+        held = inflight_microbatches(few, num_micro, which.rank(few.pp))
+        held = np.where(dualpipe, held / 2, held)
+        stages[which] = rows.spread_fields(RankStage(layers, rank_params(model, counts, few, layers), held))
+    return stages
 
 
 def memory_breakdown(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, stages: RankStages | None = None
 ) -> MemoryBreakdown:
     """Memory of the most-loaded GPU of every layout (see module docstring). `stages` reuses the step
-    model's per-rank layers and parameters instead of recomputing them (same values, less work)."""
+    model's per-rank layers, parameters and in-flight micro-batches (`rank_stages`) instead of recomputing them."""
     const = memory_constants()
-    counts = count_params(model)
     acts = layer_activations(model, train, lay)
     num_micro = lay.num_microbatches(train.global_batch)
     shard = Sharding.of(lay)
+    stages = stages if stages is not None else rank_stages(model, train, lay)
+    logits = _logits_bytes(model, train, lay)
+    shared_buffers = _comm_buffer_bytes(model, train, lay, acts)
     best_total = np.full(lay.size, -1.0)
     fields: dict[str, np.ndarray] = {}
     for which in RankOf:
-        rank = which.rank(lay.pp)
-        if stages is not None:
-            layers, params = stages[which]
-        else:
-            layers = stage_layers(model, lay, which)
-            params = rank_params(model, counts, lay, layers)
-        state = _state_bytes(train, lay, params, shard, num_micro)
-        held = inflight_microbatches(lay, num_micro, rank)
-        if_dual = lay.schedule == Schedule.DUALPIPE.code
-        held = np.where(if_dual, held / 2, held)  # DualPipe: its two chunks share the p + 1 budget
-        activations = stage_activation_bytes(model, acts, lay, layers.dense, layers.moe, held)
-        activations = activations + np.where(layers.last > 0, _logits_bytes(model, train, lay), 0.0)
-        buffers = _comm_buffer_bytes(model, train, lay, acts, state.gather_buffer)
+        stage = stages[which]
+        state = _state_bytes(train, lay, stage.params, shard, num_micro)
+        activations = stage_activation_bytes(model, acts, lay, stage.layers.dense, stage.layers.moe, stage.held)
+        activations = activations + np.where(stage.layers.last > 0, logits, 0.0)
+        buffers = shared_buffers + state.gather_buffer
         fragmentation = const.fragmentation_fraction * (activations + buffers)
         candidate = {
             "weights_bytes": state.weights,
@@ -305,7 +330,7 @@ def memory_breakdown(
             "fragmentation_bytes": fragmentation,
             "host_bytes_per_node": state.host_per_gpu * cluster.node.gpus_per_node,
             "pcie_bytes_per_step": state.pcie_per_step,
-            "pipeline_rank": rank.astype(np.int64),
+            "pipeline_rank": which.rank(lay.pp).astype(np.int64),
         }
         total = sum(candidate[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
                                            "activations_bytes", "comm_buffer_bytes", "fragmentation_bytes"))

@@ -105,15 +105,17 @@ class RankOf(IntEnum):
 
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     """Layers on the pipeline rank `which` picks, for every layout."""
-    table = _layer_table(model, int(lay.pp.max(initial=1)), int(lay.vpp.max(initial=1)), which)
-    rows = table[lay.pp, lay.vpp]
+    max_vpp = int(lay.vpp.max(initial=1))
+    table = _layer_table(model, int(lay.pp.max(initial=1)), max_vpp, which)
+    columns = table.reshape(-1, 4).T  # one flat column per field: four 1-D gathers beat one 2-D fancy index
+    row = lay.pp * (max_vpp + 1) + lay.vpp
     rank = which.rank(lay.pp)
     first, last = rank == 0, rank == lay.pp - 1
-    dense, moe = rows[:, 0], rows[:, 1]
+    dense, moe = columns[0].take(row), columns[1].take(row)
     dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)
     if dual.any():
-        dense = np.where(dual, dense + rows[:, 2], dense)
-        moe = np.where(dual, moe + rows[:, 3], moe)
+        dense = np.where(dual, dense + columns[2].take(row), dense)
+        moe = np.where(dual, moe + columns[3].take(row), moe)
         first, last = first | (dual & last), last | (dual & first)
     # ZB-V folds the model into a V: rank r holds chunks r and 2p−1−r, so rank 0 holds the last chunk and the
     # output layer (Qi et al. 2023, ZB-V). Layer counts per rank stay L/p; only where the output sits moves.

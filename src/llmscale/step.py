@@ -27,17 +27,16 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale.catalog.constants import catalog_values
-from llmscale.compute import RankCompute, layer_times, rank_compute
+from llmscale.compute import LayerTimes, RankCompute, layer_times, rank_compute
 from llmscale.flops import hardware_flops_per_token, model_flops_per_token
-from llmscale.layouts import Layouts
+from llmscale.layouts import Layouts, distinct_rows
 from llmscale.memory import (
     MemoryBreakdown,
-    RankParams,
-    RankStages,
     Sharding,
     memory_breakdown,
     optimizer_step_traffic_bytes_per_param,
     rank_params,
+    rank_stages,
 )
 from llmscale.params import count_params
 from llmscale.pipeline import PipelineTimes, pipeline_times
@@ -45,8 +44,8 @@ from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.stages import RankOf, StageLayers, stage_layers
-from llmscale.traffic import MicrobatchComm, data_parallel_comm, microbatch_comm
+from llmscale.stages import RankOf, StageLayers
+from llmscale.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
 
 
 @dataclass(frozen=True)
@@ -181,51 +180,87 @@ def _critical_path(
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
     """The step-time breakdown of every layout (see module docstring)."""
     const = step_constants()
-    counts = count_params(model)
     eff = cluster.gpu.efficiency
     num_micro = lay.num_microbatches(train.global_batch)
-    times = layer_times(model, cluster, train, lay)
-    comm = microbatch_comm(model, cluster, train, lay)
-    best: tuple[_CriticalPath, RankParams, np.ndarray] | None = None
-    stages: RankStages = {}
+    times, comm = _per_microbatch(model, cluster, train, lay)
+    best: tuple[_CriticalPath, StageLayers] | None = None
+    stages = rank_stages(model, train, lay)
     for which in RankOf:
-        layers = stage_layers(model, lay, which)
+        layers = stages[which].layers
         path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
-        params = rank_params(model, counts, lay, layers)
-        stages[which] = (layers, params)
-        count = layers.dense + layers.moe
         if best is None:
-            best = (path, params, count)
+            best = (path, layers)
             continue
         slower = path.per_microbatch_s > best[0].per_microbatch_s
-        best = (_select(slower, path, best[0]), _select(slower, params, best[1]), np.where(slower, count, best[2]))
+        best = (_select(slower, path, best[0]), _select(slower, layers, best[1]))
     assert best is not None
-    path, params, layers_on_rank = best
+    path, layers = best
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
     pipe = pipeline_times(lay, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
-    grad_bytes = 4.0 if train.fp32_grads else 2.0
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers_on_rank)
+    shard = _shard_costs(model, cluster, train, lay, layers)
+    dp = shard.data_parallel
     window = const.dp_overlap_efficiency
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
                   # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
                   + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
     memory = memory_breakdown(model, cluster, train, lay, stages)
-    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, params, memory)
+    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory)
+
+
+MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp")
+"""The layout columns compute.layer_times and traffic.microbatch_comm read."""
+
+
+def _per_microbatch(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
+    """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
+    search has few) and spread to every layout."""
+    rows = lay.distinct(*MICROBATCH_COLUMNS)
+    few = lay.take(rows.first)
+    dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few))
+    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few))
+
+
+@dataclass(frozen=True)
+class _ShardCosts:
+    """What the parameters on the critical rank's GPU cost per step: data-parallel traffic and optimizer step."""
+
+    data_parallel: DataParallelComm
+    optimizer_s: np.ndarray
+    """The optimizer step: HBM-bound, optimizer_step_traffic_bytes_per_param per local parameter shard."""
+
+
+SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero")
+"""The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
+
+
+def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+                 layers: StageLayers) -> _ShardCosts:
+    """Data-parallel traffic and optimizer step of the critical rank (holding `layers`), computed once per
+    distinct (SHARD_COLUMNS, layers) row: a search has few."""
+    rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), layers.dense, layers.moe, layers.first,
+                         layers.last)
+    lay = lay.take(rows.first)
+    layers = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
+    params = rank_params(model, count_params(model), lay, layers)
+    grad_bytes = 4.0 if train.fp32_grads else 2.0
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers.dense + layers.moe)
+    hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
+    sharding = Sharding.of(lay)
+    shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex
+    return rows.spread_fields(_ShardCosts(dp, shard * optimizer_step_traffic_bytes_per_param(train) / hbm))
 
 
 def _assemble(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, path: _CriticalPath,
-    pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, params: RankParams,
+    pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, optimizer_s: np.ndarray,
     memory: MemoryBreakdown,
 ) -> StepBreakdown:
     """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
     const = step_constants()
-    hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
-    sharding = Sharding.of(lay)
-    shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex
-    opt_bytes = optimizer_step_traffic_bytes_per_param(train)
     tokens = float(train.tokens_per_step)
     # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
     m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
@@ -239,7 +274,7 @@ def _assemble(
         pp_exposed_s=pipe.p2p_exposed_s,
         dp_exposed_s=dp_exposed,
         bubble_s=pipe.bubble_s,
-        optimizer_s=shard * opt_bytes / hbm,
+        optimizer_s=optimizer_s,
         overhead_s=np.full(lay.size, const.step_overhead_s),
         num_gpus=lay.num_gpus,
         tokens_per_step=tokens,

@@ -80,7 +80,8 @@ class MicrobatchComm:
 
 
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
-    """Per-layer communication time of one micro-batch in one direction (see module docstring)."""
+    """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
+    columns tp, cp, mbs, sp, etp, ep, pp and dp only (step.MICROBATCH_COLUMNS)."""
     tokens = train.seq_len / lay.cp * lay.mbs
     h = model.hidden
     strides = GroupStrides.of(lay)
