@@ -52,7 +52,7 @@ def test_deepseek_v3_gpu_hours_per_trillion_tokens() -> None:
 
 def _sample_layouts(n: int = 400) -> tuple[Layouts, TrainSpec]:
     train = TrainSpec(seq_len=2048, global_batch=1536)
-    space = generate(GPT3, SELENE, train, 1536, SpaceOptions(mbs=(1, 2), zero=(0, 1, 3)))
+    space = generate(GPT3, SELENE, train, 1536, SpaceOptions(mbs=(1, 2), zero=(0, 1, 3), rank_orders=tuple(RankOrder)))
     rng = np.random.default_rng(0)
     return space.layouts.take(rng.choice(space.layouts.size, size=min(n, space.layouts.size), replace=False)), train
 

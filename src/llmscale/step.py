@@ -209,7 +209,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory)
 
 
-MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp")
+MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
 """The layout columns compute.layer_times and traffic.microbatch_comm read."""
 
 
@@ -233,7 +233,7 @@ class _ShardCosts:
     """The optimizer step: HBM-bound, optimizer_step_traffic_bytes_per_param per local parameter shard."""
 
 
-SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero")
+SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 """The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
 
 

@@ -81,7 +81,7 @@ class MicrobatchComm:
 
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
     """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
-    columns tp, cp, mbs, sp, etp, ep, pp and dp only (step.MICROBATCH_COLUMNS)."""
+    columns tp, cp, mbs, sp, etp, ep, pp, dp and rank_order only (step.MICROBATCH_COLUMNS)."""
     tokens = train.seq_len / lay.cp * lay.mbs
     h = model.hidden
     strides = GroupStrides.of(lay)
