@@ -64,12 +64,18 @@ def chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes.reshape(-1))])
 
 
+@cache
 def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, moe) layers of every rank of a pp × vpp split (arrays of shape (pp,))."""
+    """(dense, moe) layers of every rank of a pp × vpp split (arrays of shape (pp,)); cached, since every chunk
+    of a search asks for the same splits."""
     bounds = chunk_bounds(model.layers, pp, vpp)
     moe = moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])
     dense = np.diff(bounds) - moe
     return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0)
+
+
+TABLE_VPP = 8
+"""Virtual stages per rank the per-model layer table covers by default (the search's vpp ≤ 8)."""
 
 
 @cache
@@ -105,8 +111,10 @@ class RankOf(IntEnum):
 
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     """Layers on the pipeline rank `which` picks, for every layout."""
-    max_vpp = int(lay.vpp.max(initial=1))
-    table = _layer_table(model, int(lay.pp.max(initial=1)), max_vpp, which)
+    # One table per model for every chunk of a search: sized to the model's layers and 8 virtual stages
+    # (larger only when a layout asks for more), not to each chunk's largest pp and vpp.
+    max_vpp = max(int(lay.vpp.max(initial=1)), TABLE_VPP)
+    table = _layer_table(model, max(int(lay.pp.max(initial=1)), model.layers), max_vpp, which)
     columns = table.reshape(-1, 4).T  # one flat column per field: four 1-D gathers beat one 2-D fancy index
     row = lay.pp * (max_vpp + 1) + lay.vpp
     rank = which.rank(lay.pp)
