@@ -9,9 +9,10 @@ the exposed shares of TP and EP communication (catalog/step.yaml). Nothing is fi
 The loss is the mean of min(|ln(predicted / published)|, 0.5) over the fitting half, so a handful of runs
 the model cannot explain (e.g. 2021 DeepSpeed ZeRO-3 baselines) do not drag the constants.
 
-Run:  python scripts/fit_efficiency.py [--rounds 4]
-It prints the fitted values (to copy into the catalog, with this script named as their source) and the
-median / p90 / max |error| on the fitting half, the held-out half, and all rows.
+Run:  python scripts/fit_efficiency.py [--rounds 4] [--residuals] [--write]
+It prints the fitted values, rounded to 3 decimals, and the median / p90 / max |error| on the fitting half,
+the held-out half, and all rows with those rounded values; --write puts them into catalog/gpus.yaml,
+catalog/efficiency.yaml and catalog/step.yaml (whose comments name this script as their source).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -127,10 +130,39 @@ def report(label: str, jobs: list[tuple[PublishedRun, JobInputs]], params: dict[
     print(f"{label:<10}{len(jobs):>6}{np.median(errors):>10.1f}{np.percentile(errors, 90):>10.1f}{errors.max():>10.1f}")
 
 
+CATALOG = Path(__file__).resolve().parent.parent / "src" / "llmscale" / "catalog"
+
+
+def write_catalog(fitted: dict[str, float]) -> None:
+    """Put the fitted values into the catalog files in place: the per-generation `efficiency: {...}  # fitted
+    per generation (gen)` lines of gpus.yaml, the global efficiency defaults and the step constants."""
+    gpus = CATALOG / "gpus.yaml"
+
+    def generation_line(match: re.Match[str]) -> str:
+        keys = re.findall(r"(\w+): [\d.]+", match.group(1))
+        body = ", ".join(f"{key}: {fitted[f'{match.group(2)}.{key}']:g}" for key in keys)
+        return f"efficiency: {{{body}}}  # fitted per generation ({match.group(2)})"
+
+    text = re.sub(r"efficiency: \{([^}]*)\}  # fitted per generation \((\w+)\)", generation_line,
+                  gpus.read_text(encoding="utf-8"))
+    gpus.write_text(text, encoding="utf-8")
+    efficiency = CATALOG / "efficiency.yaml"
+    text = efficiency.read_text(encoding="utf-8")
+    for key in GLOBAL_EFFICIENCY:
+        text = re.sub(rf"(\n  {key}: )[\d.]+", rf"\g<1>{fitted[key]:g}", text, count=1)
+    efficiency.write_text(text, encoding="utf-8")
+    step = CATALOG / "step.yaml"
+    text = step.read_text(encoding="utf-8")
+    for key in STEP_KEYS:
+        text = re.sub(rf"({key}:\n  value: )[\d.]+", rf"\g<1>{fitted[key]:g}", text)
+    step.write_text(text, encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--residuals", action="store_true", help="print every row's error after the fit")
+    parser.add_argument("--write", action="store_true", help="write the fitted values into the catalog files")
     args = parser.parse_args()
     jobs = []
     for run in load_runs():
@@ -141,7 +173,9 @@ def main() -> None:
     fit_jobs = [j for j in jobs if in_fit_half(j[0].name)]
     held_out = [j for j in jobs if not in_fit_half(j[0].name)]
     start = {key: min(bounds(key)[1], max(bounds(key)[0], value)) for key, value in initial_params(jobs).items()}
-    fitted = fit(fit_jobs, start, args.rounds)
+    fitted = {key: round(value, 3) for key, value in fit(fit_jobs, start, args.rounds).items()}
+    if args.write:
+        write_catalog(fitted)
     for key in sorted(fitted):
         print(f"{key:<32}{start[key]:>8.3f} -> {fitted[key]:.3f}")
     print(f"{'half':<10}{'rows':>6}{'median%':>10}{'p90%':>10}{'max%':>10}")
