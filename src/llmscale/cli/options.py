@@ -35,6 +35,8 @@ RecomputeOpt = Annotated[Recompute, typer.Option("--recompute", case_sensitive=F
 SpOpt = Annotated[bool | None, typer.Option("--sp/--no-sp", help="sequence parallel (default: on when tp > 1)")]
 ScheduleOpt = Annotated[Schedule | None, typer.Option("--schedule", case_sensitive=False, help="pipeline schedule")]
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
+FlashOpt = Annotated[bool, typer.Option("--flash-attention/--no-flash-attention",
+                                        help="fused attention (off: unfused s×s scores, as before 2022)")]
 OffloadOptOpt = Annotated[bool, typer.Option("--offload-optimizer", help="optimizer state in host memory")]
 OffloadParamsOpt = Annotated[bool, typer.Option("--offload-params", help="weights in host memory")]
 TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP collectives with GEMMs")]
@@ -85,7 +87,7 @@ class JobFlags:
     @property
     def train(self) -> dict[str, Any]:
         return {"global_batch": self.values["gbs"], "seq_len": self.values["seq_len"],
-                "precision": self.values["precision"]}
+                "precision": self.values["precision"], "flash_attention": self.values["flash_attention"]}
 
 
 _JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
@@ -94,6 +96,7 @@ _JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
     ("etp", EtpOpt, None), ("vpp", VppOpt, 1), ("mbs", MbsOpt, 1), ("gbs", GbsOpt, None), ("seq_len", SeqOpt, None),
     ("zero", ZeroOpt, 1), ("recompute", RecomputeOpt, Recompute.NONE), ("sp", SpOpt, None),
     ("schedule", ScheduleOpt, None), ("precision", PrecisionOpt, Precision.BF16),
+    ("flash_attention", FlashOpt, True),
     ("offload_optimizer", OffloadOptOpt, False), ("offload_params", OffloadParamsOpt, False),
     ("tp_comm_overlap", TpOverlapOpt, False), ("ep_comm_overlap", EpOverlapOpt, False),
     ("rank_order", RankOrderOpt, RankOrder.TP_CP_EP_DP_PP),

@@ -13,6 +13,7 @@ from llmscale import __version__
 from llmscale.catalog import Kind, entry, names
 from llmscale.inputs import JobInputs
 from llmscale.memory import MemoryBreakdown
+from llmscale.specs.layout import RankOrder
 from llmscale.step import StepBreakdown
 from llmscale.units import GIB
 from llmscale.validate import ValidationReport
@@ -48,7 +49,8 @@ def spec_document(kind: str, name: str, document: dict[str, Any]) -> None:
 
 
 def job_header(job: JobInputs) -> dict[str, Any]:
-    """Provenance every one-layout document starts with: version, input hash, model, cluster, GPUs, layout."""
+    """Provenance every one-layout document starts with: version, input hash, model, cluster, GPUs, layout and
+    training run (sequence, batch, precision, attention kernel, ...)."""
     return {
         "llmscale_version": __version__,
         "input_sha256": job.input_sha256,
@@ -56,6 +58,7 @@ def job_header(job: JobInputs) -> dict[str, Any]:
         "cluster": job.cluster.name,
         "num_gpus": job.num_gpus,
         "layout": job.resolved_layout.model_dump(mode="json"),
+        "train": job.train.model_dump(mode="json"),
     }
 
 
@@ -82,6 +85,8 @@ def memory_table(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> None:
         f"mbs {lay.mbs} zero {lay.zero} recompute {lay.recompute.value} sp {lay.sp} "
         f"schedule {lay.resolved_schedule.value} · seq {job.train.seq_len} gbs {job.train.global_batch} "
         f"{job.train.precision.value}"
+        + (f" · rank order {lay.rank_order.value}" if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP else "")
+        + ("" if job.train.flash_attention else " · unfused attention")
     )
     table = Table(title_justify="left")
     table.add_column("class")
