@@ -371,3 +371,15 @@ def test_llama31_405b_layout_matches_megatron_embedding_and_loss_accounting() ->
     model = load_model("llama3-405b")
     stages = parse_layout(pipeline_layout(model, Layout(tp=8, pp=16, vpp=4, dp=1)))
     assert [stage.count("t") for stage in stages] == [1] + [2] * 62 + [1]
+
+
+def test_torchtitan_v_schedule_keeps_its_default_split_when_stages_are_uneven(tmp_path: Path) -> None:
+    # ZBVZeroBubble puts stages r and 2·pp − 1 − r on rank r, so torchtitan's first and last stage would both land
+    # on rank 0 — not the looped split llmscale costs: no first/last settings, a note instead (review finding).
+    model = tmp_path / "m62.json"
+    model.write_text(json.dumps({"name": "m62", "layers": 62, "hidden": 1024, "ffn_hidden": 4096, "heads": 8,
+                                 "vocab": 1000}), encoding="utf-8")
+    job62 = resolve_job(str(model), "eos-h100", 64, {"global_batch": 64, "seq_len": 2048},
+                        {"pp": 8, "dp": 8, "schedule": "zbv"})
+    text = torchtitan_toml(job62)
+    assert "pipeline_parallel_layers_per_stage" not in load_toml(text)["parallelism"] and "default split" in text

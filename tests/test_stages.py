@@ -51,4 +51,34 @@ def test_no_rank_collects_the_remainder_of_every_chunk() -> None:
     model = load_model("llama3-405b")
     lay = Layouts.from_columns(tp=8, pp=16, dp=64, vpp=7, schedule=Schedule.INTERLEAVED.code)
     per_rank = [int(stage_layers(model, lay, which).dense[0]) for which in RankOf]
-    assert per_rank == [7, 8, 7]
+    assert per_rank == [7, 8, 7, 8]  # FIRST, SECOND, LAST, BUSIEST
+
+
+def _all_ranks(model_name: str, pp: int, vpp: int, schedule: Schedule) -> tuple[list[int], list[int]]:
+    """(MoE layers, layers) of every rank, stage pairs summed under DualPipe, by the split alone."""
+    model = load_model(model_name)
+    bounds = chunk_bounds(model.layers, pp, vpp)
+    from llmscale.stages import moe_layers_before
+
+    moe = (moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])).reshape(vpp, pp).sum(0)
+    total = np.diff(bounds).reshape(vpp, pp).sum(0)
+    if schedule is Schedule.DUALPIPE:
+        moe, total = moe + moe[::-1], total + total[::-1]
+    return moe.tolist(), total.tolist()
+
+
+@pytest.mark.parametrize(
+    ("model_name", "pp", "vpp", "schedule"),
+    [("deepseek-v3", 16, 1, Schedule.DUALPIPE), ("deepseek-v3", 8, 7, Schedule.INTERLEAVED),
+     ("gpt3-175b", 10, 1, Schedule.DUALPIPE), ("llama3-405b", 16, 7, Schedule.INTERLEAVED)],
+)
+def test_the_examined_ranks_include_the_most_loaded(model_name: str, pp: int, vpp: int, schedule: Schedule) -> None:
+    # The step model takes the slowest of the ranks RankOf names; the rank with the most MoE layers (then the most
+    # layers) must be among them, whatever the split does to ranks 1 … pp − 2 (a review found DeepSeek-V3 on
+    # 16 DualPipe stages with 8 layers on ranks 2-13 while ranks 0, 1 and 15 held 6-7).
+    model = load_model(model_name)
+    lay = Layouts.from_columns(pp=pp, vpp=vpp, dp=1, schedule=schedule.code)
+    moe, total = _all_ranks(model_name, pp, vpp, schedule)
+    best = max(zip(moe, total, strict=True))
+    examined = {(int(s.moe[0]), int(s.dense[0] + s.moe[0])) for s in (stage_layers(model, lay, w) for w in RankOf)}
+    assert best in examined

@@ -141,3 +141,12 @@ def test_rank_order_moves_pipeline_and_data_parallel_groups() -> None:
             for lay in (default, pp_inner)]
     assert p2p[1] < p2p[0]  # NVLink instead of the network
     assert sync[1] > sync[0]  # the network instead of NVLink
+
+
+def test_rank_orders_coincide_without_data_parallelism() -> None:
+    # dp = 1: tp-cp-ep-dp-pp and tp-cp-ep-pp-dp number the ranks alike, so every cost must be the same.
+    cluster = load_cluster("eos-h100", num_gpus=32)
+    both = Layouts.from_columns(tp=4, cp=2, pp=4, dp=1, rank_order=[o.code for o in RankOrder])
+    step = estimate_step(load_model("llama3-8b"), cluster, TrainSpec(seq_len=8192, global_batch=8), both)
+    for f in PARTS:
+        assert getattr(step, f)[0] == getattr(step, f)[1], f

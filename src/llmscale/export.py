@@ -354,19 +354,27 @@ def _titan_parallelism(job: JobInputs) -> dict[str, object]:
     return table
 
 
+_TITAN_V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+"""torchtitan schedules that place stages in a V: rank r runs stages r and 2·pp − 1 − r."""
+
+
 def _titan_stages_per_rank(lay: Layout) -> int:
     name = _TORCHTITAN_SCHEDULES[lay.resolved_schedule]
-    return 1 if name == "1F1B" else 2 if name in ("ZBVZeroBubble", "DualPipeV") else lay.vpp
+    return 1 if name == "1F1B" else 2 if name in _TITAN_V_SCHEDULES else lay.vpp
 
 
 def _titan_stage_split(job: JobInputs) -> dict[str, object]:
-    """Layers per virtual stage and the first/last stage's shortfall, so that torchtitan builds the pp ×
-    stages-per-rank stages llmscale's split has (stages.chunk_bounds; torchtitan counts ceil((L + first_less +
-    last_less) / layers_per_stage) stages). Empty when the split's middle stages are not all equal."""
+    """Layers per virtual stage and the first/last stage's shortfall, so that torchtitan builds the stages of
+    llmscale's split (stages.chunk_bounds; torchtitan counts ceil((L + first_less + last_less) /
+    layers_per_stage) stages, interior stages equal). Empty when the interior stages differ, and for V-shaped
+    schedules unless every stage is equal: there torchtitan's first and last stage both land on rank 0, which
+    the looped split llmscale costs does not."""
     lay = job.resolved_layout
     sizes = np.diff(chunk_bounds(job.model.layers, lay.pp, _titan_stages_per_rank(lay)))
     per_stage = int(sizes.max())
-    if len(sizes) > 2 and (sizes[1:-1] != per_stage).any():
+    uneven_inside = len(sizes) > 2 and bool((sizes[1:-1] != per_stage).any())
+    v_shaped = _TORCHTITAN_SCHEDULES[lay.resolved_schedule] in _TITAN_V_SCHEDULES
+    if uneven_inside or (v_shaped and bool((sizes != per_stage).any())):
         return {}
     return {"pipeline_parallel_layers_per_stage": per_stage,
             "pipeline_parallel_first_stage_less_layers": per_stage - int(sizes[0]),
@@ -449,8 +457,8 @@ def _titan_pipeline_notes(job: JobInputs) -> list[str]:
     if lay.resolved_schedule is Schedule.DUALPIPE:
         notes.append("DualPipeV needs a PyTorch whose pipelining get_schedule_class knows it (2.9 or later)")
     if not _titan_stage_split(job):
-        notes.append(f"{job.model.layers} layers do not split into pp × stages-per-rank stages of whole layers: "
-                     "torchtitan's default split is used")
+        notes.append(f"{job.model.layers} layers: torchtitan's first/last-stage settings cannot express llmscale's "
+                     f"split over pp {lay.pp} × {_titan_stages_per_rank(lay)} stages; its default split is used")
     return notes
 
 

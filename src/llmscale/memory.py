@@ -24,6 +24,7 @@ dynamic part (constants in catalog/memory.yaml with their sources).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from functools import cache
 
 import numpy as np
@@ -294,10 +295,16 @@ def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
     stages: RankStages = {}
     for which in RankOf:
         layers = stage_layers(model, few, which)
-        held = inflight_microbatches(few, num_micro, which.rank(few.pp))
+        if which is RankOf.BUSIEST and _same_stage(layers, stages[RankOf.SECOND].layers):
+            break  # the busiest interior rank is rank 1 in every layout: nothing new to evaluate
+        held = inflight_microbatches(few, num_micro, layers.rank)
         held = np.where(dualpipe, held / 2, held)
-        stages[which] = rows.spread_fields(RankStage(layers, rank_params(model, counts, few, layers), held))
-    return stages
+        stages[which] = RankStage(layers, rank_params(model, counts, few, layers), held)
+    return {which: rows.spread_fields(stage) for which, stage in stages.items()}
+
+
+def _same_stage(a: StageLayers, b: StageLayers) -> bool:
+    return all(np.array_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclass_fields(StageLayers))
 
 
 def memory_breakdown(
@@ -314,8 +321,7 @@ def memory_breakdown(
     shared_buffers = _comm_buffer_bytes(model, train, lay, acts)
     best_total = np.full(lay.size, -1.0)
     fields: dict[str, np.ndarray] = {}
-    for which in RankOf:
-        stage = stages[which]
+    for stage in stages.values():
         state = _state_bytes(train, lay, stage.params, shard, num_micro)
         activations = stage_activation_bytes(model, acts, lay, stage.layers.dense, stage.layers.moe, stage.held)
         activations = activations + np.where(stage.layers.last > 0, logits, 0.0)
@@ -330,7 +336,7 @@ def memory_breakdown(
             "fragmentation_bytes": fragmentation,
             "host_bytes_per_node": state.host_per_gpu * cluster.node.gpus_per_node,
             "pcie_bytes_per_step": state.pcie_per_step,
-            "pipeline_rank": which.rank(lay.pp).astype(np.int64),
+            "pipeline_rank": stage.layers.rank,
         }
         total = sum(candidate[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
                                            "activations_bytes", "comm_buffer_bytes", "fragmentation_bytes"))

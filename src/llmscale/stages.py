@@ -6,11 +6,13 @@ Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp of the pp × vpp chunks th
 (Megatron interleaving), chunk k holding the next layers after chunk k − 1. Each rank gets ⌈L/pp⌉ layers; when
 pp does not divide L the shortfall goes to the last rank, then the first (the ranks that also hold the output
 layer and the embedding: Llama 3 §3.3.2 "one fewer layer on the first and last stage", Megatron's
-account_for_embedding/loss_in_pipeline_split), then from rank pp−2 inward, rank 1 last; a rank's layers are
-spread over its vpp chunks as evenly as they go. Under DualPipe a rank holds stages r and pp−1−r
-(DeepSeek-V3 §3.2.1). The first chunk carries
-the input embedding, the last the output layer — which ZB-V's V shape puts on rank 0. MoE layers are those
-at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
+account_for_embedding/loss_in_pipeline_split), then from rank pp−2 inward, rank 1 last. A rank's layers are
+spread over its vpp chunks as evenly as they go, the short chunks first — on the last rank last, next to the
+output layer (the Megatron split). The first chunk carries the input embedding, the last the output layer.
+Under DualPipe a rank holds stages r and pp−1−r (DeepSeek-V3 §3.2.1); under ZB-V's V shape the output sits on
+rank 0, whose layer count is taken from the looped split (an approximation: the shortfall is not moved to it).
+MoE layers are those at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
+The step and memory models examine the ranks RankOf names (0, 1, pp − 1 and the busiest interior one).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class StageLayers:
     """1 where the rank holds the input embedding."""
     last: np.ndarray
     """1 where the rank holds the output layer."""
+    rank: np.ndarray
+    """The pipeline rank (0 … pp − 1): how many micro-batches it holds in flight depends on it."""
 
 
 def moe_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
@@ -80,33 +84,45 @@ TABLE_VPP = 8
 
 @cache
 def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf) -> np.ndarray:
-    """Table [pp, vpp, field] of (dense, moe, dense of mirror, moe of mirror) for the rank `rank_of_pp`
-    picks; computed once per model and grid size, then gathered for millions of layouts."""
-    table = np.zeros((max_pp + 1, max_vpp + 1, 4), dtype=np.int64)
+    """Table [pp, vpp, field] of (rank, dense, moe) for the rank `rank_of_pp` picks in a looped pipeline, then
+    (rank, dense, moe) of the pair of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r);
+    computed once per model and grid size, then gathered for millions of layouts."""
+    table = np.zeros((max_pp + 1, max_vpp + 1, 6), dtype=np.int64)
     for pp in range(1, max_pp + 1):
-        rank = int(rank_of_pp.rank(np.array(pp)))
         for vpp in range(1, max_vpp + 1):
             dense, moe = _rank_layers(model, pp, vpp)
-            table[pp, vpp] = dense[rank], moe[rank], dense[pp - 1 - rank], moe[pp - 1 - rank]
+            pair_dense, pair_moe = dense + dense[::-1], moe + moe[::-1]
+            rank, pair = rank_of_pp.pick(moe, dense), rank_of_pp.pick(pair_moe, pair_dense)
+            table[pp, vpp] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
+    table.flags.writeable = False
     return table
 
 
 class RankOf(IntEnum):
-    """Pipeline ranks that can be the most loaded."""
+    """Pipeline ranks that can be the most loaded; the step and memory models evaluate each and keep the worst."""
 
     FIRST = 0
     """Rank 0: most micro-batches in flight, the input embedding."""
     SECOND = 1
-    """Rank 1 (or the last when pp ≤ 2): all-MoE layers when rank 0 holds the dense ones."""
+    """Rank 1 (or the last when pp ≤ 2): the interior rank with the most micro-batches in flight."""
     LAST = 2
     """Rank pp − 1: the output layer and the logits."""
+    BUSIEST = 3
+    """The interior rank with the most MoE layers, then the most layers (rank 1 when pp ≤ 2); under DualPipe the
+    interior pair of stages with the most. Uneven splits and leading dense layers can make it a later rank."""
 
-    def rank(self, pp: np.ndarray) -> np.ndarray:
+    def pick(self, moe: np.ndarray, dense: np.ndarray) -> int:
+        """This rank's index among the per-rank layer counts `moe`, `dense` (shape (pp,))."""
+        pp = moe.shape[0]
         if self is RankOf.FIRST:
-            return np.zeros_like(pp)
+            return 0
+        if self is RankOf.LAST or pp <= 2:
+            return pp - 1 if self is RankOf.LAST else min(1, pp - 1)
         if self is RankOf.SECOND:
-            return np.minimum(1, pp - 1)
-        return pp - 1
+            return 1
+        interior = np.arange(1, pp - 1)
+        order = np.lexsort((-(dense + moe)[interior], -moe[interior]))  # most MoE layers, then most layers
+        return int(interior[order[0]])
 
 
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
@@ -115,18 +131,21 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     # (larger only when a layout asks for more), not to each chunk's largest pp and vpp.
     max_vpp = max(int(lay.vpp.max(initial=1)), TABLE_VPP)
     table = _layer_table(model, max(int(lay.pp.max(initial=1)), model.layers), max_vpp, which)
-    columns = table.reshape(-1, 4).T  # one flat column per field: four 1-D gathers beat one 2-D fancy index
+    columns = table.reshape(-1, 6).T  # one flat column per field: 1-D gathers beat one 2-D fancy index
     row = lay.pp * (max_vpp + 1) + lay.vpp
-    rank = which.rank(lay.pp)
+    rank, dense, moe = columns[0].take(row), columns[1].take(row), columns[2].take(row)
     first, last = rank == 0, rank == lay.pp - 1
-    dense, moe = columns[0].take(row), columns[1].take(row)
     dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)
     if dual.any():
-        dense = np.where(dual, dense + columns[2].take(row), dense)
-        moe = np.where(dual, moe + columns[3].take(row), moe)
-        first, last = first | (dual & last), last | (dual & first)
+        pair = columns[3].take(row)
+        rank = np.where(dual, pair, rank)
+        dense = np.where(dual, columns[4].take(row), dense)
+        moe = np.where(dual, columns[5].take(row), moe)
+        outer = (pair == 0) | (pair == lay.pp - 1)  # the pair holding stages 0 and pp − 1
+        first, last = np.where(dual, outer, first), np.where(dual, outer, last)
     # ZB-V folds the model into a V: rank r holds chunks r and 2p−1−r, so rank 0 holds the last chunk and the
-    # output layer (Qi et al. 2023, ZB-V). Layer counts per rank stay L/p; only where the output sits moves.
+    # output layer (Qi et al. 2023, ZB-V). Layer counts per rank are those of the looped split (module
+    # docstring); only where the output sits moves.
     zbv = (lay.schedule == Schedule.ZB_V.code) & (lay.pp > 1)
     last = np.where(zbv, rank == 0, last)
-    return StageLayers(dense, moe, first.astype(np.int64), last.astype(np.int64))
+    return StageLayers(dense, moe, first.astype(np.int64), last.astype(np.int64), rank)

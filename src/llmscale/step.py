@@ -44,7 +44,7 @@ from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.stages import RankOf, StageLayers
+from llmscale.stages import StageLayers
 from llmscale.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
 
 
@@ -185,8 +185,8 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     times, comm = _per_microbatch(model, cluster, train, lay)
     best: tuple[_CriticalPath, StageLayers] | None = None
     stages = rank_stages(model, train, lay)
-    for which in RankOf:
-        layers = stages[which].layers
+    for stage in stages.values():
+        layers = stage.layers
         path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
         if best is None:
             best = (path, layers)

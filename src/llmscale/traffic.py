@@ -4,8 +4,9 @@ Shape legend: arrays of shape (N,), one element per layout; seconds per GPU.
 
 Groups and their placement follow the layout's rank order, innermost first: Megatron's default TP → CP → (EP)
 → DP → PP, or TP → CP → (EP) → PP → DP (specs.layout.RankOrder), so a group's stride is the product of the
-sizes inside it (`GroupStrides`). Expert layers re-fold a stage's tp·cp·dp ranks as ETP → EP → EDP (Megatron
-MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
+sizes inside it (`GroupStrides`; under the second order a group with members both inside and across tp·cp
+blocks is placed as if spread evenly over its span). Expert layers re-fold a stage's tp·cp·dp ranks as
+ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
 
   TP  per layer and direction: with SP two all-gathers and two reduce-scatters of the gathered activation
       S = 2·s_c·b·h bytes (attention and MLP blocks; an MoE layer's expert block only when etp > 1);
@@ -57,7 +58,8 @@ class GroupStrides:
 
     @classmethod
     def of(cls, lay: Layouts) -> GroupStrides:
-        pp_inner = lay.rank_order == RankOrder.TP_CP_EP_PP_DP.code
+        # With dp = 1 (or pp = 1) both orders number the ranks alike.
+        pp_inner = (lay.rank_order == RankOrder.TP_CP_EP_PP_DP.code) & (lay.dp > 1)
         spread = np.where(pp_inner, lay.pp, 1)
         return cls(
             pp=np.where(pp_inner, lay.tp * lay.cp, lay.tp * lay.cp * lay.dp),
