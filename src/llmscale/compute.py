@@ -198,10 +198,13 @@ def rank_compute(
     """One micro-batch on one pipeline rank: forward, input-gradient backward (with recompute) and
     weight-gradient backward, summed over its dense and MoE layers and, on the last rank, the output."""
     dense, moe, logits = times
+    has_moe = bool(layers.moe.any())  # else every MoE term is 0 · 0: skipped, with the same sums
 
     def total(field: str) -> np.ndarray:
-        value: np.ndarray = (layers.dense * getattr(dense, field) + layers.moe * getattr(moe, field)
-                             + layers.last * getattr(logits, field))
+        value: np.ndarray = layers.dense * getattr(dense, field)
+        if has_moe:
+            value = value + layers.moe * getattr(moe, field)
+        value = value + layers.last * getattr(logits, field)
         return value
 
     gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
@@ -209,10 +212,7 @@ def rank_compute(
     elementwise = elementwise + (layers.dense + layers.moe) * eff.layer_overhead_us * 1e-6
     forward = gemm + core + elementwise
     layers_forward = forward - layers.last * logits.forward_s
-    recompute = np.select(
-        [lay.recompute == Recompute.FULL.code, lay.recompute == Recompute.SELECTIVE.code],
-        [layers_forward, core],
-        default=0.0,
-    )
+    recompute = np.where(lay.recompute == Recompute.FULL.code, layers_forward,
+                         np.where(lay.recompute == Recompute.SELECTIVE.code, core, 0.0))
     backward_input = gemm + core_backward + 2.0 * elementwise + recompute
     return RankCompute(forward, backward_input, gemm, core, recompute)

@@ -79,7 +79,7 @@ def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.nd
 
 
 TABLE_VPP = 8
-"""Virtual stages per rank the per-model layer table covers by default (the search's vpp ≤ 8)."""
+"""Virtual stages per rank a layer table covers at least (a search's vpp ≤ 8)."""
 
 
 @cache
@@ -127,10 +127,11 @@ class RankOf(IntEnum):
 
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     """Layers on the pipeline rank `which` picks, for every layout."""
-    # One table per model for every chunk of a search: sized to the model's layers and 8 virtual stages
-    # (larger only when a layout asks for more), not to each chunk's largest pp and vpp.
+    # Tables are sized to the next power of two of the largest pp and to 8 virtual stages (more only when asked),
+    # so a search's chunks share a handful per model instead of rebuilding one per chunk.
     max_vpp = max(int(lay.vpp.max(initial=1)), TABLE_VPP)
-    table = _layer_table(model, max(int(lay.pp.max(initial=1)), model.layers), max_vpp, which)
+    max_pp = 1 << (int(lay.pp.max(initial=1)) - 1).bit_length()
+    table = _layer_table(model, max_pp, max_vpp, which)
     columns = table.reshape(-1, 6).T  # one flat column per field: 1-D gathers beat one 2-D fancy index
     row = lay.pp * (max_vpp + 1) + lay.vpp
     rank, dense, moe = columns[0].take(row), columns[1].take(row), columns[2].take(row)

@@ -154,27 +154,52 @@ def _select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
 
 
 def _critical_path(
-    lay: Layouts, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm, eff: EfficiencySpec
+    shares: _PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm, eff: EfficiencySpec
 ) -> _CriticalPath:
     """Communication on one rank's critical path per micro-batch. Each of TP's collectives and EP's
     all-to-alls runs once forward and once backward, and once more when full recompute re-runs the forward;
     the CP exchange hides behind the attention core (forward: K, V; backward: K, V and their gradients) and
     is repeated by any recompute, which re-runs the attention core."""
-    const = step_constants()
-    full = (lay.recompute == Recompute.FULL.code).astype(float)
-    any_recompute = (lay.recompute != Recompute.NONE.code).astype(float)
-    tp_share = np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0)
-    tp_pass = tp_share * (layers.dense * comm.tp_dense_s + layers.moe * comm.tp_moe_s)
+    full = shares.full
+    has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
+    tp_layers = layers.dense * comm.tp_dense_s
+    if has_moe:
+        tp_layers = tp_layers + layers.moe * comm.tp_moe_s
+    tp_pass = shares.tp * tp_layers
     count = layers.dense + layers.moe
     cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
     cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - eff.attention_backward_ratio * compute.attention_core_forward_s)
-    dualpipe = lay.schedule == Schedule.DUALPIPE.code
+    cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
+    if not has_moe:
+        zero = np.zeros_like(tp_pass)
+        return _CriticalPath(compute, (2 + full) * tp_pass, cp, zero, comm_forward_s=tp_pass + cp_fwd + zero)
     ep_pass = layers.moe * comm.ep_s
-    ep_share = np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0)
-    ep = np.where(dualpipe, np.maximum(0.0, (2 + full) * ep_pass - compute.total_s), ep_share * (2 + full) * ep_pass)
+    ep = np.where(shares.dualpipe, np.maximum(0.0, (2 + full) * ep_pass - compute.total_s),
+                  shares.ep * (2 + full) * ep_pass)
     ep_fwd = ep / (2 + full)
-    return _CriticalPath(compute, (2 + full) * tp_pass, cp_fwd * (1 + any_recompute) + cp_bwd, ep,
-                         comm_forward_s=tp_pass + cp_fwd + ep_fwd)
+    return _CriticalPath(compute, (2 + full) * tp_pass, cp, ep, comm_forward_s=tp_pass + cp_fwd + ep_fwd)
+
+
+@dataclass(frozen=True)
+class _PathShares:
+    """What every rank's critical path shares (shape (N,)): recompute indicators, exposed TP and EP shares."""
+
+    full: np.ndarray
+    any_recompute: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    dualpipe: np.ndarray
+
+    @classmethod
+    def of(cls, lay: Layouts) -> _PathShares:
+        const = step_constants()
+        return cls(
+            full=(lay.recompute == Recompute.FULL.code).astype(float),
+            any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
+            tp=np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0),
+            ep=np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0),
+            dualpipe=lay.schedule == Schedule.DUALPIPE.code,
+        )
 
 
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
@@ -185,9 +210,10 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     times, comm = _per_microbatch(model, cluster, train, lay)
     best: tuple[_CriticalPath, StageLayers] | None = None
     stages = rank_stages(model, train, lay)
+    shares = _PathShares.of(lay)
     for stage in stages.values():
         layers = stage.layers
-        path = _critical_path(lay, layers, rank_compute(lay, layers, times, eff), comm, eff)
+        path = _critical_path(shares, layers, rank_compute(lay, layers, times, eff), comm, eff)
         if best is None:
             best = (path, layers)
             continue
