@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from llmscale.catalog import load_gpu, load_model
+from llmscale.heap import keep_freed_memory
 from llmscale.layouts import Layouts
 from llmscale.memory import memory_breakdown
 from llmscale.specs.cluster import ClusterSpec, NetworkTier, NodeSpec
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--one-at-a-time", type=int, default=2000, help="layouts scored one by one for the ratio")
     args = parser.parse_args()
+    print(f"# heap: thresholds raised (as the llmscale command, llmscale.heap): {keep_freed_memory()}")
     model, train, cluster = load_model(args.model), TrainSpec(global_batch=8192), _cluster(500_000)
     lay = random_layouts(args.layouts)
     memory_breakdown(model, cluster, train, lay.take(np.arange(10)))  # warm caches

@@ -17,7 +17,7 @@ Three measurements in one run:
 The target line reports whether (b) meets TARGET_LAYOUTS_PER_S; the exit status reflects the correctness checks
 (the `verified` columns) only, since timings vary with the machine.
 
-Run:  OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/search_layouts_per_s.py [--layouts 1000000] [--single 300]
+Run:  OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/search_layouts_per_s.py [--layouts 1000000] [--single 300] [--default-heap]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 
 from llmscale import __version__
 from llmscale.catalog import load_cluster, load_model
+from llmscale.heap import keep_freed_memory
 from llmscale.layouts import Layouts
 from llmscale.plan import CHUNK_LAYOUTS, Objective, plan
 from llmscale.rules import Reason, check
@@ -206,7 +207,11 @@ def main() -> int:
     parser.add_argument("--layouts", type=int, default=1_000_000, help="layouts in the vectorized batch")
     parser.add_argument("--single", type=int, default=300, help="layouts scored one at a time")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--default-heap", action="store_true",
+                        help="leave glibc's malloc thresholds alone (the llmscale command raises them: llmscale.heap)")
     args = parser.parse_args()
+    heap = "glibc defaults" if args.default_heap else f"thresholds raised: {keep_freed_memory()}"
+    print(f"# heap: {heap}")
     cases = {
         "gpt3": Case(load_model("gpt3-175b"), load_cluster("selene", num_gpus=1536),
                      TrainSpec(seq_len=2048, global_batch=1536), 1536),

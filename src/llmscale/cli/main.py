@@ -19,6 +19,7 @@ from llmscale.catalog import Kind
 from llmscale.cli import options as o
 from llmscale.cli import render
 from llmscale.errors import LlmscaleError
+from llmscale.heap import keep_freed_memory
 from llmscale.plan import Objective
 
 app = typer.Typer(
@@ -215,6 +216,7 @@ app.command("calibrate")(calibrate)
 
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2."""
+    keep_freed_memory()
     try:
         return app(args=argv, standalone_mode=True)
     except LlmscaleError as exc:
