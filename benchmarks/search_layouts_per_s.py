@@ -17,7 +17,8 @@ Three measurements in one run:
 The target line reports whether (b) meets TARGET_LAYOUTS_PER_S; the exit status reflects the correctness checks
 (the `verified` columns) only, since timings vary with the machine.
 
-Run:  OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/search_layouts_per_s.py [--layouts 1000000] [--single 300] [--default-heap]
+Run:  OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/search_layouts_per_s.py [--layouts 1000000] [--single 300]
+      [--default-heap]
 """
 
 from __future__ import annotations
