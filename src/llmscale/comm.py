@@ -48,13 +48,14 @@ fabrics behave as their tier sizes say), stragglers and jitter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from enum import Enum
 from functools import cache
 
 import numpy as np
 
 from llmscale.catalog.constants import catalog_values
+from llmscale.layouts import distinct_rows
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.units import US
 
@@ -259,18 +260,9 @@ def group_links(
                                        np.atleast_1d(np.asarray(stride, dtype=np.int64)))
     n, s = n_arr.reshape(-1), s_arr.reshape(-1)
     if n.size > _DEDUPE_ABOVE:
-        # A search has millions of layouts but few distinct (size, stride) groups: place each once.
-        key = n * (int(s.max()) + 1) + s
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        links = _group_links(cluster, n[first], s[first], eff)
-        arrays = {f.name: getattr(links, f.name) for f in fields(links)
-                  if isinstance(getattr(links, f.name), np.ndarray)}
-        floats = [name for name, a in arrays.items() if a.dtype == np.float64]
-        # One gather for all float fields (one fancy index instead of a dozen), one per int/bool field.
-        stacked = np.stack([arrays[name] for name in floats])[:, inverse]
-        expanded = dict(zip(floats, stacked, strict=True))
-        expanded |= {name: a[inverse] for name, a in arrays.items() if name not in expanded}
-        return replace(links, **expanded)
+        # Many layouts but few distinct (size, stride) groups: place each once.
+        rows = distinct_rows(n, s)
+        return rows.spread_fields(_group_links(cluster, n.take(rows.first), s.take(rows.first), eff))
     return _group_links(cluster, n, s, eff)
 
 
