@@ -19,8 +19,8 @@ import time
 import numpy as np
 
 from llmscale import __version__
-from llmscale.catalog import load_cluster, load_model
-from llmscale.resilience import job_goodput, simulate_job
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.reliability.estimate import job_goodput, simulate_job
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY
 

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
-from llmscale.catalog import load_gpu, load_model
-from llmscale.heap import keep_freed_memory
-from llmscale.layouts import Layouts
-from llmscale.memory import memory_breakdown
+from llmscale.cli.heap import keep_freed_memory
+from llmscale.cost.memory import memory_breakdown
+from llmscale.io.catalog import load_gpu, load_model
+from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec, NetworkTier, NodeSpec
 from llmscale.specs.train import TrainSpec
 

@@ -35,19 +35,19 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale import __version__
-from llmscale.catalog import load_cluster, load_model
-from llmscale.heap import keep_freed_memory
-from llmscale.layouts import Layouts
-from llmscale.plan import CHUNK_LAYOUTS, Objective, plan
-from llmscale.rules import Reason, check
-from llmscale.runs import PublishedRun, load_runs
-from llmscale.space import generate
+from llmscale.cli.heap import keep_freed_memory
+from llmscale.cost.step import estimate_step
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.rules import Reason, check
+from llmscale.layout.space import generate
+from llmscale.search.plan import CHUNK_LAYOUTS, Objective, plan
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import Layout, Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.step import estimate_step
 from llmscale.units import GIB
+from llmscale.validation.runs import PublishedRun, load_runs
 
 TARGET_LAYOUTS_PER_S = 2_000_000
 """The target: ≥ 2M layouts per second on one core scored for memory and step time together (`estimate_step`,

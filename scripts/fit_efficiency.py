@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-import llmscale.step as step_module
-from llmscale.inputs import JobInputs
-from llmscale.runs import PublishedRun, load_runs
+import llmscale.cost.step as step_module
+from llmscale.cost.step import estimate_step, step_constants
+from llmscale.io.resolve import JobInputs
 from llmscale.specs.cluster import ClusterSpec
-from llmscale.step import estimate_step, step_constants
-from llmscale.validate import job_from_run
+from llmscale.validation.runs import PublishedRun, load_runs
+from llmscale.validation.validate import job_from_run
 
 GENERATIONS = {
     "ampere": ("a100-40gb", "a100-80gb"),

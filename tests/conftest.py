@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmscale.catalog import load_gpu
+from llmscale.io.catalog import load_gpu
 from llmscale.specs.cluster import ClusterSpec, NetworkTier, NodeSpec
 
 

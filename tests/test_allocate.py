@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 import typer
 
-from llmscale.allocate import (
+from llmscale.cli.allocate_cmd import resolve_law
+from llmscale.cli.main import app, main
+from llmscale.cost.params import count_params
+from llmscale.cost.step import estimate_step
+from llmscale.errors import SpecError
+from llmscale.io.catalog import failure_profile, load_cluster, load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.reliability.estimate import layout_goodput
+from llmscale.reliability.rates import failures_of
+from llmscale.scaling.allocate import (
     SEARCH_SPACE,
     JobPolicy,
     Request,
@@ -26,22 +35,13 @@ from llmscale.allocate import (
     job_rate,
     size_goodput,
 )
-from llmscale.catalog import failure_profile, load_cluster, load_model
-from llmscale.cli.allocate_cmd import resolve_law
-from llmscale.cli.main import app, main
-from llmscale.errors import SpecError
-from llmscale.family import Family, FamilyOptions, candidates, dense_model, moe_model
-from llmscale.layouts import Layouts
-from llmscale.multiplier import decompose, hourly_sync_goodput
-from llmscale.params import count_params
-from llmscale.plan import Objective, critical_batch_sequences, plan
-from llmscale.reliability import failures_of
-from llmscale.resilience import layout_goodput
-from llmscale.scaling import ModelScale, ScalingLaw, predict_loss, training_flops
+from llmscale.scaling.family import Family, FamilyOptions, candidates, dense_model, moe_model
+from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, training_flops
+from llmscale.scaling.multiplier import decompose, hourly_sync_goodput
+from llmscale.search.plan import Objective, critical_batch_sequences, plan
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.failures import FailureSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.step import estimate_step
 from llmscale.units import SECONDS_PER_DAY
 from tests.conftest import make_cluster
 from tests.test_cli_errors import assert_one_line, run_inprocess
@@ -217,7 +217,7 @@ def test_goodput_falls_with_job_size() -> None:
 
 def test_pruned_space_loses_little_against_the_whole_space() -> None:
     # allocate.py's claim: the pruned space's best tokens/s stays within a few percent of the whole space's.
-    from llmscale.plan import Objective, search_job_size
+    from llmscale.search.plan import Objective, search_job_size
 
     cluster = load_cluster("llama3-16k")
     for model in (load_model("llama3-70b"), load_model("mixtral-8x7b")):

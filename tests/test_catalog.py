@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from llmscale.catalog import Kind, load_cluster, load_gpu, names
-from llmscale.catalog import entry as catalog_entry
 from llmscale.errors import LlmscaleError
+from llmscale.io.catalog import Kind, load_cluster, load_gpu, names
+from llmscale.io.catalog import entry as catalog_entry
 
 
 def _hardware() -> dict[str, dict[str, Any]]:

@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 import yaml
 
-from llmscale.catalog import load_cluster
-from llmscale.comm import Collective, GroupLinks, bus_factor, collective_time_s, comm_efficiency, group_links
+from llmscale.cost.collectives import (
+    Collective,
+    GroupLinks,
+    bus_factor,
+    collective_time_s,
+    comm_efficiency,
+    group_links,
+)
+from llmscale.io.catalog import load_cluster
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.units import GB, MB, MS
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from llmscale.catalog import load_cluster, load_model
-from llmscale.compute import layer_times, rank_compute
-from llmscale.layouts import Layouts
+from llmscale.cost.compute import layer_times, rank_compute
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf, stage_layers
 from llmscale.specs.layout import Recompute
 from llmscale.specs.train import Precision, TrainSpec
-from llmscale.stages import RankOf, stage_layers
 
 GPT3 = load_model("gpt3-175b")
 SELENE = load_cluster("selene", num_gpus=64)

@@ -15,18 +15,12 @@ from typing import Any
 
 import pytest
 
-from llmscale.catalog import load_model
 from llmscale.cli.main import main
-from llmscale.export import (
-    MEGATRON_FLAGS,
-    TORCHTITAN_KEYS,
-    ExportFormat,
-    megatron_args,
-    moe_layer_pattern,
-    pipeline_layout,
-    torchtitan_toml,
-)
-from llmscale.inputs import JobInputs, resolve_job
+from llmscale.export.document import ExportFormat
+from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args, moe_layer_pattern, pipeline_layout
+from llmscale.export.torchtitan import TORCHTITAN_KEYS, torchtitan_toml
+from llmscale.io.catalog import load_model
+from llmscale.io.resolve import JobInputs, resolve_job
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 

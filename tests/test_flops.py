@@ -12,23 +12,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmscale.catalog import load_model
-from llmscale.errors import InputFileError, SpecError
-from llmscale.flops import (
-    FlopsFormula,
+from llmscale.cost.flops import (
     attention_core_flops_per_layer,
     forward_flops_per_token,
     hardware_flops_per_token,
+    model_flops_per_token,
+)
+from llmscale.cost.params import count_params
+from llmscale.errors import InputFileError, SpecError
+from llmscale.io.catalog import load_model
+from llmscale.specs.layout import Recompute
+from llmscale.specs.model import ModelSpec
+from llmscale.validation.conventions import (
+    FlopsFormula,
     kort2022_flops_per_token,
     meg2021_flops_per_token,
-    model_flops_per_token,
     padded_vocab,
     published_flops_per_token,
 )
-from llmscale.params import count_params
-from llmscale.runs import PublishedRun, load_runs, model_from_run, run_flops_per_token
-from llmscale.specs.layout import Recompute
-from llmscale.specs.model import ModelSpec
+from llmscale.validation.runs import PublishedRun, load_runs, model_from_run, run_flops_per_token
 
 RUNS = load_runs()
 RUNS_BY_NAME = {run.name: run for run in RUNS}

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmscale.catalog import failure_profile, load_cluster, load_model
 from llmscale.cli.main import main
-from llmscale.goodput import CheckpointPolicy, GoodputEstimate, PolicyTerms, Tier, optimize_intervals
-from llmscale.intervals import daly_interval_s, segment_efficiency, young_interval_s
-from llmscale.montecarlo import SimulationInputs, simulate
-from llmscale.reliability import interruption_rates
-from llmscale.resilience import job_goodput, simulate_job
+from llmscale.io.catalog import failure_profile, load_cluster, load_model
+from llmscale.reliability.estimate import job_goodput, simulate_job
+from llmscale.reliability.goodput import CheckpointPolicy, GoodputEstimate, PolicyTerms, Tier, optimize_intervals
+from llmscale.reliability.intervals import daly_interval_s, segment_efficiency, young_interval_s
+from llmscale.reliability.montecarlo import SimulationInputs, simulate
+from llmscale.reliability.rates import interruption_rates
 from llmscale.specs.failures import FailureSpec, Mitigation
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from llmscale.catalog import load_model
+from llmscale.cost.params import count_params
 from llmscale.errors import SpecError
-from llmscale.params import count_params
+from llmscale.io.catalog import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 B = 1e9

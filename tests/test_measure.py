@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from llmscale.calibration import (
+from llmscale.cli.main import main
+from llmscale.cost.collectives import Collective, bus_factor, comm_efficiency
+from llmscale.io.calibration import (
     CalibrationProfile,
     CollectiveCalibration,
     DeviceInfo,
@@ -30,9 +32,7 @@ from llmscale.calibration import (
     load_profile,
     write_profile,
 )
-from llmscale.catalog import load_cluster, load_model
-from llmscale.cli.main import main
-from llmscale.comm import Collective, bus_factor, comm_efficiency
+from llmscale.io.catalog import load_cluster, load_model
 from llmscale.measure.calibrate import fit_gemm
 from llmscale.measure.gemm import gemm_shapes
 from llmscale.measure.links import find_suspects, rounds
@@ -344,8 +344,11 @@ def test_without_torch_bench_says_how_to_install_and_planning_never_imports_it()
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "pip install 'llmscale[measure]'" in proc.stderr
-    probe = ("import sys; from llmscale.cli import main; import llmscale.calibration, llmscale.inputs, "
-             "llmscale.validate, llmscale.measure; print('torch' in sys.modules)")
+    # Every module of the planning core (all packages but measure's torch modules), then measure's own face.
+    probe = ("import importlib, pkgutil, sys, llmscale; "
+             "[importlib.import_module(m.name) for m in pkgutil.walk_packages(llmscale.__path__, 'llmscale.') "
+             "if not m.name.startswith('llmscale.measure.')]; "
+             "import llmscale.measure; print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           check=True).stdout.strip() == "False"
 

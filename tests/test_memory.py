@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmscale.activations import layer_activations
-from llmscale.catalog import load_model
-from llmscale.layouts import Layouts
-from llmscale.memory import memory_breakdown
-from llmscale.params import count_params
+from llmscale.cost.activations import layer_activations
+from llmscale.cost.memory import memory_breakdown
+from llmscale.cost.params import count_params
+from llmscale.io.catalog import load_model
+from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from llmscale.layouts import Layouts
-from llmscale.memory import MemoryBreakdown, memory_breakdown
-from llmscale.rules import Reason, check
+from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.rules import Reason, check
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec

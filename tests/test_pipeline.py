@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmscale.layouts import Layouts
-from llmscale.pipeline import PipelineTimes, bubble_fraction, p2p_crossings, pipeline_times
+from llmscale.cost.pipeline import PipelineTimes, bubble_fraction, p2p_crossings, pipeline_times
+from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Schedule
 
 SETTINGS = settings(max_examples=200, deadline=None)

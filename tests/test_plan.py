@@ -10,17 +10,17 @@ import json
 import numpy as np
 import pytest
 
-from llmscale.catalog import load_cluster, load_model
 from llmscale.cli.main import main
-from llmscale.params import count_params
-from llmscale.plan import SCALING_FLOOR, Objective, critical_batch_sequences, plan, search_job_size
-from llmscale.rules import Reason, check
-from llmscale.space import Space, SpaceOptions, generate
+from llmscale.cost.params import count_params
+from llmscale.cost.step import estimate_step
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.layout.rules import Reason, check
+from llmscale.layout.space import Space, SpaceOptions, generate
+from llmscale.search.plan import SCALING_FLOOR, Objective, critical_batch_sequences, plan, search_job_size
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.step import estimate_step
 from tests.conftest import make_cluster
 
 # A dense toy: 4 layers, 8 heads (tp ∈ {1, 2, 4, 8} all divide the heads), on one 8-GPU node.

@@ -22,10 +22,10 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from llmscale.cli.main import main  # noqa: E402
+from llmscale.cost.params import count_params  # noqa: E402
 from llmscale.measure.launch import Context, launch  # noqa: E402
 from llmscale.measure.probe_dispatch import CommClock, EPGroup, moe_exchange  # noqa: E402
 from llmscale.measure.probe_model import ProbeTransformer  # noqa: E402
-from llmscale.params import count_params  # noqa: E402
 from llmscale.specs.model import ModelSpec  # noqa: E402
 
 TINY_DENSE: dict[str, Any] = {"name": "tiny-dense", "layers": 2, "hidden": 64, "ffn_hidden": 160, "heads": 4,

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from llmscale.catalog import Kind, entry, failure_profile, load_cluster, load_model
-from llmscale.checkpoint import (
+from llmscale.errors import InputFileError, SpecError
+from llmscale.io.catalog import Kind, entry, failure_profile, load_cluster, load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.reliability.checkpoint import (
     bytes_per_param,
     checkpoint_cost,
     even_checkpoint_cost,
@@ -19,10 +21,8 @@ from llmscale.checkpoint import (
     restart_cost,
     state_bytes,
 )
-from llmscale.errors import InputFileError, SpecError
-from llmscale.layouts import Layouts
-from llmscale.montecarlo import SimulationInputs, simulate
-from llmscale.reliability import (
+from llmscale.reliability.montecarlo import SimulationInputs, simulate
+from llmscale.reliability.rates import (
     SECONDS_PER_YEAR,
     cluster_rates,
     default_failures,

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from llmscale.cli.main import main
-from llmscale.memory import MemoryBreakdown
-from llmscale.report import MEMORY_CLASSES, _linear_ticks, _log_ticks
+from llmscale.cost.memory import MemoryBreakdown
+from llmscale.report.plan_html import MEMORY_CLASSES
+from llmscale.report.svg import linear_ticks, log_ticks
 
 # GPT-3 175B on Selene with the batch of Narayanan et al. 2021 (arXiv:2104.04473) Table 1.
 PLAN = ["plan", "--model", "gpt3-175b", "--cluster", "selene", "--gbs", "1536", "--seq-len", "2048"]
@@ -80,6 +81,6 @@ def test_unwritable_path_is_a_one_line_error(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_ticks_cover_the_data() -> None:
-    assert _linear_ticks(7.86) == [0.0, 2.0, 4.0, 6.0, 8.0]
-    assert _log_ticks(289.0, 9066.0) == [200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
-    assert len(_log_ticks(300.0, 300.0)) >= 2  # one value still spans an axis
+    assert linear_ticks(7.86) == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert log_ticks(289.0, 9066.0) == [200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
+    assert len(log_ticks(300.0, 300.0)) >= 2  # one value still spans an axis

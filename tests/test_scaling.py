@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from llmscale.catalog import load_model
-from llmscale.scaling import (
+from llmscale.io.catalog import load_model
+from llmscale.scaling.laws import (
     ModelScale,
     ParamConvention,
     ScalingLaw,

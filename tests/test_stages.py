@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmscale.catalog import load_model
-from llmscale.layouts import Layouts
+from llmscale.io.catalog import load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf, chunk_bounds, rank_layer_counts, stage_layers
 from llmscale.specs.layout import Schedule
-from llmscale.stages import RankOf, chunk_bounds, rank_layer_counts, stage_layers
 
 LLAMA3_405B_LAYERS = 126
 
@@ -58,7 +58,7 @@ def _all_ranks(model_name: str, pp: int, vpp: int, schedule: Schedule) -> tuple[
     """(MoE layers, layers) of every rank, stage pairs summed under DualPipe, by the split alone."""
     model = load_model(model_name)
     bounds = chunk_bounds(model.layers, pp, vpp)
-    from llmscale.stages import moe_layers_before
+    from llmscale.layout.stages import moe_layers_before
 
     moe = (moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])).reshape(vpp, pp).sum(0)
     total = np.diff(bounds).reshape(vpp, pp).sum(0)

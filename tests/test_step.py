@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmscale.catalog import load_cluster, load_model
-from llmscale.layouts import Layouts
-from llmscale.runs import load_runs
-from llmscale.space import SpaceOptions, generate
+from llmscale.cost.step import StepBreakdown, estimate_step
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.space import SpaceOptions, generate
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.train import Precision, TrainSpec
-from llmscale.step import StepBreakdown, estimate_step
-from llmscale.validate import job_from_run
+from llmscale.validation.runs import load_runs
+from llmscale.validation.validate import job_from_run
 
 PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
          "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")
@@ -127,7 +127,7 @@ def test_rank_order_moves_pipeline_and_data_parallel_groups() -> None:
     # tp 2 × pp 4 × dp 4 on 8-GPU nodes. Megatron's default order (tp-cp-ep-dp-pp) puts a stage's DP replicas
     # in one node and pipeline neighbours 8 ranks apart, in another node; tp-cp-ep-pp-dp (Llama 3's
     # [TP, CP, PP, DP]) keeps a replica's four stages in one node and spreads each DP group over four nodes.
-    from llmscale.traffic import GroupStrides, data_parallel_comm, microbatch_comm
+    from llmscale.cost.traffic import GroupStrides, data_parallel_comm, microbatch_comm
 
     cluster = load_cluster("eos-h100", num_gpus=32)
     default, pp_inner = (Layouts.from_columns(tp=2, pp=4, dp=4, rank_order=order.code)
@@ -157,7 +157,7 @@ def test_keeping_freed_memory_is_harmless_and_works_on_glibc() -> None:
     # call: 1.8 M layouts/s without, 2.3 M/s with); on other C libraries it must do nothing rather than fail.
     import platform
 
-    from llmscale.heap import keep_freed_memory
+    from llmscale.cli.heap import keep_freed_memory
 
     result = keep_freed_memory()
     assert isinstance(result, bool)

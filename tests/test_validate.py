@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from llmscale.cli.main import main
-from llmscale.runs import load_rows, load_runs
-from llmscale.validate import job_from_run, validate_rows
+from llmscale.validation.runs import load_rows, load_runs
+from llmscale.validation.validate import job_from_run, validate_rows
 
 GOOD = {"name": "ok", "source": "test", "gpu": "h100-sxm", "model_type": "dense", "layers": 2, "hidden": 256,
         "heads": 4, "vocab": 100, "gated_mlp": True, "ffn_hidden": 512, "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8,

@@ -19,16 +19,16 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
-from llmscale.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
-from llmscale.allocate_report import COLUMNS, allocation_document, pure_document, write_allocate_html
-from llmscale.catalog import load_cluster, load_model
 from llmscale.cli import options as o
 from llmscale.cli.render import console
 from llmscale.errors import SpecError
-from llmscale.family import Family, candidates
-from llmscale.fingerprint import canonical_json, spec_document
-from llmscale.multiplier import TARGET, Decomposition, decompose
-from llmscale.scaling import ModelScale, ScalingLaw, moe_fit, predict_loss
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.fingerprint import canonical_json, spec_document
+from llmscale.report.allocate_html import COLUMNS, allocation_document, pure_document, write_allocate_html
+from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
+from llmscale.scaling.family import Family, candidates
+from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
+from llmscale.scaling.multiplier import TARGET, Decomposition, decompose
 from llmscale.specs.train import Precision
 
 DEFAULT_DAYS = 90.0

@@ -79,7 +79,7 @@ def gemm(
     from llmscale.measure import require_torch
 
     require_torch()
-    from llmscale.catalog import load_model
+    from llmscale.io.catalog import load_model
     from llmscale.measure import gemm as g
     from llmscale.measure import table
 
@@ -117,10 +117,10 @@ def gemm(
 
 def _check_layout(model: Any, *, tp: int, cp: int, ep: int, etp: int | None, mbs: int, seq_len: int | None) -> int:
     """The layout rules of `explain` for the flags the shapes use; returns the sequence length."""
-    from llmscale.layouts import Layouts
-    from llmscale.rules import validate_one
+    from llmscale.io.files import parse_spec
+    from llmscale.layout.arrays import Layouts
+    from llmscale.layout.rules import validate_one
     from llmscale.specs.layout import Layout
-    from llmscale.specs.parse import parse_spec
     from llmscale.specs.train import TrainSpec
 
     dp = ep * (etp or tp)

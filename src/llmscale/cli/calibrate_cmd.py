@@ -28,7 +28,7 @@ def calibrate(
     from llmscale.measure import require_torch
 
     require_torch()
-    from llmscale.calibration import write_profile
+    from llmscale.io.calibration import write_profile
     from llmscale.measure import calibrate as cal
     from llmscale.measure import collectives as c
     from llmscale.measure import gemm as g
@@ -36,7 +36,7 @@ def calibrate(
     from llmscale.measure.launch import launch
 
     if gpu is not None:
-        from llmscale.catalog import load_gpu
+        from llmscale.io.catalog import load_gpu
 
         load_gpu(gpu)  # an unknown name is one line and exit 2 before anything runs
     kind = resolve_backend(backend, nproc)

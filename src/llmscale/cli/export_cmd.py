@@ -15,9 +15,9 @@ import typer
 
 from llmscale.cli import options as o
 from llmscale.errors import InputFileError, LlmscaleError, SpecError
-from llmscale.export import ExportFormat, export_text
-from llmscale.inputs import JobInputs, resolve_job
-from llmscale.specs.parse import read_document
+from llmscale.export.document import ExportFormat, export_text
+from llmscale.io.files import read_document
+from llmscale.io.resolve import JobInputs, resolve_job
 from llmscale.specs.train import TrainSpec
 
 FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (TOML)")]

@@ -16,14 +16,14 @@ import typer
 from rich.table import Table
 
 from llmscale import __version__
-from llmscale.catalog import load_cluster, load_model
 from llmscale.cli import options as o
 from llmscale.cli.render import console
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.fingerprint import sha256_of
-from llmscale.goodput import CheckpointPolicy, GoodputEstimate, Tier
-from llmscale.montecarlo import MonteCarloResult
-from llmscale.resilience import at_interval, job_goodput, simulate_job
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.fingerprint import sha256_of
+from llmscale.reliability.estimate import at_interval, job_goodput, simulate_job
+from llmscale.reliability.goodput import CheckpointPolicy, GoodputEstimate, Tier
+from llmscale.reliability.montecarlo import MonteCarloResult
 from llmscale.specs.failures import Mitigation
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
@@ -76,7 +76,7 @@ def goodput(
                      "num_nodes": nodes, "hot_spares": hot_spares, "mitigations": [m.value for m in mitigations],
                      "failure_profile": est_profile(cluster_spec)})
     if plot is not None:
-        from llmscale.cli.goodput_charts import write_charts
+        from llmscale.report.goodput_charts import write_charts
 
         write_charts(plot, est, model_spec, cluster_spec, train, num_gpus, days, hot_spares, mitigations)
     if as_json:

@@ -15,12 +15,12 @@ from typing import Annotated, Any
 import typer
 
 from llmscale import __version__
-from llmscale.catalog import Kind
 from llmscale.cli import options as o
 from llmscale.cli import render
+from llmscale.cli.heap import keep_freed_memory
 from llmscale.errors import LlmscaleError
-from llmscale.heap import keep_freed_memory
-from llmscale.plan import Objective
+from llmscale.io.catalog import Kind
+from llmscale.search.plan import Objective
 
 app = typer.Typer(
     name="llmscale",
@@ -65,9 +65,9 @@ def show(
     as_json: o.JsonOpt = False,
 ) -> None:
     """Describe a model (parameter counts by class), a GPU or a cluster."""
-    from llmscale.catalog import load_cluster, load_gpu, load_model
-    from llmscale.fingerprint import sha256_of
-    from llmscale.params import count_params
+    from llmscale.cost.params import count_params
+    from llmscale.io.catalog import load_cluster, load_gpu, load_model
+    from llmscale.io.fingerprint import sha256_of
 
     if kind is ShowKind.MODEL:
         model = load_model(name)
@@ -89,8 +89,8 @@ def show(
 @o.with_job_flags
 def memory(job: o.JobFlags, as_json: o.JsonOpt = False, expect_sha256: o.ExpectShaOpt = None) -> None:
     """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
-    from llmscale.inputs import resolve_job
-    from llmscale.memory import memory_breakdown
+    from llmscale.cost.memory import memory_breakdown
+    from llmscale.io.resolve import resolve_job
 
     inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout)
     _check_sha(inputs.input_sha256, expect_sha256)
@@ -110,8 +110,8 @@ def explain(
     calibration: o.CalibrationOpt = None,
 ) -> None:
     """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
-    from llmscale.inputs import resolve_job
-    from llmscale.step import estimate_step
+    from llmscale.cost.step import estimate_step
+    from llmscale.io.resolve import resolve_job
 
     inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout, calibration=calibration)
     _check_sha(inputs.input_sha256, expect_sha256)
@@ -158,8 +158,8 @@ def validate(
     calibration: o.CalibrationOpt = None,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
-    from llmscale.runs import load_rows
-    from llmscale.validate import validate_rows
+    from llmscale.validation.runs import load_rows
+    from llmscale.validation.validate import validate_rows
 
     report = validate_rows(*load_rows(runs), calibration=calibration)
     if as_json:
@@ -171,17 +171,17 @@ def validate(
 @app.command("hash")
 def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster files (YAML/JSON/HF config)")]) -> None:
     """SHA256 of each file's canonical resolved spec (the value `--expect-sha256` checks)."""
-    from llmscale.fingerprint import sha256_of
-    from llmscale.specs.parse import read_document
+    from llmscale.io.files import read_document
+    from llmscale.io.fingerprint import sha256_of
 
     for path in files:
         data = read_document(path)
         if "tiers" in data:
-            from llmscale.catalog import load_cluster
+            from llmscale.io.catalog import load_cluster
 
             digest = sha256_of(cluster=load_cluster(str(path)))
         else:
-            from llmscale.catalog import load_model
+            from llmscale.io.catalog import load_model
 
             digest = sha256_of(model=load_model(str(path)))
         typer.echo(f"{digest}  {path}")

@@ -11,14 +11,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from llmscale import __version__
-from llmscale.calibration import apply_calibration, load_profile
-from llmscale.catalog import load_cluster, load_model
 from llmscale.cli.render import console, explain_table
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.fingerprint import sha256_of
-from llmscale.inputs import JobInputs, check_precision
-from llmscale.plan import Candidate, Objective, PlanResult, critical_batch_sequences, plan
-from llmscale.specs.parse import parse_spec
+from llmscale.io.calibration import apply_calibration, load_profile
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.files import parse_spec
+from llmscale.io.fingerprint import sha256_of
+from llmscale.io.resolve import JobInputs, check_precision
+from llmscale.search.plan import Candidate, Objective, PlanResult, critical_batch_sequences, plan
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.units import GIB
 
@@ -60,7 +60,7 @@ def run_plan(*, model: str, cluster: str, gpus: int | None, tokens: float | None
     result = _search(model_spec, cluster_spec, train, gpus, objective, top, batch_given, quiet=as_json)
     document = plan_document(result, digest, model_spec.name, cluster_spec.name, train)
     if html is not None:
-        from llmscale.report import write_plan_html
+        from llmscale.report.plan_html import write_plan_html
 
         write_plan_html(html, result, document)
     if as_json:

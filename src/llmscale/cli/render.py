@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from llmscale import __version__
-from llmscale.catalog import Kind, entry, names
-from llmscale.inputs import JobInputs
-from llmscale.memory import MemoryBreakdown
+from llmscale.cost.memory import MemoryBreakdown
+from llmscale.cost.step import StepBreakdown
+from llmscale.io.catalog import Kind, entry, names
+from llmscale.io.resolve import JobInputs
 from llmscale.specs.layout import RankOrder
-from llmscale.step import StepBreakdown
 from llmscale.units import GIB
-from llmscale.validate import ValidationReport
+from llmscale.validation.validate import ValidationReport
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.calibration import (
+from llmscale.io.calibration import (
     CalibrationProfile,
     CollectiveCalibration,
     DeviceInfo,

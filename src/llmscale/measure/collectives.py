@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.comm import Collective, bus_factor
+from llmscale.cost.collectives import Collective, bus_factor
 from llmscale.measure.launch import Context
 
 OPS = tuple(op.value for op in Collective)

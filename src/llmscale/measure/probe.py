@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from llmscale import __version__
-from llmscale.calibration import load_profile
-from llmscale.catalog import load_model
+from llmscale.cost.params import count_params
 from llmscale.errors import SpecError
-from llmscale.fingerprint import sha256_of
+from llmscale.io.calibration import load_profile
+from llmscale.io.catalog import load_model
+from llmscale.io.files import parse_spec
+from llmscale.io.fingerprint import sha256_of
+from llmscale.layout.rules import validate_one
 from llmscale.measure.probe_predict import (
     ProbeSetup,
     calibrated_cluster,
@@ -37,10 +40,7 @@ from llmscale.measure.probe_predict import (
     rank_steps,
     spec_changes,
 )
-from llmscale.params import count_params
-from llmscale.rules import validate_one
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.parse import parse_spec
 
 PRESETS: dict[str, dict[str, Any]] = {
     "probe-dense": {"layers": 4, "hidden": 256, "ffn_hidden": 704, "heads": 4, "vocab": 4096,

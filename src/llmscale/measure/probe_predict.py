@@ -50,20 +50,20 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.calibration import CalibrationProfile, apply_calibration
-from llmscale.comm import Collective, collective_time_s, group_links
-from llmscale.compute import _elementwise_bytes_per_token, layer_times, rank_compute
-from llmscale.flops import attention_core_flops_per_layer
-from llmscale.layouts import Layouts
-from llmscale.memory import optimizer_step_traffic_bytes_per_param, rank_params
-from llmscale.params import count_params
+from llmscale.cost.collectives import Collective, collective_time_s, group_links
+from llmscale.cost.compute import _elementwise_bytes_per_token, layer_times, rank_compute
+from llmscale.cost.flops import attention_core_flops_per_layer
+from llmscale.cost.memory import optimizer_step_traffic_bytes_per_param, rank_params
+from llmscale.cost.params import count_params
+from llmscale.cost.step import StepBreakdown, estimate_step
+from llmscale.cost.traffic import data_parallel_comm
+from llmscale.io.calibration import CalibrationProfile, apply_calibration
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf, stage_layers
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec, GPUSpec, NetworkTier, NodeSpec
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
-from llmscale.stages import RankOf, stage_layers
-from llmscale.step import StepBreakdown, estimate_step
-from llmscale.traffic import data_parallel_comm
 from llmscale.units import GB, GIB, TERA, US
 
 GEMM_HALF_DIM = 1.0

@@ -1,0 +1,352 @@
+"""Memory of the most-loaded GPU for a model × cluster × training run × layouts, vectorized.
+
+Shape legend: every array field of the results has shape (N,), one element per layout; bytes per GPU
+unless the name says otherwise.
+
+Parameter sharding (Megatron-LM parallel folding; formulas.md B4): non-expert weights of a pipeline
+rank's layers are split tp ways (norms and the router replicated); routed experts ep × etp ways; the
+input embedding lives on the first rank, the output layer on the last (both when pp = 1), vocab split tp
+ways. DualPipe ranks hold two stages (r and p−1−r).
+
+Bytes per parameter (mixed precision, Megatron `theoretical_memory_usage.py` at 00caa53: 18 B without,
+6 + 12/DP B with the distributed optimizer): weights 2 (16-bit), gradients 4 (fp32 main_grad; 2 if
+TrainSpec.fp32_grads is off), optimizer 4 (fp32 master) + 8 (Adam moments). ZeRO stage z shards the
+optimizer (z ≥ 1), the gradients (z ≥ 2) and the weights (z = 3) over the data-parallel group: dp × cp
+ranks for non-expert parameters, the expert-data-parallel group edp = tp·cp·dp / (ep·etp) for experts.
+FP8/FP4 recipes add cached low-precision weight copies. Offload moves the optimizer (with the fp32 gradient
+copy) or the weights to host memory and costs PCIe traffic every step.
+
+Other: a runtime reservation (CUDA context, NCCL), communication buffers (TP/SP gather of one activation,
+pipeline send/recv, EP dispatch/combine, ZeRO-3 gather of two layers), and a fragmentation margin on the
+dynamic part (constants in catalog/memory.yaml with their sources).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+from functools import cache
+
+import numpy as np
+
+from llmscale.cost.activations import (
+    BYTES_16BIT,
+    LayerActivations,
+    inflight_microbatches,
+    layer_activations,
+    stage_activation_bytes,
+)
+from llmscale.cost.params import ParamCounts, count_params
+from llmscale.io.catalog import catalog_values
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf, StageLayers, stage_layers
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Optimizer, Precision, TrainSpec
+from llmscale.units import GIB
+
+
+@dataclass(frozen=True)
+class MemoryConstants:
+    """Constants of the memory model; values and sources in catalog/memory.yaml."""
+
+    runtime_reserved_bytes: float
+    fragmentation_fraction: float
+    fp8_weight_cache_bytes_per_param: float
+    fp4_weight_cache_bytes_per_param: float
+    zero3_prefetch_layers: int
+
+
+@cache
+def memory_constants() -> MemoryConstants:
+    raw = catalog_values("memory.yaml")
+    return MemoryConstants(
+        runtime_reserved_bytes=raw["runtime_reserved_gib"] * GIB,
+        fragmentation_fraction=raw["fragmentation_fraction"],
+        fp8_weight_cache_bytes_per_param=raw["fp8_weight_cache_bytes_per_param"],
+        fp4_weight_cache_bytes_per_param=raw["fp4_weight_cache_bytes_per_param"],
+        zero3_prefetch_layers=int(raw["zero3_prefetch_layers"]),
+    )
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Memory of the most-loaded GPU of each layout, by class (bytes per GPU, shape (N,))."""
+
+    weights_bytes: np.ndarray
+    """Model weights (16-bit) plus cached FP8/FP4 copies, as sharded on this GPU."""
+    gradients_bytes: np.ndarray
+    """Gradient buffers (fp32 main grads by default)."""
+    optimizer_bytes: np.ndarray
+    """fp32 master weights and optimizer moments kept on the GPU."""
+    activations_bytes: np.ndarray
+    """Activations held at the pipeline peak (and logits on the last stage)."""
+    comm_buffer_bytes: np.ndarray
+    """TP/SP gather, pipeline send/recv, EP dispatch/combine, ZeRO-3 gather buffers."""
+    runtime_bytes: np.ndarray
+    """CUDA context, NCCL and library workspaces."""
+    fragmentation_bytes: np.ndarray
+    """Allocator margin on the dynamic part."""
+    capacity_bytes: float
+    """The GPU's memory."""
+    pipeline_rank: np.ndarray
+    """Which pipeline rank is the most loaded."""
+    host_bytes_per_node: np.ndarray
+    """Host memory that offload needs on one node."""
+    pcie_bytes_per_step: np.ndarray
+    """Host↔device traffic per GPU per optimizer step caused by offload."""
+    pcie_s_per_step: np.ndarray
+    """That traffic at the node's PCIe bandwidth per GPU."""
+
+    @property
+    def other_bytes(self) -> np.ndarray:
+        return self.comm_buffer_bytes + self.runtime_bytes + self.fragmentation_bytes
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        return (
+            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+            + self.other_bytes
+        )
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.total_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters resident on one GPU of a pipeline rank, before ZeRO sharding."""
+
+    non_expert: np.ndarray
+    expert: np.ndarray
+    largest_layer: np.ndarray
+    """Largest single layer on this GPU (for ZeRO-3 / offload gather buffers)."""
+
+
+def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> RankParams:
+    """Non-expert (÷tp, norms and router replicated) and expert (÷ep·etp) parameters on one GPU."""
+    dense, moe = counts.dense_layer, counts.moe_layer
+    sharded = layers.dense * (dense.attention + dense.dense_mlp) + layers.moe * (moe.attention + moe.shared_experts)
+    replicated = layers.dense * dense.norms + layers.moe * (moe.norms + moe.router)
+    # A tied output layer still needs its own copy of the embedding on a last rank that is not also the
+    # first (Megatron keeps it and all-reduces its gradient with the first stage's).
+    output = counts.output if counts.output else np.where(layers.first > 0, 0, model.vocab * model.hidden)
+    vocab = layers.first * counts.embedding + layers.last * output
+    # The last rank also holds the final norm (replicated) and the MTP modules (DeepSeek-V3 §2.2): per module
+    # two norms, a 2h→h projection and one layer of the last layer's kind.
+    last_kind = moe if model.is_moe else dense
+    mtp = layers.last * model.mtp_layers
+    non_expert = ((sharded + vocab + mtp * (2 * model.hidden**2 + last_kind.attention + last_kind.shared_experts
+                                            + last_kind.dense_mlp)) / lay.tp
+                  + replicated + layers.last * counts.final_norm + mtp * (last_kind.norms + last_kind.router))
+    expert = (layers.moe + mtp * model.is_moe) * moe.routed_experts / (lay.ep * lay.etp)
+    biggest_dense = np.where(layers.dense > 0, dense.total / lay.tp, 0.0)
+    biggest_moe = np.where(
+        layers.moe > 0, (moe.non_expert) / lay.tp + moe.routed_experts / (lay.ep * lay.etp), 0.0
+    )
+    return RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe))
+
+
+@dataclass(frozen=True)
+class _StateBytes:
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    gather_buffer: np.ndarray
+    host_per_gpu: np.ndarray
+    pcie_per_step: np.ndarray
+
+
+def gradient_bytes_per_param(train: TrainSpec) -> float:
+    """fp32 main gradients (Megatron main_grad) or 16-bit ones."""
+    return 4.0 if train.fp32_grads else 2.0
+
+
+def optimizer_state_bytes_per_param(train: TrainSpec) -> float:
+    """fp32 master weights (4) plus the optimizer's fp32 state (Adam 8, SGD momentum 4)."""
+    return (4.0 if train.fp32_master_weights else 0.0) + (8.0 if train.optimizer is Optimizer.ADAM else 4.0)
+
+
+def optimizer_step_traffic_bytes_per_param(train: TrainSpec) -> float:
+    """HBM bytes an optimizer step moves per local parameter: read the gradient, read and write the master
+    weight and the optimizer state, write the 16-bit weight (Adam with fp32 grads and master: 4 + 24 + 2 = 30)."""
+    return gradient_bytes_per_param(train) + 2 * optimizer_state_bytes_per_param(train) + BYTES_16BIT
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Per-layout fraction of non-expert (ne) and expert (ex) state kept on a GPU, by ZeRO stage; the
+    same for every pipeline rank, so computed once."""
+
+    weights_ne: np.ndarray
+    weights_ex: np.ndarray
+    grads_ne: np.ndarray
+    grads_ex: np.ndarray
+    optim_ne: np.ndarray
+    optim_ex: np.ndarray
+
+    @classmethod
+    def of(cls, lay: Layouts) -> Sharding:
+        ne = 1.0 / (lay.dp * lay.cp)
+        ex = 1.0 / np.maximum(lay.edp, 1)
+        one = np.ones(lay.size)
+        return cls(
+            weights_ne=np.where(lay.zero >= 3, ne, one), weights_ex=np.where(lay.zero >= 3, ex, one),
+            grads_ne=np.where(lay.zero >= 2, ne, one), grads_ex=np.where(lay.zero >= 2, ex, one),
+            optim_ne=np.where(lay.zero >= 1, ne, one), optim_ex=np.where(lay.zero >= 1, ex, one),
+        )
+
+
+def _state_bytes(
+    train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray
+) -> _StateBytes:
+    """Weights, gradients and optimizer bytes after ZeRO sharding, offload and low-precision copies."""
+    const = memory_constants()
+    grad_b = gradient_bytes_per_param(train)
+    opt_b = optimizer_state_bytes_per_param(train)
+    cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
+               Precision.FP4: const.fp4_weight_cache_bytes_per_param}.get(train.precision, 0.0)
+    ne, ex = params.non_expert, params.expert
+    weights = (ne * shard.weights_ne + ex * shard.weights_ex) * BYTES_16BIT
+    if cache_b:
+        weights = weights + (ne + ex) * cache_b
+    grads_params = ne * shard.grads_ne + ex * shard.grads_ex
+    optimizer = (ne * shard.optim_ne + ex * shard.optim_ex) * opt_b
+    gather = np.where(lay.zero >= 3, const.zero3_prefetch_layers * params.largest_layer * BYTES_16BIT, 0.0)
+    zeros = np.zeros(lay.size)
+    state = _StateBytes(weights, grads_params * grad_b, optimizer, gather, zeros, zeros)
+    if lay.offload_optimizer.any() or lay.offload_params.any():
+        state = _offloaded(lay, params, state, grads_params, num_micro)
+    return state
+
+
+def _offloaded(
+    lay: Layouts, params: RankParams, state: _StateBytes, grads_params: np.ndarray, num_micro: np.ndarray
+) -> _StateBytes:
+    """Optimizer offload (ZeRO-Offload, Ren et al. 2021 §4): optimizer state and an fp32 gradient copy on
+    the host; per step the gradients go down and the updated 16-bit weights come back up. Parameter offload
+    (ZeRO-Infinity): weights on the host, streamed in for forward and backward of every micro-batch, with a
+    two-layer device buffer."""
+    const = memory_constants()
+    opt = lay.offload_optimizer
+    opt_host = np.where(opt, state.optimizer + grads_params * 4.0, 0.0)
+    opt_pcie = np.where(opt, state.gradients + grads_params * BYTES_16BIT, 0.0)
+    prm = lay.offload_params
+    per_param = params.non_expert + params.expert
+    param_pcie = np.where(prm, 2 * num_micro * per_param * BYTES_16BIT, 0.0)
+    param_buffer = np.where(prm, const.zero3_prefetch_layers * params.largest_layer * BYTES_16BIT, 0.0)
+    return _StateBytes(
+        weights=np.where(prm, 0.0, state.weights),
+        gradients=state.gradients,
+        optimizer=np.where(opt, 0.0, state.optimizer),
+        gather_buffer=np.maximum(state.gather_buffer, param_buffer),
+        host_per_gpu=opt_host + np.where(prm, state.weights, 0.0),
+        pcie_per_step=opt_pcie + param_pcie,
+    )
+
+
+def _comm_buffer_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, acts: LayerActivations) -> np.ndarray:
+    """TP/SP all-gather of one activation, pipeline send+recv, EP dispatch+combine; the ZeRO-3 gather buffer
+    (which depends on the rank) is added by the caller."""
+    tokens = train.seq_len / lay.cp * lay.mbs
+    activation = BYTES_16BIT * tokens * model.hidden
+    sp_gather = np.where(lay.tp > 1, activation, 0.0)
+    p2p = np.where(lay.pp > 1, 2 * activation / np.where(lay.sp, lay.tp, 1), 0.0)
+    ep_dispatch = 2 * BYTES_16BIT * acts.routed_tokens_per_gpu * model.hidden
+    return sp_gather + p2p + ep_dispatch
+
+
+def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
+    """Last stage: fp32 logits for the vocab-parallel cross-entropy, 4·s·b·V/t, for one micro-batch
+    (Megatron theoretical_memory_usage.py counts 4·sbh·(1 + V/h)/t)."""
+    tokens = train.seq_len / lay.cp * lay.mbs
+    return 4.0 * tokens * (model.vocab + model.hidden) / lay.tp
+
+
+@dataclass(frozen=True)
+class RankStage:
+    """One representative pipeline rank (stages.RankOf) of every layout."""
+
+    layers: StageLayers
+    params: RankParams
+    held: np.ndarray
+    """Stage-equivalents of micro-batch activations it holds at its peak (activations.inflight_microbatches),
+    halved under DualPipe, whose two chunks share the p + 1 budget."""
+
+
+RankStages = dict[RankOf, RankStage]
+"""Per representative rank, its layers, parameters and in-flight micro-batches."""
+
+STAGE_COLUMNS = ("pp", "vpp", "schedule", "tp", "ep", "etp", "dp", "mbs")
+"""The layout columns stage_layers, rank_params and inflight_microbatches read (dp and mbs through the number of
+micro-batches)."""
+
+
+def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
+    """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
+    and spread to every layout."""
+    rows = lay.distinct(*STAGE_COLUMNS)
+    few = lay.take(rows.first)
+    counts = count_params(model)
+    num_micro = few.num_microbatches(train.global_batch)
+    dualpipe = few.schedule == Schedule.DUALPIPE.code
+    stages: RankStages = {}
+    for which in RankOf:
+        layers = stage_layers(model, few, which)
+        if which is RankOf.BUSIEST and _same_stage(layers, stages[RankOf.SECOND].layers):
+            break  # the busiest interior rank is rank 1 in every layout: nothing new to evaluate
+        held = inflight_microbatches(few, num_micro, layers.rank)
+        held = np.where(dualpipe, held / 2, held)
+        stages[which] = RankStage(layers, rank_params(model, counts, few, layers), held)
+    return {which: rows.spread_fields(stage) for which, stage in stages.items()}
+
+
+def _same_stage(a: StageLayers, b: StageLayers) -> bool:
+    return all(np.array_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclass_fields(StageLayers))
+
+
+def memory_breakdown(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, stages: RankStages | None = None
+) -> MemoryBreakdown:
+    """Memory of the most-loaded GPU of every layout (see module docstring). `stages` reuses the step
+    model's per-rank layers, parameters and in-flight micro-batches (`rank_stages`) instead of recomputing them."""
+    const = memory_constants()
+    acts = layer_activations(model, train, lay)
+    num_micro = lay.num_microbatches(train.global_batch)
+    shard = Sharding.of(lay)
+    stages = stages if stages is not None else rank_stages(model, train, lay)
+    logits = _logits_bytes(model, train, lay)
+    shared_buffers = _comm_buffer_bytes(model, train, lay, acts)
+    best_total = np.full(lay.size, -1.0)
+    fields: dict[str, np.ndarray] = {}
+    for stage in stages.values():
+        state = _state_bytes(train, lay, stage.params, shard, num_micro)
+        activations = stage_activation_bytes(model, acts, lay, stage.layers.dense, stage.layers.moe, stage.held)
+        activations = activations + np.where(stage.layers.last > 0, logits, 0.0)
+        buffers = shared_buffers + state.gather_buffer
+        fragmentation = const.fragmentation_fraction * (activations + buffers)
+        candidate = {
+            "weights_bytes": state.weights,
+            "gradients_bytes": state.gradients,
+            "optimizer_bytes": state.optimizer,
+            "activations_bytes": activations,
+            "comm_buffer_bytes": buffers,
+            "fragmentation_bytes": fragmentation,
+            "host_bytes_per_node": state.host_per_gpu * cluster.node.gpus_per_node,
+            "pcie_bytes_per_step": state.pcie_per_step,
+            "pipeline_rank": stage.layers.rank,
+        }
+        total = sum(candidate[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
+                                           "activations_bytes", "comm_buffer_bytes", "fragmentation_bytes"))
+        better = total > best_total
+        best_total = np.where(better, total, best_total)
+        for key, value in candidate.items():
+            fields[key] = np.where(better, value, fields[key]) if key in fields else value
+    return MemoryBreakdown(
+        runtime_bytes=np.full(lay.size, const.runtime_reserved_bytes),
+        capacity_bytes=cluster.gpu.memory_bytes,
+        pcie_s_per_step=fields["pcie_bytes_per_step"] / cluster.node.pcie_bytes_per_s,
+        **fields,
+    )

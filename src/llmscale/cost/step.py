@@ -1,0 +1,312 @@
+"""Step time, MFU and throughput of a training step, vectorized over layouts — the one cost model that
+`explain`, `plan` and `validate` share.
+
+Shape legend: every array field of `StepBreakdown` has shape (N,), one element per layout; seconds.
+
+For each pipeline rank that can be critical (stages.RankOf) a micro-batch costs forward F and backward
+B = B_in + W (compute.py) plus the communication on its critical path: TP collectives (the exposed share,
+catalog/step.yaml), context-parallel KV exchange beyond what the attention core hides, and expert all-to-alls
+(hidden by DualPipe up to the overlapped chunk's compute, else the exposed share). The slowest rank sets
+the pipeline (pipeline.py: busy + bubble + exposed p2p). After the last micro-batch the data-parallel
+gradient sync runs, overlapped with that micro-batch's backward up to dp_overlap_efficiency; the
+distributed optimizer's parameter all-gather overlaps the next step's first forward the same way; ZeRO-3
+gathers per micro-batch behind compute. Then the optimizer step (HBM-bound: ~30 B read or written per
+local parameter shard) and a fixed overhead.
+
+MFU = model FLOPs (PaLM: 6N-style, no recompute, no causal halving; flops.model_flops_per_token) per step /
+(step time · GPUs · dense peak of the training precision) — the convention of NVIDIA's benchmark READMEs,
+where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from functools import cache
+from typing import TypeVar
+
+import numpy as np
+
+from llmscale.cost.compute import LayerTimes, RankCompute, layer_times, rank_compute
+from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
+from llmscale.cost.memory import (
+    MemoryBreakdown,
+    Sharding,
+    memory_breakdown,
+    optimizer_step_traffic_bytes_per_param,
+    rank_params,
+    rank_stages,
+)
+from llmscale.cost.params import count_params
+from llmscale.cost.pipeline import PipelineTimes, pipeline_times
+from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
+from llmscale.io.catalog import catalog_values
+from llmscale.layout.arrays import Layouts, distinct_rows
+from llmscale.layout.stages import StageLayers
+from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
+from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """Overlap shares and fixed costs of the step model (catalog/step.yaml)."""
+
+    tp_comm_exposed_fraction: float
+    dp_overlap_efficiency: float
+    ep_comm_exposed_fraction: float
+    step_overhead_s: float
+
+
+@cache
+def step_constants() -> StepConstants:
+    raw = {key: float(value) for key, value in catalog_values("step.yaml").items()}
+    return StepConstants(**raw)
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one optimizer step goes, per layout (seconds, shape (N,)); parts add up to the step time."""
+
+    compute_s: np.ndarray
+    """Forward and backward kernels of all micro-batches on the critical rank, recompute excluded."""
+    recompute_s: np.ndarray
+    tp_exposed_s: np.ndarray
+    cp_exposed_s: np.ndarray
+    ep_exposed_s: np.ndarray
+    pp_exposed_s: np.ndarray
+    dp_exposed_s: np.ndarray
+    bubble_s: np.ndarray
+    optimizer_s: np.ndarray
+    overhead_s: np.ndarray
+    offload_s: np.ndarray
+    """Host↔device traffic of optimizer/parameter offload (memory.MemoryBreakdown.pcie_s_per_step), taken as
+    exposed: the gradients go down after the last backward and the weights come back before the next forward."""
+    num_gpus: np.ndarray
+    tokens_per_step: float
+    model_flops_per_step: float
+    hardware_flops_per_step: np.ndarray
+    peak_flops_per_s: float
+    memory: MemoryBreakdown
+
+    @property
+    def step_time_s(self) -> np.ndarray:
+        total: np.ndarray = (
+            self.compute_s + self.recompute_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
+            + self.pp_exposed_s + self.dp_exposed_s + self.bubble_s + self.optimizer_s + self.overhead_s
+            + self.offload_s
+        )
+        return total
+
+    @property
+    def tokens_per_s_per_gpu(self) -> np.ndarray:
+        result: np.ndarray = self.tokens_per_step / self.step_time_s / self.num_gpus
+        return result
+
+    @property
+    def tflops_per_gpu(self) -> np.ndarray:
+        result: np.ndarray = self.model_flops_per_step / self.step_time_s / self.num_gpus / 1e12
+        return result
+
+    @property
+    def mfu(self) -> np.ndarray:
+        result: np.ndarray = self.model_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
+        return result
+
+    @property
+    def hfu(self) -> np.ndarray:
+        result: np.ndarray = self.hardware_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
+        return result
+
+
+@dataclass(frozen=True)
+class _CriticalPath:
+    """Per-micro-batch times of one rank, with the communication that sits on its critical path."""
+
+    compute: RankCompute
+    tp_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+    comm_forward_s: np.ndarray
+    """The part of tp_s + cp_s + ep_s that belongs to the forward pass."""
+
+    @property
+    def per_microbatch_s(self) -> np.ndarray:
+        total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s
+        return total
+
+    @property
+    def forward_s(self) -> np.ndarray:
+        fwd: np.ndarray = self.compute.forward_s + self.comm_forward_s
+        return fwd
+
+
+DataclassT = TypeVar("DataclassT")
+
+
+def _select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
+    """Field-wise np.where over two dataclasses of arrays (nested dataclasses included)."""
+    values = {}
+    for f in fields(a):  # type: ignore[arg-type]
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        values[f.name] = _select(mask, x, y) if is_dataclass(x) else np.where(mask, x, y)
+    return type(a)(**values)
+
+
+def _critical_path(
+    shares: _PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm, eff: EfficiencySpec
+) -> _CriticalPath:
+    """Communication on one rank's critical path per micro-batch. Each of TP's collectives and EP's
+    all-to-alls runs once forward and once backward, and once more when full recompute re-runs the forward;
+    the CP exchange hides behind the attention core (forward: K, V; backward: K, V and their gradients) and
+    is repeated by any recompute, which re-runs the attention core."""
+    full = shares.full
+    has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
+    tp_layers = layers.dense * comm.tp_dense_s
+    if has_moe:
+        tp_layers = tp_layers + layers.moe * comm.tp_moe_s
+    tp_pass = shares.tp * tp_layers
+    count = layers.dense + layers.moe
+    cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
+    cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - eff.attention_backward_ratio * compute.attention_core_forward_s)
+    cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
+    if not has_moe:
+        zero = np.zeros_like(tp_pass)
+        return _CriticalPath(compute, (2 + full) * tp_pass, cp, zero, comm_forward_s=tp_pass + cp_fwd + zero)
+    ep_pass = layers.moe * comm.ep_s
+    ep = np.where(shares.dualpipe, np.maximum(0.0, (2 + full) * ep_pass - compute.total_s),
+                  shares.ep * (2 + full) * ep_pass)
+    ep_fwd = ep / (2 + full)
+    return _CriticalPath(compute, (2 + full) * tp_pass, cp, ep, comm_forward_s=tp_pass + cp_fwd + ep_fwd)
+
+
+@dataclass(frozen=True)
+class _PathShares:
+    """What every rank's critical path shares (shape (N,)): recompute indicators, exposed TP and EP shares."""
+
+    full: np.ndarray
+    any_recompute: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    dualpipe: np.ndarray
+
+    @classmethod
+    def of(cls, lay: Layouts) -> _PathShares:
+        const = step_constants()
+        return cls(
+            full=(lay.recompute == Recompute.FULL.code).astype(float),
+            any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
+            tp=np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0),
+            ep=np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0),
+            dualpipe=lay.schedule == Schedule.DUALPIPE.code,
+        )
+
+
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
+    """The step-time breakdown of every layout (see module docstring)."""
+    const = step_constants()
+    eff = cluster.gpu.efficiency
+    num_micro = lay.num_microbatches(train.global_batch)
+    times, comm = _per_microbatch(model, cluster, train, lay)
+    best: tuple[_CriticalPath, StageLayers] | None = None
+    stages = rank_stages(model, train, lay)
+    shares = _PathShares.of(lay)
+    for stage in stages.values():
+        layers = stage.layers
+        path = _critical_path(shares, layers, rank_compute(lay, layers, times, eff), comm, eff)
+        if best is None:
+            best = (path, layers)
+            continue
+        slower = path.per_microbatch_s > best[0].per_microbatch_s
+        best = (_select(slower, path, best[0]), _select(slower, layers, best[1]))
+    assert best is not None
+    path, layers = best
+    fwd = path.forward_s
+    bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
+    pipe = pipeline_times(lay, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
+    shard = _shard_costs(model, cluster, train, lay, layers)
+    dp = shard.data_parallel
+    window = const.dp_overlap_efficiency
+    dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
+                  + np.maximum(0.0, dp.param_gather_s - window * fwd)
+                  # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
+                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
+    memory = memory_breakdown(model, cluster, train, lay, stages)
+    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory)
+
+
+MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
+"""The layout columns compute.layer_times and traffic.microbatch_comm read."""
+
+
+def _per_microbatch(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
+    """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
+    search has few) and spread to every layout."""
+    rows = lay.distinct(*MICROBATCH_COLUMNS)
+    few = lay.take(rows.first)
+    dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few))
+    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few))
+
+
+@dataclass(frozen=True)
+class _ShardCosts:
+    """What the parameters on the critical rank's GPU cost per step: data-parallel traffic and optimizer step."""
+
+    data_parallel: DataParallelComm
+    optimizer_s: np.ndarray
+    """The optimizer step: HBM-bound, optimizer_step_traffic_bytes_per_param per local parameter shard."""
+
+
+SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
+"""The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
+
+
+def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+                 layers: StageLayers) -> _ShardCosts:
+    """Data-parallel traffic and optimizer step of the critical rank (holding `layers`), computed once per
+    distinct (SHARD_COLUMNS, layers) row: a search has few."""
+    rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), layers.dense, layers.moe, layers.first,
+                         layers.last)
+    lay = lay.take(rows.first)
+    layers = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
+    params = rank_params(model, count_params(model), lay, layers)
+    grad_bytes = 4.0 if train.fp32_grads else 2.0
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers.dense + layers.moe)
+    hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
+    sharding = Sharding.of(lay)
+    shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex
+    return rows.spread_fields(_ShardCosts(dp, shard * optimizer_step_traffic_bytes_per_param(train) / hbm))
+
+
+def _assemble(
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, path: _CriticalPath,
+    pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, optimizer_s: np.ndarray,
+    memory: MemoryBreakdown,
+) -> StepBreakdown:
+    """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
+    const = step_constants()
+    tokens = float(train.tokens_per_step)
+    # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
+    m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
+    compute_only = path.compute.total_s - path.compute.recompute_s
+    return StepBreakdown(
+        compute_s=m * compute_only,
+        recompute_s=m * path.compute.recompute_s,
+        tp_exposed_s=m * path.tp_s,
+        cp_exposed_s=m * path.cp_s,
+        ep_exposed_s=m * path.ep_s,
+        pp_exposed_s=pipe.p2p_exposed_s,
+        dp_exposed_s=dp_exposed,
+        bubble_s=pipe.bubble_s,
+        optimizer_s=optimizer_s,
+        overhead_s=np.full(lay.size, const.step_overhead_s),
+        num_gpus=lay.num_gpus,
+        tokens_per_step=tokens,
+        model_flops_per_step=model_flops_per_token(model, train.seq_len) * tokens,
+        hardware_flops_per_step=hardware_flops_per_token(model, train.seq_len, lay.recompute) * tokens,
+        peak_flops_per_s=cluster.gpu.peak_flops_per_s(train.precision),
+        offload_s=memory.pcie_s_per_step,
+        memory=memory,
+    )

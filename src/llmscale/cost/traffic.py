@@ -1,0 +1,163 @@
+"""Communication per micro-batch and per step, by parallel dimension, vectorized over layouts.
+
+Shape legend: arrays of shape (N,), one element per layout; seconds per GPU.
+
+Groups and their placement follow the layout's rank order, innermost first: Megatron's default TP → CP → (EP)
+→ DP → PP, or TP → CP → (EP) → PP → DP (specs.layout.RankOrder), so a group's stride is the product of the
+sizes inside it (`GroupStrides`; under the second order a group with members both inside and across tp·cp
+blocks is placed as if spread evenly over its span). Expert layers re-fold a stage's tp·cp·dp ranks as
+ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
+
+  TP  per layer and direction: with SP two all-gathers and two reduce-scatters of the gathered activation
+      S = 2·s_c·b·h bytes (attention and MLP blocks; an MoE layer's expert block only when etp > 1);
+      without SP two all-reduces of S (Korthikanti et al. 2022 §4.2.2, Fig. 5).
+  CP  per layer: the ring passes each rank's K and V chunk cp − 1 times, 2·2·s_c·b·g·d bytes per step, in
+      forward, and K, V and their gradients in backward (Megatron/TransformerEngine context parallelism).
+  EP  per MoE layer and direction: dispatch and combine all-to-alls, each GPU sending its routed token
+      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU; min(k, M) across nodes with node-limited routing).
+  PP  per micro-batch and stage boundary: one activation, 2·s_c·b·h/σ bytes, each way.
+  DP  per step: gradients reduce-scattered (ZeRO ≥ 1) or all-reduced (ZeRO 0) and, with a distributed
+      optimizer, 16-bit parameters all-gathered; ZeRO-3 gathers weights in forward and backward and
+      reduce-scatters gradients every micro-batch. Non-expert parameters over dp·cp, experts over edp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.cost.collectives import Collective, collective_time_s, group_links
+from llmscale.layout.arrays import Layouts
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.layout import RankOrder
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+from llmscale.units import BYTES_16BIT
+
+
+def kv_width(model: ModelSpec) -> int:
+    """Elements of K plus V per token: 2·g·d for MHA/GQA; n·(d_nope + d_rope) + n·d_v for MLA, whose K and V
+    are expanded per head before attention (DeepSeek-V2 §2.1)."""
+    if model.mla is not None:
+        a = model.mla
+        return model.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+    return 2 * model.num_kv_heads * model.dim_per_head
+
+
+@dataclass(frozen=True)
+class GroupStrides:
+    """Rank distance between neighbouring members of each group (shape (N,)). With PP inside DP a stage's
+    tp·cp·dp ranks are no longer contiguous: a group that takes members both inside a tp·cp block and across
+    blocks (dense DP over dp·cp, EP beyond tp·cp, EDP) is placed as if spread evenly over the same span."""
+
+    pp: np.ndarray
+    dense_dp: np.ndarray
+    ep: np.ndarray
+    edp: np.ndarray
+
+    @classmethod
+    def of(cls, lay: Layouts) -> GroupStrides:
+        # With dp = 1 (or pp = 1) both orders number the ranks alike.
+        pp_inner = (lay.rank_order == RankOrder.TP_CP_EP_PP_DP.code) & (lay.dp > 1)
+        spread = np.where(pp_inner, lay.pp, 1)
+        return cls(
+            pp=np.where(pp_inner, lay.tp * lay.cp, lay.tp * lay.cp * lay.dp),
+            dense_dp=lay.tp * spread,
+            ep=np.where(lay.ep * lay.etp > lay.tp * lay.cp, lay.etp * spread, lay.etp),
+            edp=lay.ep * lay.etp * spread,
+        )
+
+
+@dataclass(frozen=True)
+class MicrobatchComm:
+    """Communication time of one micro-batch, per layer kind, forward direction (backward is the same
+    volume for TP and EP, twice for CP)."""
+
+    tp_dense_s: np.ndarray
+    tp_moe_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+    pp_s: np.ndarray
+
+
+def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
+    """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
+    columns tp, cp, mbs, sp, etp, ep, pp, dp and rank_order only (step.MICROBATCH_COLUMNS)."""
+    tokens = train.seq_len / lay.cp * lay.mbs
+    h = model.hidden
+    strides = GroupStrides.of(lay)
+    activation = BYTES_16BIT * tokens * h
+    sigma = np.where(lay.sp, lay.tp, 1)
+    tp_links = group_links(cluster, lay.tp, np.ones_like(lay.tp))
+    gather = collective_time_s(Collective.ALL_GATHER, activation, lay.tp, tp_links)
+    scatter = collective_time_s(Collective.REDUCE_SCATTER, activation, lay.tp, tp_links)
+    reduce = collective_time_s(Collective.ALL_REDUCE, activation, lay.tp, tp_links)
+    block = np.where(lay.sp, gather + scatter, reduce)
+    tp_dense = 2 * block
+    tp_moe = block + np.where(lay.etp > 1, block, 0.0)
+    cp_links = group_links(cluster, lay.cp, lay.tp)
+    kv_bytes = BYTES_16BIT * tokens * kv_width(model)
+    cp_step = collective_time_s(Collective.SEND_RECV, kv_bytes, lay.cp, cp_links)
+    cp = (lay.cp - 1) * cp_step
+    ep = np.zeros(lay.size)
+    if model.is_moe:
+        ep_links = group_links(cluster, lay.ep, strides.ep)
+        # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
+        # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
+        # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
+        k: np.ndarray | int = model.top_k
+        if model.moe_max_nodes is not None:
+            k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
+        copies = tokens * k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
+        ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
+    pp_links = group_links(cluster, lay.pp, strides.pp)
+    pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
+    return MicrobatchComm(tp_dense, tp_moe, cp, ep, pp)
+
+
+@dataclass(frozen=True)
+class DataParallelComm:
+    """Data-parallel communication of one step on one GPU."""
+
+    grad_sync_s: np.ndarray
+    """Gradient reduce-scatter (ZeRO ≥ 1) or all-reduce (ZeRO 0), after the last micro-batch's backward."""
+    param_gather_s: np.ndarray
+    """16-bit parameter all-gather after the optimizer step (ZeRO 1-2 distributed optimizer)."""
+    per_microbatch_s: np.ndarray
+    """ZeRO-3: weight gathers (forward and backward) and gradient reduce-scatter every micro-batch."""
+
+
+def data_parallel_comm(
+    cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
+    grad_bytes: float, layers: np.ndarray,
+) -> DataParallelComm:
+    """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes`
+    per element (fp32 main grads are reduced in fp32, Megatron grad_reduce_in_fp32), parameters gathered in
+    16 bits. ZeRO-3 gathers and reduce-scatters layer by layer (FSDP units), so each of those collectives pays
+    its latency `layers` times."""
+    dense_group = lay.dp * lay.cp
+    strides = GroupStrides.of(lay)
+    dense_links = group_links(cluster, dense_group, strides.dense_dp)
+    expert_links = group_links(cluster, lay.edp, strides.edp)
+
+    def both(op: Collective, bytes_per_param: float, calls: np.ndarray | int = 1) -> np.ndarray:
+        return calls * (
+            collective_time_s(op, bytes_per_param * non_expert_params / calls, dense_group, dense_links)
+            + collective_time_s(op, bytes_per_param * expert_params / calls, lay.edp, expert_links)
+        )
+
+    zero3 = lay.zero >= 3
+    scatter = both(Collective.REDUCE_SCATTER, grad_bytes)
+    reduce = both(Collective.ALL_REDUCE, grad_bytes)
+    per_layer = np.maximum(layers, 1)
+    return DataParallelComm(
+        grad_sync_s=np.where(lay.zero >= 1, scatter, reduce) * ~zero3,
+        param_gather_s=np.where((lay.zero >= 1) & ~zero3, both(Collective.ALL_GATHER, BYTES_16BIT), 0.0),
+        per_microbatch_s=np.where(
+            zero3,
+            2 * both(Collective.ALL_GATHER, BYTES_16BIT, per_layer)
+            + both(Collective.REDUCE_SCATTER, grad_bytes, per_layer),
+            0.0,
+        ),
+    )

@@ -1,0 +1,40 @@
+"""The document `llmscale export` prints: one layout as a training framework's own launch arguments (Megatron-LM
+flags or a torchtitan TOML) under a `#` preamble naming the inputs and the framework commit the names were checked at.
+
+Pure functions of a validated job (`JobInputs`); nothing is imported from either framework. What a framework cannot
+express (a schedule it does not have, a ZeRO stage it maps differently, an offload it lacks) becomes a `#` note in
+the output — the export never silently drops a planned setting.
+
+Only the model shape, the parallel layout, the batch and the precision are exported: data, tokenizer,
+learning-rate and checkpoint settings are the run's own.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from llmscale import __version__
+from llmscale.export.megatron import MEGATRON_SOURCE, megatron_args, megatron_notes, shell_lines
+from llmscale.export.torchtitan import TORCHTITAN_SOURCE, torchtitan_toml
+from llmscale.io.resolve import JobInputs
+
+
+class ExportFormat(str, Enum):
+    """Which framework's launch arguments `llmscale export` writes."""
+
+    MEGATRON = "megatron"
+    """Megatron-LM `pretrain_gpt.py` command-line flags."""
+    TORCHTITAN = "torchtitan"
+    """torchtitan JobConfig TOML sections ([training], [parallelism], [activation_checkpoint], fp8)."""
+
+
+def export_text(job: JobInputs, fmt: ExportFormat) -> str:
+    """The text `llmscale export` prints: a `#` preamble (version, inputs, source verified), then the body."""
+    preamble = [f"# llmscale {__version__} export {fmt.value} · model {job.model.name} · cluster {job.cluster.name} "
+                f"· {job.num_gpus:,} GPUs · input_sha256 {job.input_sha256}"]
+    if fmt is ExportFormat.MEGATRON:
+        preamble.append(f"# flags verified against {MEGATRON_SOURCE}")
+        preamble += [f"# note: {note}" for note in megatron_notes(job)]
+        return "\n".join(preamble + shell_lines(megatron_args(job))) + "\n"
+    preamble.append(f"# keys verified against {TORCHTITAN_SOURCE}")
+    return "\n".join(preamble) + "\n" + torchtitan_toml(job)

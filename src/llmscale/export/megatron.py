@@ -1,0 +1,240 @@
+"""Megatron-LM launch flags for one layout (`pretrain_gpt.py` arguments), with `#` notes for what the flags cannot say.
+
+Every flag written here was checked against Megatron-LM's own argument definitions at one commit
+(`MEGATRON_SOURCE`); tests/test_export.py freezes the verified names. What Megatron cannot express (a schedule it
+does not have, an offload it lacks) becomes a note — a planned setting is never dropped silently.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import numpy as np
+
+from llmscale.io.resolve import JobInputs
+from llmscale.layout.stages import chunk_bounds
+from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
+from llmscale.specs.model import ModelSpec, Norm
+from llmscale.specs.train import Optimizer, Precision
+
+MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
+
+# Every flag megatron_args can emit (tests/test_export.py checks each against arguments.py).
+MEGATRON_FLAGS = (
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--sequence-parallel", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
+    "--micro-batch-size", "--global-batch-size", "--seq-length",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+    "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer",
+    "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16",
+    "--attention-backend",
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+    "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--position-embedding-type",
+    "--max-position-embeddings", "--normalization", "--swiglu", "--disable-bias-linear",
+    "--untie-embeddings-and-output-weights", "--attention-dropout", "--hidden-dropout",
+    "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq", "--moe-expert-capacity-factor", "--moe-token-dispatcher-type", "--mtp-num-layers",
+)
+
+_NO_SCHEDULE_FLAG = (Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE)
+
+
+def megatron_args(job: JobInputs) -> list[str]:
+    """The job as Megatron-LM argv tokens (flag, then its values), in the order a launch script groups them."""
+    return _megatron_parallel(job) + _megatron_memory(job) + _megatron_precision(job) + _megatron_model(job)
+
+
+def _megatron_parallel(job: JobInputs) -> list[str]:
+    lay, train = job.resolved_layout, job.train
+    args = ["--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp)]
+    if lay.pp > 1 and job.model.layers % (lay.pp * lay.vpp):
+        args += ["--pipeline-model-parallel-layout", pipeline_layout(job.model, lay)]
+    elif lay.vpp > 1:
+        # Current Megatron prefers the stage count to --num-layers-per-virtual-pipeline-stage (it also
+        # allows uneven first/last stages); --virtual-pipeline-model-parallel-size is no longer a flag.
+        args += ["--num-virtual-stages-per-pipeline-rank", str(lay.vpp)]
+    args += ["--context-parallel-size", str(lay.cp)]
+    if job.model.is_moe:
+        args += ["--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.resolved_etp)]
+    if lay.resolved_sp and lay.tp > 1:
+        args.append("--sequence-parallel")
+        if lay.tp_comm_overlap:
+            args.append("--tp-comm-overlap")  # validate_args: TP overlap needs sequence parallel
+    if lay.ep_comm_overlap and job.model.is_moe and lay.ep > 1:
+        args.append("--overlap-moe-expert-parallel-comm")
+    args += ["--micro-batch-size", str(lay.mbs), "--global-batch-size", str(train.global_batch),
+             "--seq-length", str(train.seq_len)]
+    return args
+
+
+def _megatron_memory(job: JobInputs) -> list[str]:
+    """Recompute, ZeRO, overlap and offload. ZeRO-1 is Megatron's distributed optimizer; ZeRO-2/3 are
+    Megatron-FSDP with the flags its user guide requires (docs/discussions/megatron-fsdp-user-guide,
+    NVIDIA/Megatron-LM @ f6f94c70974acffa8141a1886fbc076a68e44190)."""
+    lay = job.resolved_layout
+    args: list[str] = []
+    if lay.recompute is Recompute.SELECTIVE:
+        args += ["--recompute-granularity", "selective"]  # default --recompute-modules core_attn
+    elif lay.recompute is Recompute.FULL:
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if lay.zero >= 1:
+        args.append("--use-distributed-optimizer")
+    if lay.zero >= 2:
+        strategy = "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
+                 "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"]
+    if (lay.dp or 1) > 1:
+        # step.py hides the gradient reduce-scatter (and the ZeRO parameter all-gather) behind compute.
+        args.append("--overlap-grad-reduce")
+        if lay.zero >= 1:
+            args.append("--overlap-param-gather")
+    if lay.offload_optimizer:
+        args += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]  # validate_args requires both
+    if job.train.optimizer is Optimizer.SGD_MOMENTUM:
+        args += ["--optimizer", "sgd"]
+    return args
+
+
+def _megatron_precision(job: JobInputs) -> list[str]:
+    train = job.train
+    args = ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
+    if train.precision is Precision.FP8:
+        # MXFP8 is Blackwell's native recipe; per-tensor current scaling runs on Hopper and later.
+        recipe = "mxfp8" if job.cluster.gpu.peak_fp4_tflops is not None else "tensorwise"
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", recipe]
+    elif train.precision is Precision.FP4:
+        args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    if not train.fp32_grads and train.precision is not Precision.FP16:
+        args.append("--grad-reduce-in-bf16")
+    if not train.flash_attention:
+        args += ["--attention-backend", "unfused"]
+    return args
+
+
+def _megatron_model(job: JobInputs) -> list[str]:
+    m, seq_len = job.model, job.train.seq_len
+    args = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
+            "--num-attention-heads", str(m.heads)]
+    if m.mla is not None:
+        args.append("--multi-latent-attention")
+        if m.mla.q_lora_rank is not None:
+            args += ["--q-lora-rank", str(m.mla.q_lora_rank)]
+        args += ["--kv-lora-rank", str(m.mla.kv_lora_rank), "--qk-head-dim", str(m.mla.qk_nope_head_dim),
+                 "--qk-pos-emb-head-dim", str(m.mla.qk_rope_head_dim), "--v-head-dim", str(m.mla.v_head_dim)]
+    else:
+        if m.num_kv_heads < m.heads:
+            args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+        if m.head_dim is not None:
+            args += ["--kv-channels", str(m.head_dim)]
+    args += ["--vocab-size", str(m.vocab)]
+    if m.learned_position_embeddings:
+        args += ["--position-embedding-type", "learned_absolute",
+                 "--max-position-embeddings", str(m.learned_position_embeddings)]
+    else:
+        args += ["--position-embedding-type", "rope", "--max-position-embeddings", str(seq_len)]
+    args += ["--normalization", "RMSNorm" if m.norm is Norm.RMSNORM else "LayerNorm"]
+    if m.gated_mlp:
+        args.append("--swiglu")
+    if not m.linear_bias:
+        args.append("--disable-bias-linear")
+    if not m.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not m.dropout:
+        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    return args + _megatron_moe(m, job.resolved_layout)
+
+
+def _megatron_moe(m: ModelSpec, lay: Layout) -> list[str]:
+    args: list[str] = []
+    if m.is_moe:
+        args += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
+                 "--moe-ffn-hidden-size", str(m.expert_ffn_hidden)]
+        if m.shared_experts:
+            args += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.shared_ffn)]
+        if m.first_dense_layers or m.moe_layer_freq > 1:
+            args += ["--moe-layer-freq", moe_layer_pattern(m)]
+        if m.capacity_factor is not None:
+            args += ["--moe-expert-capacity-factor", str(m.capacity_factor)]
+        if lay.ep > 1:
+            args += ["--moe-token-dispatcher-type", "alltoall"]  # arguments.py: recommended with EP
+    if m.mtp_layers:
+        args += ["--mtp-num-layers", str(m.mtp_layers)]
+    return args
+
+
+def pipeline_layout(m: ModelSpec, lay: Layout) -> str:
+    """Megatron --pipeline-model-parallel-layout for llmscale's split (stages.chunk_bounds: chunk k = j·pp + r,
+    the shortfall on the last and first rank); E = embedding on the first chunk, m = MTP and L = loss on the
+    last. Grammar: megatron/core/transformer/pipeline_parallel_layer_layout.py (stages split by "|", "t*n" = n
+    decoder layers, commas cosmetic; stage i on pp rank i mod pp) @ 00caa53af30912914981c86f39db123961678bbd."""
+    sizes = np.diff(chunk_bounds(m.layers, lay.pp, lay.vpp)).tolist()
+    stages = []
+    for c, n in enumerate(sizes):
+        parts = (["E"] if c == 0 else []) + ([f"t*{n}"] if n > 1 else ["t"] * n)
+        if c == len(sizes) - 1:
+            parts += ["m"] * m.mtp_layers + ["L"]
+        stages.append(",".join(parts))
+    return "|".join(stages)
+
+
+def moe_layer_pattern(m: ModelSpec) -> str:
+    """Megatron --moe-layer-freq for this model: an integer N (layer i is MoE iff i % N == 0) when no layer
+    leads densely, else a list expression, 1 = MoE layer (DeepSeek-V3: "([0]*3+[1]*58)")."""
+    if not m.first_dense_layers:
+        return str(m.moe_layer_freq)
+    rest, freq = m.layers - m.first_dense_layers, m.moe_layer_freq
+    parts = [f"[0]*{m.first_dense_layers}"]
+    if freq == 1:
+        parts.append(f"[1]*{rest}")
+    else:
+        full, left = divmod(rest, freq)
+        if full:
+            parts.append(f"([1]+[0]*{freq - 1})*{full}")
+        if left:
+            parts.append("[1]" + (f"+[0]*{left - 1}" if left > 1 else ""))
+    return "(" + "+".join(parts) + ")"
+
+
+def megatron_notes(job: JobInputs) -> list[str]:
+    """What the flags cannot say, one line each."""
+    lay, m = job.resolved_layout, job.model
+    notes = [f"launch on {job.num_gpus:,} GPUs: Megatron derives data-parallel size {lay.dp} = "
+             f"WORLD_SIZE / (tp {lay.tp} × pp {lay.pp} × cp {lay.cp}); there is no flag for it"]
+    schedule = lay.resolved_schedule
+    if schedule in _NO_SCHEDULE_FLAG:
+        runs = "interleaved 1F1B" if lay.vpp > 1 else "1F1B"
+        notes.append(f"schedule {schedule.value!r} has no Megatron-LM flag (no zero-bubble or DualPipe "
+                     f"schedule in arguments.py): these flags run {runs}, with its larger bubble")
+    if lay.tp_comm_overlap and lay.tp > 1 and not lay.resolved_sp:
+        notes.append("tp_comm_overlap needs sequence parallel in Megatron-LM (--tp-comm-overlap asserts it): not set")
+    if lay.offload_params:
+        notes.append("offload_params has no Megatron-LM flag (--cpu-offloading-num-layers offloads activations)")
+    if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP:
+        notes.append(f"rank_order {lay.rank_order.value}: Megatron-LM's --use-tp-pp-dp-mapping selects this order in "
+                     "initialize_model_parallel; the flag is not verified against the pinned arguments.py: not emitted")
+    if not job.train.fp32_master_weights:
+        notes.append("fp32_master_weights = false has no Megatron-LM flag: it always keeps a main copy "
+                     "(fp32, or fp16 via --use-precision-aware-optimizer --main-params-dtype fp16)")
+    if m.learned_position_embeddings and m.learned_position_embeddings < job.train.seq_len:
+        notes.append(f"seq_len {job.train.seq_len} exceeds the {m.learned_position_embeddings} learned positions: "
+                     "Megatron requires --max-position-embeddings ≥ --seq-length")
+    notes.append(f"--vocab-size {m.vocab} is before padding; Megatron pads it to a multiple of "
+                 f"--make-vocab-size-divisible-by (128) × tp")
+    return notes
+
+
+def shell_lines(args: list[str]) -> list[str]:
+    """One flag and its values per line, shell-quoted, joined by line continuations."""
+    lines: list[list[str]] = []
+    for token in args:
+        if token.startswith("--") or not lines:
+            lines.append([token])
+        else:
+            lines[-1].append(token)
+    text = [" ".join(shlex.quote(t) for t in line) for line in lines]
+    return [line + " \\" for line in text[:-1]] + text[-1:]

@@ -1,0 +1,146 @@
+"""The built-in catalog (GPUs, clusters, models, model constants) shipped as YAML inside `llmscale/catalog/`, and
+the loaders that turn a `--model` / `--cluster` argument — a catalog name or a file path — into a spec."""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmscale.errors import CatalogError, InputFileError
+from llmscale.io.files import parse_spec, read_document
+from llmscale.specs.cluster import ClusterSpec, GPUSpec
+from llmscale.specs.model import ModelSpec
+
+
+class Kind(str, Enum):
+    """A section of the catalog."""
+
+    MODELS = "models"
+    GPUS = "gpus"
+    CLUSTERS = "clusters"
+
+
+@cache
+def catalog_file(filename: str) -> Any:
+    """One YAML file of the built-in catalog, parsed (read once per process; callers must not modify it)."""
+    text = resources.files("llmscale.catalog").joinpath(filename).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def catalog_values(filename: str) -> dict[str, Any]:
+    """The `value` of every entry of a catalog constants file (`key: {value: …, source: …}`: memory.yaml,
+    comm.yaml, …); each entry's `source` stays in the file."""
+    return {key: entry["value"] for key, entry in catalog_file(filename).items()}
+
+
+def _entries(kind: Kind) -> dict[str, dict[str, Any]]:
+    data = catalog_file(f"{kind.value}.yaml")
+    assert isinstance(data, dict), f"catalog {kind.value}.yaml must be a mapping"
+    return data
+
+
+def names(kind: Kind) -> list[str]:
+    return list(_entries(kind))
+
+
+def entry(kind: Kind, name: str) -> dict[str, Any]:
+    """The raw catalog mapping for `name`, with its name filled in."""
+    entries = _entries(kind)
+    if name not in entries:
+        raise CatalogError(
+            f"unknown {kind.value[:-1]} {name!r}; catalog {kind.value}: {', '.join(entries)} "
+            "(or give a path to a YAML/JSON file)"
+        )
+    return {"name": name, **entries[name]}
+
+
+def _is_path(ref: str) -> bool:
+    return Path(ref).suffix.lower() in {".yaml", ".yml", ".json"} or "/" in ref or Path(ref).exists()
+
+
+def _default_efficiency() -> dict[str, Any]:
+    defaults: dict[str, Any] = catalog_file("efficiency.yaml")["default"]
+    return defaults
+
+
+def _with_efficiency(gpu: dict[str, Any]) -> dict[str, Any]:
+    """Fill the GPU's `efficiency` from catalog/efficiency.yaml, keeping any fields the entry gives."""
+    given = gpu.get("efficiency")
+    if given is not None and not isinstance(given, dict):
+        return gpu  # let validation report the wrong type
+    return {**gpu, "efficiency": {**_default_efficiency(), **(given or {})}}
+
+
+def _failures_catalog() -> dict[str, Any]:
+    data: dict[str, Any] = catalog_file("failures.yaml")
+    return data
+
+
+def failure_profile(name: str | None = None) -> dict[str, Any]:
+    """A failure profile of catalog/failures.yaml as a mapping (the default profile when `name` is None)."""
+    catalog = _failures_catalog()
+    name = name or catalog["default"]
+    profiles: dict[str, Any] = catalog["profiles"]
+    if name not in profiles:
+        raise CatalogError(f"unknown failure profile {name!r}; catalog failures: {', '.join(profiles)}")
+    return {"name": name, **profiles[name]}
+
+
+def _with_failures(cluster: dict[str, Any], where: str) -> dict[str, Any]:
+    """Fill the cluster's `failures`: absent -> the default profile; a name -> that profile; a mapping -> merged over
+    the profile its `name` gives (or the default)."""
+    given = cluster.get("failures")
+    if given is not None and not isinstance(given, str | dict):
+        return cluster  # let validation report the wrong type
+    try:
+        if isinstance(given, dict):
+            base = failure_profile(given["name"]) if given.get("name") in _failures_catalog()["profiles"] else (
+                failure_profile())
+            return {**cluster, "failures": {**base, **given}}
+        return {**cluster, "failures": failure_profile(given)}
+    except CatalogError as exc:
+        raise InputFileError(f"{where}: failures: {exc}") from None
+
+
+def load_gpu(ref: str) -> GPUSpec:
+    if _is_path(ref):
+        return parse_spec(GPUSpec, _with_efficiency(read_document(Path(ref))), where=ref)
+    return parse_spec(GPUSpec, _with_efficiency(entry(Kind.GPUS, ref)), where=f"catalog gpu {ref}")
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A catalog model name, a llmscale YAML/JSON model file, or a Hugging Face config.json."""
+    if not _is_path(ref):
+        return parse_spec(ModelSpec, entry(Kind.MODELS, ref), where=f"catalog model {ref}")
+    path = Path(ref)
+    data = read_document(path)
+    from llmscale.io.hfconfig import is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        return model_from_hf_config(data, name=path.parent.name or path.stem, where=ref)
+    return parse_spec(ModelSpec, data, where=ref)
+
+
+def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
+    """A catalog cluster name or a YAML/JSON cluster file; `gpu` may name a catalog GPU.
+    `num_gpus` overrides the cluster's GPU count (a job on part of the cluster)."""
+    if _is_path(ref):
+        data, where = read_document(Path(ref)), ref
+    else:
+        data, where = entry(Kind.CLUSTERS, ref), f"catalog cluster {ref}"
+    gpu = data.get("gpu")
+    if isinstance(gpu, str):
+        try:
+            gpu = entry(Kind.GPUS, gpu)
+        except CatalogError as exc:
+            raise InputFileError(f"{where}: gpu: {exc}") from None
+    if isinstance(gpu, dict):
+        data = {**data, "gpu": _with_efficiency(gpu)}
+    if num_gpus is not None:
+        data = {**data, "num_gpus": num_gpus}
+    return parse_spec(ClusterSpec, _with_failures(data, where), where=where)

@@ -1,0 +1,236 @@
+"""Load a Hugging Face `config.json` as a ModelSpec, without transformers installed.
+
+Families (`model_type`): llama (Llama 2/3), mixtral, qwen2, qwen2_moe (Qwen1.5-MoE, Qwen2-MoE),
+qwen3, qwen3_moe, deepseek_v2, deepseek_v3. A config without `model_type` is recognised by its
+`architectures` entry (e.g. `Qwen3MoeForCausalLM`).
+
+| config.json key                         | ModelSpec field                    | note                        |
+|-----------------------------------------|------------------------------------|-----------------------------|
+| num_hidden_layers                       | layers                             |                             |
+| hidden_size                             | hidden                             |                             |
+| intermediate_size                       | ffn_hidden                         | Mixtral: expert_ffn_hidden  |
+| num_attention_heads                     | heads                              |                             |
+| num_key_value_heads                     | kv_heads                           | unset if = heads, or MLA    |
+| head_dim                                | head_dim                           | if present; MLA: (1)        |
+| vocab_size                              | vocab                              |                             |
+| tie_word_embeddings                     | tied_embeddings                    | default false (2)           |
+| num_local_experts                       | experts                            | Mixtral                     |
+| num_experts                             | experts                            | Qwen-MoE                    |
+| n_routed_experts                        | experts                            | DeepSeek                    |
+| num_experts_per_tok                     | top_k                              |                             |
+| moe_intermediate_size                   | expert_ffn_hidden                  | Qwen-MoE, DeepSeek          |
+| n_shared_experts                        | shared_experts                     | DeepSeek                    |
+| shared_expert_intermediate_size         | shared_expert_ffn_hidden           | Qwen2-MoE; shared_experts=1 |
+| first_k_dense_replace, moe_layer_freq   | first_dense_layers, moe_layer_freq | DeepSeek (3)                |
+| decoder_sparse_step, mlp_only_layers    | first_dense_layers, moe_layer_freq | Qwen-MoE (3)                |
+| q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim | mla.* | DeepSeek     |
+| num_nextn_predict_layers                | mtp_layers                         | DeepSeek-V3                 |
+| topk_group (< n_group)                  | moe_max_nodes                      | DeepSeek-V2/V3              |
+
+(1) MLA: v_head_dim, Megatron-LM's `kv_channels` for MLA models (its DeepSeek-V2/V3 configs set 128).
+(2) The default of LlamaConfig, MixtralConfig, Qwen2/3(Moe)Config and DeepseekV2/V3Config.
+(3) The MoE layers the family's modelling code selects must fit ModelSpec's layout "a dense prefix,
+    then every k-th layer"; a layout that does not (e.g. `mlp_only_layers: [5]`) is a SpecError.
+
+Not modelled, each under 0.01% of the parameters: Qwen2's QKV biases, Qwen3's q/k norms, the
+Qwen2-MoE shared-expert gate, DeepSeek's router score bias. Llama's `attention_bias` + `mlp_bias`
+map to `linear_bias` only together; one alone warns and is dropped.
+
+Every value goes through `parse_spec(ModelSpec, ...)`; its errors are re-labelled with the
+config.json key the offending ModelSpec field came from.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmscale.errors import SpecError
+from llmscale.io.files import parse_spec
+from llmscale.specs.model import ModelSpec
+
+FAMILIES = ("llama", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+}
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+@dataclass
+class _Config:
+    """A config.json being read, and which key each ModelSpec field was taken from."""
+
+    data: dict[str, Any]
+    model_type: str
+    where: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def need(self, key: str) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            raise SpecError(key, None, f"required in a {self.model_type} config.json, but missing",
+                            where=self.where)
+        return value
+
+    def count(self, key: str, default: int, minimum: int = 0) -> int:
+        """An integer key that drives the layer layout (checked here, before it is used as a number)."""
+        value = self.data.get(key, default)
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(key, value, f"must be an integer ≥ {minimum}", where=self.where)
+        return value
+
+    def put(self, spec: dict[str, Any], spec_field: str, key: str, value: Any) -> None:
+        spec[spec_field] = value
+        self.sources[spec_field] = key
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    """True for a Hugging Face config.json (it names `model_type` or `architectures`)."""
+    return "model_type" in data or "architectures" in data
+
+
+def model_from_hf_config(data: dict[str, Any], name: str, where: str = "") -> ModelSpec:
+    """The ModelSpec of a Hugging Face config.json (see the module docstring for the mapping)."""
+    cfg = _Config(data, _model_type(data, where), where)
+    spec = _dense_fields(cfg)
+    if cfg.model_type.startswith("deepseek"):
+        _deepseek_fields(cfg, spec)
+    elif cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        _moe_fields(cfg, spec)
+    if cfg.model_type == "llama":
+        _llama_bias(cfg, spec)
+    spec["name"] = name
+    spec["source"] = f"Hugging Face config.json of {name} (model_type {cfg.model_type})"
+    try:
+        return parse_spec(ModelSpec, spec, where)
+    except SpecError as err:
+        raise _relabel(err, cfg) from None
+
+
+def _model_type(data: dict[str, Any], where: str) -> str:
+    model_type = data.get("model_type")
+    if model_type is None:
+        archs = data.get("architectures") or []
+        known = [_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in _ARCHITECTURES]
+        if not known:
+            raise SpecError("architectures", archs, f"supported: {', '.join(_ARCHITECTURES)}", where=where)
+        model_type = known[0]
+    if model_type not in FAMILIES:
+        raise SpecError("model_type", model_type, f"supported: {', '.join(FAMILIES)}", where=where)
+    return str(model_type)
+
+
+def _dense_fields(cfg: _Config) -> dict[str, Any]:
+    """Fields every family shares: depth, widths, heads, vocabulary, embedding tying."""
+    spec: dict[str, Any] = {}
+    for spec_field, key in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"),
+                            ("ffn_hidden", "intermediate_size"), ("heads", "num_attention_heads"),
+                            ("vocab", "vocab_size")):
+        cfg.put(spec, spec_field, key, cfg.need(key))
+    kv_heads = cfg.data.get("num_key_value_heads")
+    if kv_heads is not None and kv_heads != spec["heads"]:
+        cfg.put(spec, "kv_heads", "num_key_value_heads", kv_heads)
+    if cfg.data.get("head_dim") is not None:
+        cfg.put(spec, "head_dim", "head_dim", cfg.data["head_dim"])
+    cfg.put(spec, "tied_embeddings", "tie_word_embeddings", bool(cfg.data.get("tie_word_embeddings", False)))
+    return spec
+
+
+def _moe_fields(cfg: _Config, spec: dict[str, Any]) -> None:
+    """Mixtral (every layer MoE, experts as wide as intermediate_size) and Qwen2/Qwen3-MoE."""
+    experts_key = "num_local_experts" if cfg.model_type == "mixtral" else "num_experts"
+    experts = cfg.need(experts_key)
+    layers = cfg.count("num_hidden_layers", 0)
+    if cfg.model_type == "mixtral":
+        moe_layers, blame = list(range(layers)), experts_key
+        expert_key = "intermediate_size"
+    else:
+        step = cfg.count("decoder_sparse_step", 1, minimum=1)
+        dense = cfg.data.get("mlp_only_layers") or []
+        if not isinstance(dense, list) or not all(isinstance(i, int) for i in dense):
+            raise SpecError("mlp_only_layers", dense, "must be a list of layer indices", where=cfg.where)
+        moe_layers = [i for i in range(layers) if i not in dense and (i + 1) % step == 0]
+        blame, expert_key = ("mlp_only_layers" if dense else "decoder_sparse_step"), "moe_intermediate_size"
+    if not experts or not moe_layers:
+        return
+    cfg.put(spec, "experts", experts_key, experts)
+    cfg.put(spec, "top_k", "num_experts_per_tok", cfg.need("num_experts_per_tok"))
+    cfg.put(spec, "expert_ffn_hidden", expert_key, cfg.need(expert_key))
+    _put_layout(cfg, spec, moe_layers, layers, blame)
+    shared_ffn = cfg.data.get("shared_expert_intermediate_size") if cfg.model_type == "qwen2_moe" else None
+    if shared_ffn:
+        cfg.put(spec, "shared_experts", "shared_expert_intermediate_size", 1)
+        cfg.put(spec, "shared_expert_ffn_hidden", "shared_expert_intermediate_size", shared_ffn)
+
+
+def _deepseek_fields(cfg: _Config, spec: dict[str, Any]) -> None:
+    """DeepSeek-V2/V3: multi-head latent attention, shared + routed experts, MTP modules."""
+    mla = {key: cfg.data.get(key) if key == "q_lora_rank" else cfg.need(key) for key in _MLA_KEYS}
+    cfg.put(spec, "mla", "kv_lora_rank", mla)
+    cfg.put(spec, "head_dim", "v_head_dim", mla["v_head_dim"])
+    spec.pop("kv_heads", None)
+    cfg.put(spec, "mtp_layers", "num_nextn_predict_layers", cfg.data.get("num_nextn_predict_layers") or 0)
+    experts = cfg.data.get("n_routed_experts") or 0
+    layers = cfg.count("num_hidden_layers", 0)
+    first = cfg.count("first_k_dense_replace", 0)
+    freq = cfg.count("moe_layer_freq", 1, minimum=1)
+    # DeepseekV3DecoderLayer: MoE when layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0.
+    moe_layers = [i for i in range(first, layers) if i % freq == 0]
+    if not experts or not moe_layers:
+        return
+    cfg.put(spec, "experts", "n_routed_experts", experts)
+    cfg.put(spec, "top_k", "num_experts_per_tok", cfg.need("num_experts_per_tok"))
+    cfg.put(spec, "expert_ffn_hidden", "moe_intermediate_size", cfg.need("moe_intermediate_size"))
+    cfg.put(spec, "shared_experts", "n_shared_experts", cfg.data.get("n_shared_experts") or 0)
+    # Group-limited routing (topk_method "noaux_tc"/"group_limited_greedy"): experts are chosen from topk_group
+    # of n_group groups; DeepSeek maps one group per node, so a token reaches at most topk_group nodes.
+    if cfg.data.get("topk_group") and cfg.data.get("n_group") and cfg.data["topk_group"] < cfg.data["n_group"]:
+        cfg.put(spec, "moe_max_nodes", "topk_group", cfg.data["topk_group"])
+    _put_layout(cfg, spec, moe_layers, layers, "moe_layer_freq")
+
+
+def _put_layout(cfg: _Config, spec: dict[str, Any], moe_layers: list[int], layers: int, blame: str) -> None:
+    """first_dense_layers / moe_layer_freq reproducing exactly the MoE layer indices `moe_layers`."""
+    first = moe_layers[0]
+    freq = moe_layers[1] - first if len(moe_layers) > 1 else layers - first
+    if list(range(first, layers, freq)) != moe_layers:
+        raise SpecError(
+            blame, cfg.data.get(blame),
+            f"MoE layers {moe_layers} do not fit ModelSpec's layout (a dense prefix, then every k-th layer)",
+            where=cfg.where,
+        )
+    cfg.put(spec, "first_dense_layers", blame, first)
+    cfg.put(spec, "moe_layer_freq", blame, freq)
+
+
+def _llama_bias(cfg: _Config, spec: dict[str, Any]) -> None:
+    attention_bias, mlp_bias = bool(cfg.data.get("attention_bias")), bool(cfg.data.get("mlp_bias"))
+    if attention_bias and mlp_bias:
+        cfg.put(spec, "linear_bias", "attention_bias", True)
+    elif attention_bias or mlp_bias:
+        key = "attention_bias" if attention_bias else "mlp_bias"
+        warnings.warn(f"{cfg.where}: {key} alone is not modelled (linear_bias means attention and MLP "
+                      "biases); its parameters are left out", stacklevel=3)
+
+
+def _relabel(err: SpecError, cfg: _Config) -> SpecError:
+    """A ModelSpec error restated with the config.json keys its fields came from."""
+    words = [err.field.split(".")[-1], *re.findall(r"[a-z_]+", err.allowed)]
+    named = list(dict.fromkeys(w for w in words if w in cfg.sources or w in _MLA_KEYS))
+    if not named:
+        return err
+    keys = {w: w if w in _MLA_KEYS else cfg.sources[w] for w in named}
+    key = keys[named[0]]
+    legend = ", ".join(f"{w} ← {k}" for w, k in keys.items())
+    return SpecError(key, cfg.data.get(key), f"{err.allowed} (ModelSpec field ← config.json key: {legend})",
+                     where=err.where)

@@ -1,0 +1,126 @@
+"""Divisibility and consistency rules of a parallel layout, vectorized over candidates.
+
+`check` returns one reason code per layout (0 = valid); the search counts rejections by reason, and
+the CLI turns the reason of a single layout into one line naming the fields and their values (the
+torchtitan habit: "tp (8) × pp (4) × dp (3) = 96 ≠ 128 GPUs"). One rule set serves both.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from llmscale.errors import SpecError
+from llmscale.layout.arrays import Layouts
+from llmscale.specs.layout import Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+
+
+class Reason(IntEnum):
+    """Why a layout is rejected; 0 means valid. Order is the order rules are checked."""
+
+    OK = 0
+    GPU_COUNT = 1
+    """tp × cp × pp × dp must equal the job's GPUs."""
+    TP_HEADS = 2
+    """tp must divide the attention heads and the key/value heads."""
+    PP_LAYERS = 3
+    """pp × vpp must not exceed the layers + 2: Megatron can give the embedding and the loss a virtual stage
+    each (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split)."""
+    SCHEDULE = 4
+    """vpp > 1 exactly when the schedule is interleaved; DualPipe needs an even pp."""
+    EP_EXPERTS = 5
+    """ep must divide the routed experts (ep = 1 for a dense model)."""
+    EP_FOLD = 6
+    """ep × etp must divide the tp × cp × dp ranks of a stage."""
+    SP_TP = 7
+    """sequence parallelism needs tp > 1."""
+    CP_SEQ = 8
+    """2 × cp must divide the sequence length (load-balanced context parallelism)."""
+    BATCH = 9
+    """dp × mbs must divide the global batch."""
+    MICROBATCHES = 10
+    """interleaving needs the micro-batch count to be a multiple of pp; DualPipe an even count ≥ 2·pp."""
+    OUT_OF_MEMORY = 11
+    """the most-loaded GPU needs more memory than it has (set by the memory model, not by `check`)."""
+
+
+def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: Layouts) -> np.ndarray:
+    """Reason code per layout (int8 array of shape (N,)); the first failing rule wins."""
+    kv_heads = model.heads if model.mla is not None else model.num_kv_heads
+    interleaved = lay.schedule == Schedule.INTERLEAVED.code
+    dualpipe = lay.schedule == Schedule.DUALPIPE.code
+    num_micro = lay.num_microbatches(train.global_batch)
+    experts = max(model.experts, 1)
+    conditions = [
+        (Reason.GPU_COUNT, lay.num_gpus != num_gpus),
+        (Reason.TP_HEADS, (model.heads % lay.tp != 0) | (kv_heads % lay.tp != 0)),
+        (Reason.PP_LAYERS, lay.pp * lay.vpp > model.layers + 2),
+        (Reason.SCHEDULE, ((lay.vpp > 1) != interleaved) | (dualpipe & (lay.pp % 2 == 1))),
+        (Reason.EP_EXPERTS, (experts % lay.ep != 0) | ((model.experts == 0) & (lay.ep > 1))),
+        (Reason.EP_FOLD, (lay.tp * lay.cp * lay.dp) % (lay.ep * lay.etp) != 0),
+        (Reason.SP_TP, lay.sp & (lay.tp == 1)),
+        (Reason.CP_SEQ, (lay.cp > 1) & (train.seq_len % (2 * lay.cp) != 0)),
+        (Reason.BATCH, train.global_batch % (lay.dp * lay.mbs) != 0),
+        (
+            Reason.MICROBATCHES,
+            (interleaved & (num_micro % lay.pp != 0))
+            | (dualpipe & ((num_micro % 2 == 1) | (num_micro < 2 * lay.pp))),
+        ),
+    ]
+    reason = np.zeros(lay.size, dtype=np.int8)
+    for code, failed in reversed(conditions):
+        reason = np.where(failed, np.int8(code), reason)
+    return reason
+
+
+def explain_rejection(
+    reason: Reason, model: ModelSpec, train: TrainSpec, num_gpus: int, lay: Layouts, i: int = 0
+) -> SpecError:
+    """One actionable message for layout i, naming the fields and values that broke the rule."""
+    tp, pp, dp, cp = (int(getattr(lay, k)[i]) for k in ("tp", "pp", "dp", "cp"))
+    ep, etp, vpp, mbs = (int(getattr(lay, k)[i]) for k in ("ep", "etp", "vpp", "mbs"))
+    schedule = list(Schedule)[int(lay.schedule[i])].value
+    messages: dict[Reason, tuple[str, object, str]] = {
+        Reason.GPU_COUNT: (
+            "tp × cp × pp × dp", tp * cp * pp * dp,
+            f"tp ({tp}) × cp ({cp}) × pp ({pp}) × dp ({dp}) must equal the job's {num_gpus} GPUs",
+        ),
+        Reason.TP_HEADS: (
+            "tp", tp, f"must divide heads ({model.heads}) and kv_heads ({model.num_kv_heads})"
+        ),
+        Reason.PP_LAYERS: (
+            "pp", pp,
+            f"pp ({pp}) × vpp ({vpp}) = {pp * vpp} exceeds layers ({model.layers}) + 2 (embedding and loss stages)",
+        ),
+        Reason.SCHEDULE: (
+            "schedule", schedule,
+            f"vpp ({vpp}) > 1 requires schedule 'interleaved' and vice versa; 'dualpipe' needs an even pp ({pp})",
+        ),
+        Reason.EP_EXPERTS: ("ep", ep, f"must divide experts ({model.experts}); dense models take ep = 1"),
+        Reason.EP_FOLD: (
+            "ep", ep, f"ep ({ep}) × etp ({etp}) = {ep * etp} must divide tp × cp × dp = {tp * cp * dp}"
+        ),
+        Reason.SP_TP: ("sp", True, "sequence parallelism needs tp > 1"),
+        Reason.CP_SEQ: ("cp", cp, f"2 × cp = {2 * cp} must divide seq_len ({train.seq_len})"),
+        Reason.BATCH: (
+            "dp × mbs", dp * mbs, f"dp ({dp}) × mbs ({mbs}) must divide the global batch ({train.global_batch} "
+            "sequences); choose dp, mbs or --gbs accordingly",
+        ),
+        Reason.MICROBATCHES: (
+            "schedule", schedule,
+            f"{train.global_batch // max(dp * mbs, 1)} micro-batches: interleaving needs a multiple of "
+            f"pp ({pp}); dualpipe an even number ≥ 2·pp (DualPipe's reference code asserts it)",
+        ),
+    }
+    field, value, allowed = messages[reason]
+    return SpecError(field, value, allowed, where="layout")
+
+
+def validate_one(model: ModelSpec, train: TrainSpec, num_gpus: int, lay: Layouts) -> None:
+    """Raise a SpecError if the single layout in `lay` breaks a rule."""
+    reason = Reason(int(check(model, train, num_gpus, lay)[0]))
+    if reason is not Reason.OK:
+        raise explain_rejection(reason, model, train, num_gpus, lay)

@@ -1,0 +1,152 @@
+"""Which layers a pipeline rank holds, vectorized over layouts.
+
+Shape legend: arrays of shape (N,), one element per layout.
+
+Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp of the pp × vpp chunks the model's L layers are cut into
+(Megatron interleaving), chunk k holding the next layers after chunk k − 1. Each rank gets ⌈L/pp⌉ layers; when
+pp does not divide L the shortfall goes to the last rank, then the first (the ranks that also hold the output
+layer and the embedding: Llama 3 §3.3.2 "one fewer layer on the first and last stage", Megatron's
+account_for_embedding/loss_in_pipeline_split), then from rank pp−2 inward, rank 1 last. A rank's layers are
+spread over its vpp chunks as evenly as they go, the short chunks first — on the last rank last, next to the
+output layer (the Megatron split). The first chunk carries the input embedding, the last the output layer.
+Under DualPipe a rank holds stages r and pp−1−r (DeepSeek-V3 §3.2.1); under ZB-V's V shape the output sits on
+rank 0, whose layer count is taken from the looped split (an approximation: the shortfall is not moved to it).
+MoE layers are those at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
+The step and memory models examine the ranks RankOf names (0, 1, pp − 1 and the busiest interior one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cache
+
+import numpy as np
+
+from llmscale.layout.arrays import Layouts
+from llmscale.specs.layout import Schedule
+from llmscale.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """Layers held by one pipeline rank of each layout."""
+
+    dense: np.ndarray
+    moe: np.ndarray
+    first: np.ndarray
+    """1 where the rank holds the input embedding."""
+    last: np.ndarray
+    """1 where the rank holds the output layer."""
+    rank: np.ndarray
+    """The pipeline rank (0 … pp − 1): how many micro-batches it holds in flight depends on it."""
+
+
+def moe_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
+    """MoE layers among layers [0, index)."""
+    if not model.is_moe:
+        return np.zeros_like(index)
+    after_dense = np.maximum(index - model.first_dense_layers, 0)
+    return -(-after_dense // model.moe_layer_freq)
+
+
+def rank_layer_counts(layers: int, pp: int) -> np.ndarray:
+    """Layers of each pipeline rank (module docstring): ⌈L/pp⌉ each, one fewer on the last, first, then ranks
+    pp−2, pp−3, …, 1 until the counts sum to L."""
+    counts = np.full(pp, -(-layers // pp), dtype=np.int64)
+    order = [pp - 1, 0, *range(pp - 2, 0, -1)]
+    counts[order[: int(counts.sum()) - layers]] -= 1
+    return counts
+
+
+def chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
+    """First layer of every chunk k = j·pp + r (shape (pp·vpp + 1,), the last entry L)."""
+    per_rank = rank_layer_counts(layers, pp)
+    j = np.arange(vpp)[:, None]
+    sizes = (j + 1) * per_rank // vpp - j * per_rank // vpp  # [chunk j of the rank, rank]; short chunks first
+    sizes[:, -1] = sizes[::-1, -1]  # except on the last rank, where the short chunk is the one with the output layer
+    return np.concatenate([[0], np.cumsum(sizes.reshape(-1))])
+
+
+@cache
+def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, moe) layers of every rank of a pp × vpp split (arrays of shape (pp,)); cached, since every chunk
+    of a search asks for the same splits."""
+    bounds = chunk_bounds(model.layers, pp, vpp)
+    moe = moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])
+    dense = np.diff(bounds) - moe
+    return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0)
+
+
+TABLE_VPP = 8
+"""Virtual stages per rank a layer table covers at least (a search's vpp ≤ 8)."""
+
+
+@cache
+def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf) -> np.ndarray:
+    """Table [pp, vpp, field] of (rank, dense, moe) for the rank `rank_of_pp` picks in a looped pipeline, then
+    (rank, dense, moe) of the pair of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r);
+    computed once per model and grid size, then gathered for millions of layouts."""
+    table = np.zeros((max_pp + 1, max_vpp + 1, 6), dtype=np.int64)
+    for pp in range(1, max_pp + 1):
+        for vpp in range(1, max_vpp + 1):
+            dense, moe = _rank_layers(model, pp, vpp)
+            pair_dense, pair_moe = dense + dense[::-1], moe + moe[::-1]
+            rank, pair = rank_of_pp.pick(moe, dense), rank_of_pp.pick(pair_moe, pair_dense)
+            table[pp, vpp] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
+    table.flags.writeable = False
+    return table
+
+
+class RankOf(IntEnum):
+    """Pipeline ranks that can be the most loaded; the step and memory models evaluate each and keep the worst."""
+
+    FIRST = 0
+    """Rank 0: most micro-batches in flight, the input embedding."""
+    SECOND = 1
+    """Rank 1 (or the last when pp ≤ 2): the interior rank with the most micro-batches in flight."""
+    LAST = 2
+    """Rank pp − 1: the output layer and the logits."""
+    BUSIEST = 3
+    """The interior rank with the most MoE layers, then the most layers (rank 1 when pp ≤ 2); under DualPipe the
+    interior pair of stages with the most. Uneven splits and leading dense layers can make it a later rank."""
+
+    def pick(self, moe: np.ndarray, dense: np.ndarray) -> int:
+        """This rank's index among the per-rank layer counts `moe`, `dense` (shape (pp,))."""
+        pp = moe.shape[0]
+        if self is RankOf.FIRST:
+            return 0
+        if self is RankOf.LAST or pp <= 2:
+            return pp - 1 if self is RankOf.LAST else min(1, pp - 1)
+        if self is RankOf.SECOND:
+            return 1
+        interior = np.arange(1, pp - 1)
+        order = np.lexsort((-(dense + moe)[interior], -moe[interior]))  # most MoE layers, then most layers
+        return int(interior[order[0]])
+
+
+def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
+    """Layers on the pipeline rank `which` picks, for every layout."""
+    # Tables are sized to the next power of two of the largest pp and to 8 virtual stages (more only when asked),
+    # so a search's chunks share a handful per model instead of rebuilding one per chunk.
+    max_vpp = max(int(lay.vpp.max(initial=1)), TABLE_VPP)
+    max_pp = 1 << (int(lay.pp.max(initial=1)) - 1).bit_length()
+    table = _layer_table(model, max_pp, max_vpp, which)
+    columns = table.reshape(-1, 6).T  # one flat column per field: 1-D gathers beat one 2-D fancy index
+    row = lay.pp * (max_vpp + 1) + lay.vpp
+    rank, dense, moe = columns[0].take(row), columns[1].take(row), columns[2].take(row)
+    first, last = rank == 0, rank == lay.pp - 1
+    dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)
+    if dual.any():
+        pair = columns[3].take(row)
+        rank = np.where(dual, pair, rank)
+        dense = np.where(dual, columns[4].take(row), dense)
+        moe = np.where(dual, columns[5].take(row), moe)
+        outer = (pair == 0) | (pair == lay.pp - 1)  # the pair holding stages 0 and pp − 1
+        first, last = np.where(dual, outer, first), np.where(dual, outer, last)
+    # ZB-V folds the model into a V: rank r holds chunks r and 2p−1−r, so rank 0 holds the last chunk and the
+    # output layer (Qi et al. 2023, ZB-V). Layer counts per rank are those of the looped split (module
+    # docstring); only where the output sits moves.
+    zbv = (lay.schedule == Schedule.ZB_V.code) & (lay.pp > 1)
+    last = np.where(zbv, rank == 0, last)
+    return StageLayers(dense, moe, first.astype(np.int64), last.astype(np.int64), rank)

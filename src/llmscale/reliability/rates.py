@@ -1,0 +1,146 @@
+"""Job interruption rates: causes × the job's GPUs and nodes, planned pauses, mitigations, lemon nodes.
+
+Shape legend: `num_gpus` and every array field of the results have shape (N,), one element per job (size or
+layout); rates are per second of wall time.
+
+Model (research/reliability.md §3 formula 1, §4): each cause interrupts the job as a Poisson process whose rate is
+its per-unit rate × the job's units (GPUs, nodes, or 1 for the job), the job failing when any part fails (series
+system); Meta's MTTF = (N_nodes · r_f)⁻¹ is the one-cause case. Unplanned interruptions lose the work since the
+last checkpoint; planned ones (maintenance) and predicted ones (migration) only pause the job. What it leaves
+out: wear-in/wear-out (rates are constant in time), bursts beyond the lemon-node mixture, failures of the
+storage system itself, and interruptions while the job is queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.failures import FailureSpec, InterruptionKind, Mitigation, MitigationSpec, Scope
+
+SECONDS_PER_YEAR = 365.0 * 86400.0
+"""Catalog rates are per 365-day year (reliability.md's derivations use 54 d / 365)."""
+
+
+@cache
+def default_failures() -> FailureSpec:
+    """The catalog's default profile (catalog/failures.yaml `default`), for specs built without the catalog."""
+    from llmscale.io.catalog import failure_profile
+
+    return FailureSpec.model_validate(failure_profile())
+
+
+def failures_of(cluster: ClusterSpec) -> FailureSpec:
+    return cluster.failures if cluster.failures is not None else default_failures()
+
+
+@cache
+def mitigation_spec(which: Mitigation) -> MitigationSpec:
+    """A mitigation's share removed and cost, from catalog/failures.yaml `mitigations`."""
+    text = resources.files("llmscale.catalog").joinpath("failures.yaml").read_text(encoding="utf-8")
+    return MitigationSpec.model_validate(yaml.safe_load(text)["mitigations"][which.value])
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A stream of announced pauses: no work lost, the job stops for `duration_s` (per-policy when None)."""
+
+    name: str
+    per_s: np.ndarray
+    duration_s: float | None
+    """None: the policy's planned restart (checkpoint, swap, restart, reload); else a fixed pause."""
+
+
+@dataclass(frozen=True)
+class InterruptionRates:
+    """Interruption rates of jobs (per second of wall time, shape (N,))."""
+
+    unplanned_per_s: np.ndarray
+    """Failures that lose work (after mitigations)."""
+    memory_miss_share: np.ndarray
+    """Share of unplanned interruptions the host-memory tier cannot recover (replica lost too)."""
+    pauses: tuple[Pause, ...]
+    """Planned maintenance and mitigation pauses."""
+    overhead_fraction: float
+    """Steady share of wall time the mitigations cost."""
+    by_cause_per_s: dict[str, np.ndarray]
+    """Every cause's rate before mitigations (planned causes included)."""
+    lemon_node_fraction: float
+    lemon_rate_multiplier: float
+
+    @property
+    def job_mtbf_s(self) -> np.ndarray:
+        """Mean time between unplanned interruptions, 1 / λ (reliability.md formula 1)."""
+        with np.errstate(divide="ignore"):
+            return 1.0 / self.unplanned_per_s
+
+    @property
+    def paused_per_s(self) -> np.ndarray:
+        return sum((p.per_s for p in self.pauses), np.zeros_like(self.unplanned_per_s))
+
+    @property
+    def total_per_s(self) -> np.ndarray:
+        return self.unplanned_per_s + self.paused_per_s
+
+
+def _units(scope: Scope, num_gpus: np.ndarray, num_nodes: np.ndarray) -> np.ndarray:
+    return {Scope.GPU: num_gpus, Scope.NODE: num_nodes, Scope.JOB: np.ones_like(num_gpus)}[scope]
+
+
+def interruption_rates(
+    failures: FailureSpec, num_gpus: np.ndarray | int, gpus_per_node: int,
+    mitigations: tuple[Mitigation, ...] = (),
+) -> InterruptionRates:
+    """λ_job = Σ_c r_c · units_c(G, ⌈G / gpus_per_node⌉) per cause c, then the mitigations: each removes its share
+    s of unplanned interruptions ((1 − s) multiplies λ; shares compound), turning them into planned pauses of its
+    `pause_s` when it has one, and costs its steady `overhead_fraction` (catalog/failures.yaml `mitigations`)."""
+    gpus = np.atleast_1d(np.asarray(num_gpus, dtype=float))
+    nodes = np.ceil(gpus / gpus_per_node)
+    by_cause = {c.name: c.per_year * _units(c.scope, gpus, nodes) / SECONDS_PER_YEAR for c in failures.causes}
+    zero = np.zeros_like(gpus)
+    unplanned = [c for c in failures.causes if c.kind is InterruptionKind.UNPLANNED]
+    rate = sum((by_cause[c.name] for c in unplanned), zero)
+    lost = sum((by_cause[c.name] * c.memory_tier_loss for c in unplanned), zero)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        miss = np.where(rate > 0, lost / rate, 0.0)
+    planned = sum((by_cause[c.name] for c in failures.causes if c.kind is InterruptionKind.PLANNED), zero)
+    pauses = [Pause("planned-maintenance", planned, None)]
+    overhead = 0.0
+    for which in mitigations:
+        spec = mitigation_spec(which)
+        removed = rate * spec.share_removed
+        rate = rate - removed
+        if spec.pause_s > 0:
+            pauses.append(Pause(which.value, removed, spec.pause_s))
+        overhead = 1.0 - (1.0 - overhead) * (1.0 - spec.overhead_fraction)
+    return InterruptionRates(
+        unplanned_per_s=rate, memory_miss_share=miss, pauses=tuple(pauses), overhead_fraction=overhead,
+        by_cause_per_s=by_cause, lemon_node_fraction=failures.lemon_node_fraction,
+        lemon_rate_multiplier=failures.lemon_rate_multiplier,
+    )
+
+
+def cluster_rates(cluster: ClusterSpec, num_gpus: np.ndarray | int,
+                  mitigations: tuple[Mitigation, ...] = ()) -> InterruptionRates:
+    """interruption_rates for the cluster's failure profile and node size."""
+    return interruption_rates(failures_of(cluster), num_gpus, cluster.node.gpus_per_node, mitigations)
+
+
+def lemon_rate_factors(rates: InterruptionRates, num_nodes: int, trials: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Per-trial multiplier of the unplanned rate when a share f of nodes are lemons failing m× as often.
+
+    The catalog rate r̄ is a fleet average, so a healthy node fails at r̄ / (1 − f + f·m) and a lemon at m times
+    that; a job draws K ~ Binomial(n, f) lemons and fails at r̄ · (n − K + K·m) / (n · (1 − f + f·m)), whose mean is
+    r̄. Kokolis et al. (arXiv:2410.21680, F18): 1.2 % of RSC-1's nodes were lemons. Treats every cause as node-borne
+    (job-scope causes are planned and not scaled)."""
+    f, m = rates.lemon_node_fraction, rates.lemon_rate_multiplier
+    if f <= 0 or m <= 1:
+        return np.ones(trials)
+    lemons = rng.binomial(num_nodes, f, size=trials)
+    return (num_nodes - lemons + lemons * m) / (num_nodes * (1.0 - f + f * m))

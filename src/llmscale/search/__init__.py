@@ -1,0 +1,6 @@
+"""The whole-space layout search (`plan`): score every valid layout of every job size with the cost model,
+mask what does not fit, rank by objective, choose the job size.
+
+May import: `llmscale.reliability`, `llmscale.cost`, `llmscale.layout`, `llmscale.specs`, `llmscale.errors`,
+`llmscale.units`.
+"""

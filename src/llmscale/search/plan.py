@@ -1,0 +1,258 @@
+"""Whole-space layout search: the best layouts of a model on a cluster, by objective, and — on clusters
+larger than one job can use — the best GPUs per job and how many jobs run at once.
+
+For each candidate job size G the layout space (space.py) is scored with the one cost model
+(step.estimate_step, the same code `explain` runs), layouts that do not fit in memory are masked, and the
+objective ranks the rest. Without `--gpus`, G runs over powers of two from the smallest that can hold the
+model's training state up to the cluster. The global batch is the TrainSpec's, or — when the user gives
+none — the critical batch of DeepSeek LLM's law B_opt = 0.292·C^0.3271 tokens (arXiv:2401.02954;
+formulas.md A4) for C = 6·N_active·D, rounded down to a multiple of 1,024 sequences; `--max-global-batch-tokens`
+overrides it. A larger job only helps while its data parallelism fits under that batch, so the job size is
+the largest G whose best layout keeps ≥ `SCALING_FLOOR` of the best per-GPU throughput over all G; the
+cluster then runs ⌊N / G⌋ such jobs at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from llmscale.cost.params import count_params
+from llmscale.cost.step import StepBreakdown, estimate_step
+from llmscale.errors import SpecError
+from llmscale.io.catalog import catalog_values
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.rules import Reason
+from llmscale.layout.space import SpaceOptions, generate
+from llmscale.reliability.estimate import JobReliability, layout_goodput, reliability_rows
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+_CONSTANTS = catalog_values("plan.yaml")
+SCALING_FLOOR = float(_CONSTANTS["scaling_floor"])
+"""A bigger job is worth it while its per-GPU throughput stays within 10% of the best job size's."""
+BATCH_ROUNDING_SEQS = int(_CONSTANTS["batch_rounding_sequences"])
+
+
+class Objective(str, Enum):
+    """What the search ranks layouts by."""
+
+    THROUGHPUT = "throughput"
+    """Most tokens per second for the job."""
+    TIME_TO_TRAIN = "time"
+    """Least wall time to train the TrainSpec's tokens."""
+    COST = "cost"
+    """Least GPU-hour cost (the cluster's price per GPU-hour)."""
+    ENERGY = "energy"
+    """Least facility energy (GPU TDP and node overhead, times PUE)."""
+    EFFECTIVE_TIME = "effective-time"
+    """Least effective time-to-train: wall time ÷ goodput under failures at the best checkpoint policy (goodput.py)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One scored layout."""
+
+    layout_index: int
+    step: StepBreakdown
+    layouts: Layouts
+    num_gpus: int
+    days: float
+    cost_usd: float | None
+    energy_j: float | None
+    reliability: JobReliability | None = None
+    """Goodput, best checkpoint policy and intervals (resilience.layout_goodput)."""
+
+
+@dataclass(frozen=True)
+class JobSizeResult:
+    """The best layouts for one job size."""
+
+    num_gpus: int
+    generated: int
+    """Candidate combinations built before the rules filtered them."""
+    evaluated: int
+    """Valid layouts scored by the cost model."""
+    feasible: int
+    """Scored layouts that fit in memory."""
+    rejected: dict[Reason, int]
+    top: list[Candidate]
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The search over job sizes and the chosen job size."""
+
+    sizes: list[JobSizeResult]
+    objective: Objective
+    global_batch: int
+    batch_from_law: bool
+    seconds: float
+    gpus_per_job: int
+    concurrent_jobs: int
+    cluster_gpus: int
+
+    @property
+    def chosen(self) -> JobSizeResult:
+        return next(size for size in self.sizes if size.num_gpus == self.gpus_per_job)
+
+    @property
+    def generated_layouts(self) -> int:
+        return sum(size.generated for size in self.sizes)
+
+    @property
+    def evaluated_layouts(self) -> int:
+        return sum(size.evaluated for size in self.sizes)
+
+    @property
+    def feasible_layouts(self) -> int:
+        return sum(size.feasible for size in self.sizes)
+
+
+def critical_batch_sequences(model: ModelSpec, train: TrainSpec) -> int:
+    """DeepSeek LLM's B_opt(C) in sequences, rounded down to a multiple of 1,024 (at least 1,024)."""
+    compute = 6.0 * count_params(model).active * train.total_tokens
+    tokens = _CONSTANTS["batch_law_coefficient"] * compute ** _CONSTANTS["batch_law_exponent"]
+    return max(BATCH_ROUNDING_SEQS, int(tokens / train.seq_len) // BATCH_ROUNDING_SEQS * BATCH_ROUNDING_SEQS)
+
+
+def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, train: TrainSpec,
+           goodput: np.ndarray | None = None) -> np.ndarray:
+    """Lower is better; out-of-memory layouts score +inf."""
+    seconds = train.total_tokens / (step.tokens_per_s_per_gpu * step.num_gpus)
+    gpu_hours = seconds * step.num_gpus / SECONDS_PER_HOUR
+    score = {
+        Objective.THROUGHPUT: -step.tokens_per_s_per_gpu * step.num_gpus,
+        Objective.TIME_TO_TRAIN: seconds,
+        Objective.COST: gpu_hours * (cluster.usd_per_gpu_hour or 0.0),
+        Objective.ENERGY: gpu_hours * _watts_per_gpu(cluster),
+        Objective.EFFECTIVE_TIME: seconds / goodput if goodput is not None else seconds,
+    }[objective]
+    return np.where(step.memory.fits, score, np.inf)
+
+
+def _watts_per_gpu(cluster: ClusterSpec) -> float:
+    """Facility watts per GPU at full load: TDP plus the node's overhead share, times PUE."""
+    gpu_w = cluster.gpu.tdp_w or 0.0
+    return (gpu_w + cluster.power.node_overhead_w / cluster.node.gpus_per_node) * cluster.power.pue
+
+
+def _candidate(step: StepBreakdown, lay: Layouts, i: int, cluster: ClusterSpec, train: TrainSpec,
+               reliability: JobReliability | None = None) -> Candidate:
+    gpus = int(lay.num_gpus[i])
+    seconds = float(train.total_tokens / (step.tokens_per_s_per_gpu[i] * gpus))
+    gpu_hours = seconds * gpus / SECONDS_PER_HOUR
+    price = cluster.usd_per_gpu_hour
+    watts = _watts_per_gpu(cluster)
+    return Candidate(
+        layout_index=i, step=step, layouts=lay, num_gpus=gpus, days=seconds / SECONDS_PER_DAY,
+        cost_usd=gpu_hours * price if price else None,
+        energy_j=gpu_hours * SECONDS_PER_HOUR * watts if watts else None, reliability=reliability,
+    )
+
+
+CHUNK_LAYOUTS = 65536
+"""Layouts scored per call: keeps numpy's temporaries in cache (≈1.5× faster than one huge call)."""
+
+
+def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
+                    objective: Objective, top: int, options: SpaceOptions | None = None) -> JobSizeResult:
+    """Score every valid layout of `num_gpus` GPUs in chunks; keep the `top` best that fit in memory, whose
+    full breakdowns are then computed together (the same cost model, on those rows only)."""
+    job_cluster = cluster.model_copy(update={"num_gpus": num_gpus}) if num_gpus != cluster.num_gpus else cluster
+    space = generate(model, job_cluster, train, num_gpus, options)
+    rejected = dict(space.rejected)
+    size = space.layouts.size
+    if size == 0:
+        return JobSizeResult(num_gpus, space.generated, 0, 0, rejected, [])
+    score = np.empty(size)
+    for start in range(0, size, CHUNK_LAYOUTS):
+        chunk = space.layouts.take(np.arange(start, min(start + CHUNK_LAYOUTS, size)))
+        chunk_step = estimate_step(model, job_cluster, train, chunk)
+        goodput = None
+        if objective is Objective.EFFECTIVE_TIME:  # closed-form intervals to rank; the top rows are refined below
+            goodput = layout_goodput(model, job_cluster, train, chunk, chunk_step.step_time_s, fast=True,
+                                     cluster_gpus=cluster.num_gpus).goodput
+        score[start:start + chunk.size] = _score(objective, chunk_step, job_cluster, train, goodput)
+    feasible = int(np.isfinite(score).sum())
+    if size - feasible:
+        rejected[Reason.OUT_OF_MEMORY] = size - feasible
+    order = np.argsort(score, kind="stable")[:top]
+    order = order[np.isfinite(score[order])]
+    best_layouts = space.layouts.take(order)
+    step = estimate_step(model, job_cluster, train, best_layouts)
+    rows = reliability_rows(layout_goodput(model, job_cluster, train, best_layouts, step.step_time_s,
+                                           cluster_gpus=cluster.num_gpus)) if best_layouts.size else []
+    best = [_candidate(step, best_layouts, i, job_cluster, train, rows[i]) for i in range(best_layouts.size)]
+    if objective is Objective.EFFECTIVE_TIME:
+        best.sort(key=lambda c: c.days / c.reliability.goodput if c.reliability and c.reliability.goodput else np.inf)
+    return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best)
+
+
+def job_sizes(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
+    """Powers of two from the smallest that can hold the training state (16 B per parameter, catalog/plan.yaml)
+    to the cluster."""
+    state_bytes = _CONSTANTS["state_bytes_per_param"] * count_params(model).total
+    usable = _CONSTANTS["usable_memory_fraction"] * cluster.gpu.memory_bytes
+    smallest = max(cluster.node.gpus_per_node, int(np.ceil(state_bytes / usable)))
+    size = 1 << int(np.ceil(np.log2(smallest)))
+    sizes = []
+    while size <= cluster.num_gpus:
+        sizes.append(size)
+        size *= 2
+    return sizes or [cluster.num_gpus]
+
+
+def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
+    """Cost needs a price and energy a power figure; without them the ranking would be meaningless."""
+    if objective is Objective.COST and cluster.usd_per_gpu_hour is None:
+        raise SpecError("objective", objective.value, f"cluster {cluster.name!r} has no usd_per_gpu_hour")
+    if objective is Objective.ENERGY and _watts_per_gpu(cluster) == 0:
+        raise SpecError("objective", objective.value, f"cluster {cluster.name!r} has no GPU tdp_w or node power")
+
+
+def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int | None = None,
+         objective: Objective = Objective.THROUGHPUT, top: int = 5, batch_given: bool = True,
+         options: SpaceOptions | None = None, on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
+    """Search every job size (or the one given) and choose the job size and the number of jobs.
+    `on_size(i, n, num_gpus)` is called before each job size is searched (progress reporting)."""
+    check_objective(objective, cluster)
+    start = time.perf_counter()
+    batch_from_law = not batch_given
+    if batch_from_law:
+        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
+    sizes = [gpus] if gpus is not None else job_sizes(model, cluster)
+    results = []
+    for i, size in enumerate(sizes):
+        if on_size is not None:
+            on_size(i, len(sizes), size)
+        results.append(search_job_size(model, cluster, train, size, objective, top, options))
+    chosen = _choose_job_size(results, objective)
+    return PlanResult(
+        sizes=results, objective=objective, global_batch=train.global_batch, batch_from_law=batch_from_law,
+        seconds=time.perf_counter() - start, gpus_per_job=chosen,
+        concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
+    )
+
+
+def _choose_job_size(results: list[JobSizeResult], objective: Objective = Objective.THROUGHPUT) -> int:
+    """The largest job size whose best per-GPU throughput (× goodput for the effective-time objective) is
+    ≥ SCALING_FLOOR of the best over sizes."""
+    per_gpu = {r.num_gpus: _per_gpu_rate(r.top[0], objective) for r in results if r.top}
+    if not per_gpu:
+        return results[-1].num_gpus
+    best = max(per_gpu.values())
+    return max(g for g, value in per_gpu.items() if value >= SCALING_FLOOR * best)
+
+
+def _per_gpu_rate(c: Candidate, objective: Objective) -> float:
+    rate = float(c.step.tokens_per_s_per_gpu[c.layout_index])
+    if objective is Objective.EFFECTIVE_TIME and c.reliability is not None:
+        return rate * c.reliability.goodput
+    return rate

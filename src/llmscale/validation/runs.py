@@ -1,0 +1,241 @@
+"""Published training runs: loading a published-runs YAML file and building each run's ModelSpec.
+
+Schema: ../shared/data/README.md §2 (a YAML list of flat mappings, `null` = not stated in the source).
+The package ships a copy of the dataset as `llmscale/data/published_runs.yaml`. Keys outside the
+schema are ignored (a dataset may carry extra columns); a value of the wrong type is a SpecError.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import yaml
+
+from llmscale.errors import InputFileError, SpecError
+from llmscale.io.files import parse_spec
+from llmscale.specs.layout import Recompute
+from llmscale.specs.model import MLASpec, ModelSpec
+from llmscale.specs.train import Precision
+from llmscale.validation.conventions import FlopsFormula, published_flops_per_token
+
+EnumT = TypeVar("EnumT", bound=Enum)
+
+DEEPSEEK_MLA = MLASpec(
+    q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
+)
+"""MLA dimensions of DeepSeek-V3 and V2 (data/README.md §5, from DeepSeek's configs and the
+Megatron-Bridge providers): q_lora 1536, kv_lora 512, qk head dim 128 + 64 rope dims, v head dim 128."""
+
+
+DEEPSEEK_V3_MAX_NODES = 4
+"""DeepSeek-V3 node-limited routing: each token goes to at most 4 nodes (report §3.2.2; HF config topk_group 4 of
+n_group 8)."""
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published run: the fields llmscale reads, typed, plus the raw row (`raw`)."""
+
+    name: str
+    source: str
+    confidence: str | None
+    flops_formula: FlopsFormula | None
+    gpu: str | None
+    num_gpus: int | None
+    tp: int | None
+    pp: int | None
+    vp: int | None
+    dp: int | None
+    cp: int | None
+    ep: int | None
+    etp: int | None
+    zero: int | None
+    recompute: Recompute | None
+    sequence_parallel: bool | None
+    precision: Precision | None
+    global_batch: int | None
+    micro_batch: int | None
+    seq_len: int | None
+    tokens_per_s_per_gpu: float | None
+    tokens_per_s_per_gpu_from: str | None
+    reported_tflops_per_gpu: float | None
+    reported_mfu: float | None
+    mfu_kind: str | None
+    step_time_s: float | None
+    total_params: float | None
+    active_params: float | None
+    notes: str
+    raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
+
+
+def _int(row: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = row.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise SpecError(key, value, "expected a whole number or null", where)
+    return int(value)
+
+
+def _float(row: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = row.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(key, value, "expected a number or null", where)
+    return float(value)
+
+
+def _bool(row: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = row.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise SpecError(key, value, "expected true, false or null", where)
+    return value
+
+
+def _str(row: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = row.get(key)
+    if value is not None and not isinstance(value, str):
+        raise SpecError(key, value, "expected a string or null", where)
+    return value
+
+
+def _enum(row: Mapping[str, Any], key: str, cls: type[EnumT], where: str) -> EnumT | None:
+    value = row.get(key)
+    if value is None:
+        return None
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in cls)
+        raise SpecError(key, value, f"expected one of {allowed} or null", where) from None
+
+
+def run_from_row(row: Mapping[str, Any], where: str = "published run") -> PublishedRun:
+    """Type one row; unknown keys are ignored, missing keys read as null."""
+    name = row.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError("name", name, "every run needs a non-empty name", where)
+    where = f"{where} {name!r}"
+
+    def num(key: str) -> int | None:
+        return _int(row, key, where)
+
+    def real(key: str) -> float | None:
+        return _float(row, key, where)
+
+    return PublishedRun(
+        name=name, source=_str(row, "source", where) or "", confidence=_str(row, "confidence", where),
+        flops_formula=_enum(row, "flops_formula", FlopsFormula, where), gpu=_str(row, "gpu", where),
+        num_gpus=num("num_gpus"), tp=num("tp"), pp=num("pp"), vp=num("vp"), dp=num("dp"), cp=num("cp"),
+        ep=num("ep"), etp=num("etp"), zero=num("zero"), recompute=_enum(row, "recompute", Recompute, where),
+        sequence_parallel=_bool(row, "sequence_parallel", where),
+        precision=_enum(row, "precision", Precision, where), global_batch=num("global_batch"),
+        micro_batch=num("micro_batch"), seq_len=num("seq_len"),
+        tokens_per_s_per_gpu=real("tokens_per_s_per_gpu"),
+        tokens_per_s_per_gpu_from=_str(row, "tokens_per_s_per_gpu_from", where),
+        reported_tflops_per_gpu=real("reported_tflops_per_gpu"), reported_mfu=real("reported_mfu"),
+        mfu_kind=_str(row, "mfu_kind", where), step_time_s=real("step_time_s"),
+        total_params=real("total_params"), active_params=real("active_params"),
+        notes=_str(row, "notes", where) or "", raw=MappingProxyType(dict(row)),
+    )
+
+
+def load_runs(path: Path | str | None = None) -> list[PublishedRun]:
+    """Read a published-runs YAML file (default: the dataset shipped with llmscale); a bad row is an error."""
+    rows, where = load_rows(path)
+    return [run_from_row(row, where) for row in rows]
+
+
+def load_rows(path: Path | str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The raw rows of a published-runs YAML file and the name to report it by."""
+    if path is None:
+        text = resources.files("llmscale.data").joinpath("published_runs.yaml").read_text(encoding="utf-8")
+        where = "llmscale/data/published_runs.yaml"
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputFileError(f"{where}: cannot read ({exc})") from exc
+    try:
+        rows = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputFileError(f"{where}: malformed YAML: {exc}") from exc
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise InputFileError(f"{where}: expected a YAML list of mappings, one per run")
+    return rows, where
+
+
+def _label(run: PublishedRun) -> str:
+    return re.sub(r"[^a-z0-9/]", "", run.name.lower())
+
+
+def _is_deepseek_v3(run: PublishedRun) -> bool:
+    return "deepseekv3" in _label(run)
+
+
+def _mtp_layers(run: PublishedRun) -> int:
+    """DeepSeek-V3 trains with MTP depth 1 (data/README.md §5); Megatron-Bridge rows labelled
+    "w/o MTP" ran without it. The schema has no MTP key, so the run name decides."""
+    return 1 if _is_deepseek_v3(run) and "w/omtp" not in _label(run) else 0
+
+
+def _take(run: PublishedRun, key: str, overrides: Mapping[str, Any]) -> Any:
+    """An architecture key the model needs: from `overrides`, else the row; null is a SpecError."""
+    value = overrides[key] if key in overrides else run.raw.get(key)
+    if value is None:
+        raise SpecError(key, None, "required to build the run's model", f"published run {run.name!r}")
+    return value
+
+
+def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+    """The run's ModelSpec from its architecture keys (data/README.md §2): MLA rows get DeepSeek's
+    dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1. `overrides` sets ModelSpec fields the
+    row leaves null or states differently (e.g. a key the caller's formula does not read)."""
+    given = dict(overrides or {})
+    fields: dict[str, Any] = {"name": run.name, "source": run.source, "mtp_layers": _mtp_layers(run)}
+    for key in ("layers", "hidden", "heads", "vocab", "gated_mlp"):
+        fields[key] = _take(run, key, given)
+    fields["kv_heads"] = run.raw.get("kv_heads")
+    fields["head_dim"] = run.raw.get("head_dim")
+    if run.raw.get("model_type") == "moe":
+        for key in ("experts", "top_k", "expert_ffn_hidden"):
+            fields[key] = _take(run, key, given)
+        fields["shared_experts"] = run.raw.get("shared_experts") or 0
+        fields["first_dense_layers"] = run.raw.get("first_dense_layers") or 0
+        if fields["first_dense_layers"] == 0 and run.raw.get("ffn_hidden") is None:
+            given.setdefault("ffn_hidden", fields["expert_ffn_hidden"])  # no dense layer reads it
+    fields["ffn_hidden"] = _take(run, "ffn_hidden", given)
+    if run.raw.get("mla"):
+        fields["mla"] = DEEPSEEK_MLA
+    if _is_deepseek_v3(run):
+        fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
+    return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
+
+
+def run_flops_per_token(run: PublishedRun, model: ModelSpec | None = None) -> float:
+    """FLOPs per token under the run's own `flops_formula`, with the dataset's conventions
+    (data/README.md §3): V padded to a multiple of 128·tp (Megatron-Bridge's DeepSeek-V3 provider:
+    1280·tp), PALM / Llama 3 with N = the row's active_params as printed, MTP layers as the model has
+    them (none for "w/o MTP" rows). `model` defaults to `model_from_run(run)`."""
+    where = f"published run {run.name!r}"
+    if run.flops_formula is None or run.flops_formula is FlopsFormula.UNSPECIFIED:
+        raise SpecError("flops_formula", run.flops_formula, "the run names no FLOP-counting formula", where)
+    if run.seq_len is None:
+        raise SpecError("seq_len", None, "required to count FLOPs per token", where)
+    return published_flops_per_token(
+        run.flops_formula,
+        model if model is not None else model_from_run(run),
+        run.seq_len,
+        tp=run.tp or 1,
+        vocab_divisor=1280 if _is_deepseek_v3(run) else 128,
+        n_params=run.active_params,
+    )
