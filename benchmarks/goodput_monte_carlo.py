@@ -19,10 +19,12 @@ import time
 import numpy as np
 
 from llmscale import __version__
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.reliability.estimate import job_goodput, simulate_job
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY
+
+CONSTANTS = load_constants()
 
 TARGET_S = 2.0
 """Issue 5: 10⁴ trials of a 90-day 500k-GPU run in ≤ 2 s on one core."""
@@ -36,7 +38,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cluster = load_cluster("seed-500k")
-    est = job_goodput(load_model("seed-10t-moe"), cluster, TrainSpec(), args.gpus, args.days * SECONDS_PER_DAY)
+    est = job_goodput(load_model("seed-10t-moe"), cluster, TrainSpec(), args.gpus, args.days * SECONDS_PER_DAY,
+                      CONSTANTS)
     nodes = -(-args.gpus // cluster.node.gpus_per_node)
     simulate_job(est, 0, nodes, trials=100, seed=args.seed)  # warm-up: imports, allocator
     start = time.perf_counter()

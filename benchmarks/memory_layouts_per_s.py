@@ -15,10 +15,12 @@ import numpy as np
 
 from llmscale.cli.heap import keep_freed_memory
 from llmscale.cost.memory import memory_breakdown
-from llmscale.io.catalog import load_gpu, load_model
+from llmscale.io.catalog import load_constants, load_gpu, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec, NetworkTier, NodeSpec
 from llmscale.specs.train import TrainSpec
+
+CONSTANTS = load_constants()
 
 
 def _cluster(num_gpus: int) -> ClusterSpec:
@@ -53,17 +55,17 @@ def main() -> None:
     print(f"# heap: thresholds raised (as the llmscale command, llmscale.heap): {keep_freed_memory()}")
     model, train, cluster = load_model(args.model), TrainSpec(global_batch=8192), _cluster(500_000)
     lay = random_layouts(args.layouts)
-    memory_breakdown(model, cluster, train, lay.take(np.arange(10)))  # warm caches
+    memory_breakdown(model, cluster, train, lay.take(np.arange(10)), CONSTANTS)  # warm caches
     best = float("inf")
     for _ in range(args.repeat):
         start = time.perf_counter()
-        result = memory_breakdown(model, cluster, train, lay)
+        result = memory_breakdown(model, cluster, train, lay, CONSTANTS)
         _ = result.total_bytes
         best = min(best, time.perf_counter() - start)
     vectorized = args.layouts / best
     start = time.perf_counter()
     for i in range(args.one_at_a_time):
-        memory_breakdown(model, cluster, train, lay.take(np.array([i])))
+        memory_breakdown(model, cluster, train, lay.take(np.array([i])), CONSTANTS)
     single = args.one_at_a_time / (time.perf_counter() - start)
     print(f"# llmscale memory benchmark · model {args.model} · numpy {np.__version__}")
     print(f"{'mode':<22}{'layouts':>12}{'layouts/s':>16}")

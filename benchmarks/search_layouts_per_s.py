@@ -37,7 +37,7 @@ import numpy as np
 from llmscale import __version__
 from llmscale.cli.heap import keep_freed_memory
 from llmscale.cost.step import estimate_step
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason, check
 from llmscale.layout.space import generate
@@ -48,6 +48,8 @@ from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import GIB
 from llmscale.validation.runs import PublishedRun, load_runs
+
+CONSTANTS = load_constants()
 
 TARGET_LAYOUTS_PER_S = 2_000_000
 """The target: ≥ 2M layouts per second on one core scored for memory and step time together (`estimate_step`,
@@ -81,7 +83,7 @@ def _best_of(repeat: int, fn: Callable[[], T]) -> tuple[float, T]:
 
 
 def _score(case: Case, lay: Layouts) -> np.ndarray:
-    step = estimate_step(case.model, case.cluster, case.train, lay)
+    step = estimate_step(case.model, case.cluster, case.train, lay, CONSTANTS)
     rate: np.ndarray = step.tokens_per_s_per_gpu
     return rate
 
@@ -121,8 +123,8 @@ def search_section(case: Case, repeat: int) -> tuple[list[tuple[str, int, float]
     m, c, t, g = case.model, case.cluster, case.train, case.num_gpus
     gen_s, space = _best_of(repeat, lambda: generate(m, c, t, g))
     lay = space.layouts
-    score_s, step = _best_of(repeat, lambda: estimate_step(m, c, t, lay))
-    plan_s, result = _best_of(repeat, lambda: plan(m, c, t, gpus=g, objective=Objective.THROUGHPUT, top=1))
+    score_s, step = _best_of(repeat, lambda: estimate_step(m, c, t, lay, CONSTANTS))
+    plan_s, result = _best_of(repeat, lambda: plan(m, c, t, CONSTANTS, gpus=g, objective=Objective.THROUGHPUT, top=1))
     generated = space.generated
     timings = [("generate", generated, gen_s), ("score", lay.size, score_s), ("plan --gpus", lay.size, plan_s)]
     best = result.chosen.top[0]
@@ -136,7 +138,7 @@ def search_section(case: Case, repeat: int) -> tuple[list[tuple[str, int, float]
         layout = _published_layout(run, m.layers, t.global_batch)
         one = Layouts.from_layout(layout, g)
         ok = int(check(m, t, g, one)[0]) == Reason.OK
-        pred = estimate_step(m, c, t, one)
+        pred = estimate_step(m, c, t, one, CONSTANTS)
         published = run.tokens_per_s_per_gpu if name == TABLE2_RUN else None
         fits = bool(pred.memory.fits[0])
         rows.append(LayoutRow(label, layout, float(pred.tokens_per_s_per_gpu[0]), published, ok and fits))

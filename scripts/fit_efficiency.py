@@ -21,13 +21,12 @@ import argparse
 import hashlib
 import math
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-import llmscale.cost.step as step_module
-from llmscale.cost.step import estimate_step, step_constants
+from llmscale.cost.step import estimate_step
+from llmscale.io.catalog import load_constants
 from llmscale.io.resolve import JobInputs
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.validation.runs import PublishedRun, load_runs
@@ -74,15 +73,15 @@ def initial_params(jobs: list[tuple[PublishedRun, JobInputs]]) -> dict[str, floa
                 params.setdefault(f"{gen}.{key}", getattr(eff, key))
         for key in GLOBAL_EFFICIENCY:
             params.setdefault(key, getattr(eff, key))
-    const = step_constants()
+    step = load_constants().step
     for key in STEP_KEYS:
-        params[key] = getattr(const, key)
+        params[key] = getattr(step, key)
     return params
 
 
 def predict(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]) -> np.ndarray:
-    const = replace(step_constants(), **{k: params[k] for k in STEP_KEYS})
-    step_module.step_constants = lambda: const  # type: ignore[assignment]
+    # The trial's step constants are handed to the cost model, as every caller hands its constants: no patching.
+    constants = load_constants().with_overrides({"step": {k: params[k] for k in STEP_KEYS}})
     out = []
     for _, job in jobs:
         gen = generation_of(job.cluster)
@@ -91,7 +90,7 @@ def predict(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]
             updates |= {key: params[f"{gen}.{key}"] for key in PER_GENERATION}
         gpu = job.cluster.gpu.model_copy(update={"efficiency": job.cluster.gpu.efficiency.model_copy(update=updates)})
         cluster = job.cluster.model_copy(update={"gpu": gpu})
-        out.append(float(estimate_step(job.model, cluster, job.train, job.layouts).tokens_per_s_per_gpu[0]))
+        out.append(float(estimate_step(job.model, cluster, job.train, job.layouts, constants).tokens_per_s_per_gpu[0]))
     return np.array(out)
 
 
@@ -165,9 +164,10 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write the fitted values into the catalog files")
     args = parser.parse_args()
     jobs = []
+    constants = load_constants()
     for run in load_runs():
         try:
-            jobs.append((run, job_from_run(run)))
+            jobs.append((run, job_from_run(run, constants)))
         except Exception:
             continue
     fit_jobs = [j for j in jobs if in_fit_half(j[0].name)]

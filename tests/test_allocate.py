@@ -20,7 +20,7 @@ from llmscale.cli.main import app, main
 from llmscale.cost.params import count_params
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
-from llmscale.io.catalog import failure_profile, load_cluster, load_model
+from llmscale.io.catalog import failure_profile, load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.reliability.estimate import layout_goodput
 from llmscale.reliability.rates import failures_of
@@ -46,6 +46,8 @@ from llmscale.units import SECONDS_PER_DAY
 from tests.conftest import make_cluster
 from tests.test_cli_errors import assert_one_line, run_inprocess
 
+CONSTANTS = load_constants()
+
 SMALL = FamilyOptions(dense_layers=(16, 24), moe_layers=(16,), expansions=(16,))
 
 
@@ -55,7 +57,7 @@ def small_cluster(num_gpus: int = 512):  # type: ignore[no-untyped-def]
 
 def with_failures(cluster: ClusterSpec, profile: str | None = None, scale: float = 1.0) -> ClusterSpec:
     """`cluster` on a catalog failure profile (default: its own), every cause's rate × `scale`."""
-    spec = FailureSpec.model_validate(failure_profile(profile)) if profile else failures_of(cluster)
+    spec = FailureSpec.model_validate(failure_profile(profile)) if profile else failures_of(cluster, CONSTANTS.failures)
     causes = tuple(c.model_copy(update={"per_year": c.per_year * scale}) for c in spec.causes)
     return cluster.model_copy(update={"failures": spec.model_copy(update={"causes": causes})})
 
@@ -109,7 +111,7 @@ def test_candidates_by_family_and_extra_models_once() -> None:
 
 def test_evaluate_turns_throughput_into_tokens_and_loss() -> None:
     cluster = small_cluster()
-    request = Request(cluster, ScalingLaw.BESIROGLU, days=10.0)
+    request = Request(cluster, ScalingLaw.BESIROGLU, CONSTANTS, days=10.0)
     model = dense_model(16)
     o = evaluate(model, request)
     assert o.feasible and o.layout is not None and o.reliability is not None
@@ -117,7 +119,7 @@ def test_evaluate_turns_throughput_into_tokens_and_loss() -> None:
     assert 0 < o.goodput < 1
     assert o.tokens == pytest.approx(o.tokens_per_s * o.goodput * 10 * SECONDS_PER_DAY)
     assert o.global_batch <= o.critical_batch
-    assert o.critical_batch == critical_batch_sequences(model, TrainSpec(total_tokens=o.tokens))
+    assert o.critical_batch == critical_batch_sequences(model, TrainSpec(total_tokens=o.tokens), CONSTANTS.search)
     assert o.compute_flops == pytest.approx(6 * o.scale.total_params * o.tokens)
     assert o.loss == pytest.approx(predict_loss(ScalingLaw.BESIROGLU, o.scale, o.tokens))
     assert o.compute_efficiency <= 1.0 + 1e-9  # no dense model beats the law's own dense frontier
@@ -126,7 +128,7 @@ def test_evaluate_turns_throughput_into_tokens_and_loss() -> None:
 
 
 def test_flop_budget_fixes_tokens_and_gives_days() -> None:
-    request = Request(small_cluster(), ScalingLaw.BESIROGLU, days=None, flops=1e21)
+    request = Request(small_cluster(), ScalingLaw.BESIROGLU, CONSTANTS, days=None, flops=1e21)
     o = evaluate(dense_model(16), request)
     assert o.tokens == pytest.approx(1e21 / training_flops(ScalingLaw.BESIROGLU, o.scale, 1.0))
     assert o.days == pytest.approx(o.tokens / (o.tokens_per_s * o.goodput) / SECONDS_PER_DAY)
@@ -137,13 +139,13 @@ def test_goodput_is_the_reliability_models_for_the_chosen_layout() -> None:
     # The candidate's goodput is resilience.layout_goodput's best policy for its own layout, GPUs and step time,
     # recomputed here from the layout alone.
     cluster, model = small_cluster(), dense_model(16)
-    o = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, days=10.0))
+    o = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, CONSTANTS, days=10.0))
     assert o.layout is not None
     train = TrainSpec(total_tokens=o.tokens, global_batch=o.global_batch)
     lay = Layouts.from_layout(o.layout, o.gpus_per_job)
     job_cluster = cluster.model_copy(update={"num_gpus": o.gpus_per_job})
-    step = estimate_step(model, job_cluster, train, lay)
-    est = layout_goodput(model, job_cluster, train, lay, step.step_time_s, cluster_gpus=cluster.num_gpus)
+    step = estimate_step(model, job_cluster, train, lay, CONSTANTS)
+    est = layout_goodput(model, job_cluster, train, lay, step.step_time_s, CONSTANTS, cluster_gpus=cluster.num_gpus)
     assert o.goodput == pytest.approx(float(est.goodput[0]), rel=1e-6)
     assert o.reliability is not None and o.reliability.policy is est.best_policy[0]
 
@@ -151,8 +153,9 @@ def test_goodput_is_the_reliability_models_for_the_chosen_layout() -> None:
 def test_more_failures_mean_less_goodput_and_fewer_tokens() -> None:
     # Same cluster, every failure cause 20× as frequent: the job loses more work and trains fewer tokens.
     cluster, model = small_cluster(), dense_model(16)
-    calm = evaluate(model, Request(with_failures(cluster), ScalingLaw.BESIROGLU, days=10.0, gpus=256))
-    stormy = evaluate(model, Request(with_failures(cluster, scale=20.0), ScalingLaw.BESIROGLU, days=10.0, gpus=256))
+    calm = evaluate(model, Request(with_failures(cluster), ScalingLaw.BESIROGLU, CONSTANTS, days=10.0, gpus=256))
+    stormy = evaluate(model, Request(with_failures(cluster, scale=20.0), ScalingLaw.BESIROGLU, CONSTANTS, days=10.0,
+                                     gpus=256))
     assert stormy.goodput < calm.goodput
     assert stormy.tokens < calm.tokens and stormy.loss > calm.loss
 
@@ -160,21 +163,23 @@ def test_more_failures_mean_less_goodput_and_fewer_tokens() -> None:
 def test_llama3_405b_goodput_above_90_percent() -> None:
     # Llama 3 (arXiv:2407.21783 §3.3.4): 'higher than 90% effective training time' for 405B on 16,384 H100s over
     # 54 days, the run the default failure profile (catalog/failures.yaml llama3-h100) is derived from.
-    o = evaluate(load_model("llama3-405b"), Request(load_cluster("llama3-16k"), ScalingLaw.BESIROGLU, days=54.0,
-                                                    gpus=16_384))
+    request = Request(load_cluster("llama3-16k"), ScalingLaw.BESIROGLU, CONSTANTS, days=54.0, gpus=16_384)
+    o = evaluate(load_model("llama3-405b"), request)
     assert o.feasible and 0.90 < o.goodput < 1.0
 
 
 def test_a_model_that_fits_nowhere_is_infeasible_and_ranked_last() -> None:
     cluster = small_cluster(64)
-    result = allocate([dense_model(16), load_model("seed-10t-moe")], Request(cluster, ScalingLaw.KRAJEWSKI, days=5))
+    request = Request(cluster, ScalingLaw.KRAJEWSKI, CONSTANTS, days=5)
+    result = allocate([dense_model(16), load_model("seed-10t-moe")], request)
     assert [o.model.name for o in result.outcomes] == ["dense-L16", "seed-10t-moe"]
     last = result.outcomes[-1]
     assert not last.feasible and last.problems == ("no layout fits in memory",) and math.isinf(last.loss)
 
 
 def test_ranking_is_by_predicted_loss() -> None:
-    result = allocate(candidates(Family.BOTH, (), SMALL), Request(small_cluster(), ScalingLaw.KRAJEWSKI, days=20))
+    request = Request(small_cluster(), ScalingLaw.KRAJEWSKI, CONSTANTS, days=20)
+    result = allocate(candidates(Family.BOTH, (), SMALL), request)
     losses = [o.loss for o in result.outcomes if o.feasible]
     assert losses == sorted(losses) and result.best is result.outcomes[0]
     assert set(result.frontier) == {"dense", "moe"}  # both families → both frontiers
@@ -182,8 +187,8 @@ def test_ranking_is_by_predicted_loss() -> None:
 
 def test_unique_token_limit_costs_loss() -> None:
     cluster, model = small_cluster(), dense_model(16)
-    free = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, days=20))
-    limited = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, days=20, unique_tokens=free.tokens / 8))
+    free = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, CONSTANTS, days=20))
+    limited = evaluate(model, Request(cluster, ScalingLaw.BESIROGLU, CONSTANTS, days=20, unique_tokens=free.tokens / 8))
     assert limited.tokens == pytest.approx(free.tokens, rel=1e-9)  # same run, same tokens …
     assert limited.loss > free.loss and limited.epochs == pytest.approx(8.0)  # … but 8 epochs are worth ~6.6
 
@@ -191,8 +196,8 @@ def test_unique_token_limit_costs_loss() -> None:
 def test_fastest_policy_takes_the_smallest_job_within_slack_of_the_most_tokens() -> None:
     model, cluster = dense_model(16), small_cluster(1024)
     train = TrainSpec(total_tokens=1e11)
-    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-    result = plan(model, cluster, train, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
+    result = plan(model, cluster, train, CONSTANTS, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
     fastest = choose_job(result.sizes, JobPolicy.FASTEST, result.gpus_per_job)
     efficient = choose_job(result.sizes, JobPolicy.EFFICIENT, result.gpus_per_job)
     assert fastest is not None and efficient is not None
@@ -209,8 +214,8 @@ def test_goodput_falls_with_job_size() -> None:
     # can only lower the best layout's goodput on the same cluster.
     model, cluster = dense_model(16), small_cluster(1024)
     train = TrainSpec(total_tokens=1e11)
-    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-    result = plan(model, cluster, train, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
+    result = plan(model, cluster, train, CONSTANTS, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
     goodputs = [size_goodput(s) for s in result.sizes if s.top]
     assert len(goodputs) >= 3 and goodputs == sorted(goodputs, reverse=True)
 
@@ -222,9 +227,9 @@ def test_pruned_space_loses_little_against_the_whole_space() -> None:
     cluster = load_cluster("llama3-16k")
     for model in (load_model("llama3-70b"), load_model("mixtral-8x7b")):
         train = TrainSpec(total_tokens=15e12)
-        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-        pruned = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, SEARCH_SPACE)
-        whole = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, None)
+        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
+        pruned = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, CONSTANTS, SEARCH_SPACE)
+        whole = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, CONSTANTS, None)
         assert job_rate(pruned) >= 0.95 * job_rate(whole)
 
 
@@ -237,7 +242,7 @@ def test_pruned_space_loses_little_against_the_whole_space() -> None:
 ])
 def test_request_rejects_bad_budgets(fields: dict[str, object], why: str) -> None:
     with pytest.raises(SpecError, match=why):
-        Request(small_cluster(), ScalingLaw.KRAJEWSKI, **fields)  # type: ignore[arg-type]
+        Request(small_cluster(), ScalingLaw.KRAJEWSKI, CONSTANTS, **fields)  # type: ignore[arg-type]
 
 
 def test_law_and_family_resolution() -> None:
@@ -255,7 +260,7 @@ def test_law_and_family_resolution() -> None:
 
 
 def test_three_x_decomposition_multiplies_its_factors() -> None:
-    d = decompose(load_model("mixtral-8x7b"), load_cluster("llama3-16k"), 2e12)
+    d = decompose(load_model("mixtral-8x7b"), load_cluster("llama3-16k"), 2e12, CONSTANTS)
     assert d is not None
     gains = {f.name: f.gain for f in d.factors}
     assert set(gains) == {"layout (MFU)", "FP8", "goodput", "batch / job size"}
@@ -277,10 +282,11 @@ def test_hourly_sync_baseline_reproduces_kokolis(model_name: str) -> None:
     cluster = with_failures(load_cluster("llama3-16k"), "meta-rsc1")
     model = load_model(model_name)
     train = TrainSpec(total_tokens=2e12)
-    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-    size = plan(model, cluster, train, gpus=16_384, top=1, options=SEARCH_SPACE).chosen
-    assert hourly_sync_goodput(model, cluster, train, size) == pytest.approx(0.70, abs=0.03)
-    assert size_goodput(size) > hourly_sync_goodput(model, cluster, train, size)  # the best policy does better
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
+    size = plan(model, cluster, train, CONSTANTS, gpus=16_384, top=1, options=SEARCH_SPACE).chosen
+    assert hourly_sync_goodput(model, cluster, train, size, CONSTANTS) == pytest.approx(0.70, abs=0.03)
+    # The best policy does better.
+    assert size_goodput(size) > hourly_sync_goodput(model, cluster, train, size, CONSTANTS)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import yaml
 
 from llmscale.cli.main import app, main
 from llmscale.io.catalog import Kind, entry, load_model, names
-from llmscale.io.fingerprint import sha256_of
+from llmscale.specs.fingerprint import sha256_of
 
 # GPT-3 175B on Selene as Narayanan et al. 2021 (arXiv:2104.04473) Table 1 ran it: tp 8, pp 8, batch 1536.
 GPT3 = ["--model", "gpt3-175b", "--cluster", "selene", "--tp", "8", "--pp", "8", "--dp", "24", "--gbs", "1536"]

@@ -4,7 +4,6 @@ and properties (size 1, monotonicity, oversubscription, vectorized == one at a t
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cache
 from importlib import resources
 
@@ -17,12 +16,13 @@ from llmscale.cost.collectives import (
     GroupLinks,
     bus_factor,
     collective_time_s,
-    comm_efficiency,
     group_links,
 )
-from llmscale.io.catalog import load_cluster
+from llmscale.io.catalog import load_cluster, load_constants
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.units import GB, MB, MS
+
+CONSTANTS = load_constants()
 
 ONE_GB = 1 * GB  # formulas.md's worked examples use 1 GB = 1e9 B
 
@@ -49,12 +49,12 @@ def with_tiers(cluster: ClusterSpec, **changes: float) -> ClusterSpec:
 
 
 def time_s(cluster: ClusterSpec, op: Collective, nbytes: float, size: int, stride: int) -> float:
-    links = group_links(cluster, np.array([size]), np.array([stride]))
+    links = group_links(cluster, np.array([size]), np.array([stride]), CONSTANTS.comm)
     return float(collective_time_s(op, np.array([nbytes]), np.array([size]), links)[0])
 
 
 def links_of(cluster: ClusterSpec, size: int, stride: int) -> GroupLinks:
-    return group_links(cluster, np.array([size]), np.array([stride]))
+    return group_links(cluster, np.array([size]), np.array([stride]), CONSTANTS.comm)
 
 
 # ---------------------------------------------------------------- nccl-tests definitions (formulas.md 288-303)
@@ -126,7 +126,7 @@ def test_all_to_all_busbw_reproduces_simai(nodes: int, simai_gb_per_s: float) ->
     # NIC figure (0.97 of 50) it matches exactly; the catalog's 0.87 (SimAI's measured large-message ratios)
     # gives 0.87/0.97 of it.
     n = 8 * nodes
-    simai_eff = dataclasses.replace(comm_efficiency(), network_all_to_all=48.5 / 50)
+    simai_eff = CONSTANTS.comm.model_copy(update={"network_all_to_all": 48.5 / 50})
     links = group_links(catalog("llama3-16k"), np.array([n]), np.array([1]), simai_eff)
     assert links.all_to_all_bandwidth_bytes_per_s[0] == pytest.approx(simai_gb_per_s * GB, rel=1e-3)
     ours = links_of(catalog("llama3-16k"), n, 1).all_to_all_bandwidth_bytes_per_s[0]
@@ -212,7 +212,7 @@ def test_small_allreduce_at_scale_uses_a_tree_across_nodes() -> None:
 @pytest.mark.parametrize("op", list(Collective))
 def test_size_one_costs_nothing(op: Collective) -> None:
     sizes = np.ones(3, dtype=np.int64)
-    links = group_links(catalog("llama3-16k"), sizes, np.array([1, 8, 4096]))
+    links = group_links(catalog("llama3-16k"), sizes, np.array([1, 8, 4096]), CONSTANTS.comm)
     assert np.all(collective_time_s(op, np.full(3, ONE_GB), sizes, links) == 0.0)
     assert np.all(links.tier == -1)
 
@@ -225,7 +225,7 @@ GROUPS = [(2, 1), (8, 1), (16, 1), (16, 2), (64, 8), (512, 8), (4, 3072), (16, 5
 def test_bigger_message_never_faster(name: str, op: Collective) -> None:
     cluster = catalog(name)
     sizes = np.array([n for n, _ in GROUPS])
-    links = group_links(cluster, sizes, np.array([s for _, s in GROUPS]))
+    links = group_links(cluster, sizes, np.array([s for _, s in GROUPS]), CONSTANTS.comm)
     times = [collective_time_s(op, np.full(len(GROUPS), b), sizes, links) for b in np.logspace(3, 11, 17)]
     assert np.all(np.diff(np.stack(times), axis=0) >= 0)
 
@@ -238,7 +238,8 @@ def test_more_bandwidth_never_slower(name: str, op: Collective) -> None:
     previous = None
     for scale in (0.5, 1.0, 2.0, 4.0):
         cluster = with_tiers(base, bandwidth_gb_per_s_scale=scale)
-        t = collective_time_s(op, np.full(len(GROUPS), 256 * MB), sizes, group_links(cluster, sizes, strides))
+        links = group_links(cluster, sizes, strides, CONSTANTS.comm)
+        t = collective_time_s(op, np.full(len(GROUPS), 256 * MB), sizes, links)
         if previous is not None:
             assert np.all(t <= previous * (1 + 1e-12))
         previous = t
@@ -272,7 +273,7 @@ def test_vectorized_equals_one_at_a_time(name: str, op: Collective) -> None:
     sizes = 2 ** rng.integers(0, 11, 64)
     strides = 2 ** rng.integers(0, 10, 64)
     nbytes = rng.uniform(1e3, 1e10, 64)
-    together = collective_time_s(op, nbytes, sizes, group_links(cluster, sizes, strides))
+    together = collective_time_s(op, nbytes, sizes, group_links(cluster, sizes, strides, CONSTANTS.comm))
     alone = [time_s(cluster, op, float(b), int(n), int(s)) for b, n, s in zip(nbytes, sizes, strides, strict=True)]
     np.testing.assert_allclose(together, alone, rtol=1e-12)
     assert np.all(np.isfinite(together)) and np.all(together >= 0)
@@ -282,8 +283,8 @@ def test_comm_catalog_cites_every_constant() -> None:
     text = resources.files("llmscale.catalog").joinpath("comm.yaml").read_text(encoding="utf-8")
     entries = yaml.safe_load(text)
     assert all(entry["source"].strip() for entry in entries.values())
-    eff = comm_efficiency()
+    eff = CONSTANTS.comm
     for fraction in (eff.scale_up_ring, eff.scale_up_in_network, eff.scale_up_all_to_all, eff.network,
                      eff.network_all_to_all):
         assert 0 < fraction <= 1
-    assert set(eff.base_latency_s) == set(Collective)
+    assert set(eff.base_latency_us) == set(Collective)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from llmscale.cli.main import main
-from llmscale.io.catalog import failure_profile, load_cluster, load_model
+from llmscale.io.catalog import failure_profile, load_cluster, load_constants, load_model
 from llmscale.reliability.estimate import job_goodput, simulate_job
 from llmscale.reliability.goodput import CheckpointPolicy, GoodputEstimate, PolicyTerms, Tier, optimize_intervals
 from llmscale.reliability.intervals import daly_interval_s, segment_efficiency, young_interval_s
@@ -22,6 +22,8 @@ from llmscale.reliability.rates import interruption_rates
 from llmscale.specs.failures import FailureSpec, Mitigation
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+CONSTANTS = load_constants()
 
 MINUTE = 60.0
 HOURS_PER_YEAR = 8760.0
@@ -156,7 +158,7 @@ def flagship(gpus: int | np.ndarray, hot_spares: bool = True, mitigations: tuple
              ) -> GoodputEstimate:
     """seed-10t-moe on seed-500k for 90 days (the flagship of the README)."""
     return job_goodput(load_model("seed-10t-moe"), load_cluster("seed-500k"), TrainSpec(), gpus,
-                       90 * SECONDS_PER_DAY, hot_spares=hot_spares, mitigations=mitigations)
+                       90 * SECONDS_PER_DAY, CONSTANTS, hot_spares=hot_spares, mitigations=mitigations)
 
 
 def test_tiers_help_and_intervals_sit_near_young_and_daly() -> None:

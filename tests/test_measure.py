@@ -19,8 +19,13 @@ import pytest
 import yaml
 
 from llmscale.cli.main import main
-from llmscale.cost.collectives import Collective, bus_factor, comm_efficiency
-from llmscale.io.calibration import (
+from llmscale.cost.calibrate import apply_calibration
+from llmscale.io.calibration import load_profile, write_profile
+from llmscale.io.catalog import load_cluster, load_constants, load_model
+from llmscale.measure.calibrate import fit_gemm
+from llmscale.measure.gemm import gemm_shapes
+from llmscale.measure.links import find_suspects, rounds
+from llmscale.specs.calibration import (
     CalibrationProfile,
     CollectiveCalibration,
     DeviceInfo,
@@ -28,14 +33,8 @@ from llmscale.io.calibration import (
     MemoryCalibration,
     ScopeCalibration,
     Versions,
-    apply_calibration,
-    load_profile,
-    write_profile,
 )
-from llmscale.io.catalog import load_cluster, load_model
-from llmscale.measure.calibrate import fit_gemm
-from llmscale.measure.gemm import gemm_shapes
-from llmscale.measure.links import find_suspects, rounds
+from llmscale.specs.collective import Collective, bus_factor
 from llmscale.specs.train import Precision
 from llmscale.units import GB, TERA, US
 
@@ -148,25 +147,26 @@ def profile(**changes: Any) -> CalibrationProfile:
 def test_apply_calibration_replaces_datasheet_numbers() -> None:
     selene = load_cluster("selene")  # A100: 312 TFLOP/s bf16, 2039 GB/s HBM, NVLink tier 0
     p = profile()
-    cal = apply_calibration(selene, p)
+    constants = load_constants()
+    cal = apply_calibration(selene, constants, p).cluster
     eff = cal.gpu.efficiency
     assert cal.gpu.peak_bf16_tflops == selene.gpu.peak_bf16_tflops  # the MFU denominator stays the datasheet's
     assert eff.gemm_bf16 == pytest.approx(150 / 312) and eff.gemm_half_dim == 8.0
     assert eff.attention == pytest.approx(selene.gpu.efficiency.attention * eff.gemm_bf16
                                           / selene.gpu.efficiency.gemm_bf16)
     assert eff.hbm == pytest.approx(1200 * GB / selene.gpu.memory_bandwidth_bytes_per_s)
-    comm = comm_efficiency()
+    comm = constants.comm
     tier = cal.tiers[0]
     # comm.py's achieved ring bandwidth B·η/o equals the measured busbw ...
     assert tier.bandwidth_bytes_per_s * comm.scale_up_ring / tier.oversubscription == pytest.approx(100 * GB)
     # ... and its ring formula t0 + 2(n−1)α + S·f/busbw gives back the measured small-message time.
     f = float(bus_factor(Collective.ALL_REDUCE, np.array(8)))
-    model_s = comm.base_latency_s[Collective.ALL_REDUCE] + 14 * tier.latency_us * US + 8192 * f / (100 * GB)
+    model_s = comm.base_latency_s(Collective.ALL_REDUCE) + 14 * tier.latency_us * US + 8192 * f / (100 * GB)
     assert model_s == pytest.approx(60 * US)
     assert p.body_sha256() in cal.gpu.source and cal.tiers[1:] == selene.tiers[1:]
     # A device faster than the catalog's datasheet raises the peak, fraction 1.
-    fast = apply_calibration(selene, profile(gemm=(GemmCalibration(dtype="bfloat16", precision=Precision.BF16,
-                                                                   peak_flops_per_s=400 * TERA, half_dim=0.0),)))
+    fast = apply_calibration(selene, constants, profile(gemm=(GemmCalibration(
+        dtype="bfloat16", precision=Precision.BF16, peak_flops_per_s=400 * TERA, half_dim=0.0),))).cluster
     assert fast.gpu.peak_bf16_tflops == pytest.approx(400) and fast.gpu.efficiency.gemm_bf16 == 1.0
 
 

@@ -8,13 +8,15 @@ import pytest
 from llmscale.cost.activations import layer_activations
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.params import count_params
-from llmscale.io.catalog import load_model
+from llmscale.io.catalog import load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import MIB
 from tests.conftest import make_cluster
+
+CONSTANTS = load_constants()
 
 GPT3 = load_model("gpt3-175b")
 GPT3_TRAIN = TrainSpec(seq_len=2048, global_batch=1536, flash_attention=False)
@@ -54,7 +56,7 @@ def test_first_stage_activations_match_megatron_sp_selective() -> None:
         schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
         lay = Layouts.from_columns(tp=8, pp=8, dp=24, vpp=vpp, schedule=schedule.code,
                                    recompute=Recompute.SELECTIVE.code, sp=True)
-        result = memory_breakdown(GPT3, cluster, GPT3_TRAIN, lay)
+        result = memory_breakdown(GPT3, cluster, GPT3_TRAIN, lay, CONSTANTS)
         assert int(result.pipeline_rank[0]) == 0
         assert result.activations_bytes[0] / MIB == pytest.approx(96 * 102 * factor, rel=1e-9)
 
@@ -89,7 +91,7 @@ def test_weights_and_optimizer_match_megatron(name: str, tp: int, pp: int, dp: i
     model = load_model(name)
     train = TrainSpec(seq_len=2048, global_batch=dp * 8)
     lay = Layouts.from_columns(tp=tp, pp=pp, dp=dp, zero=zero)
-    result = memory_breakdown(model, make_cluster(num_gpus=16384), train, lay)
+    result = memory_breakdown(model, make_cluster(num_gpus=16384), train, lay, CONSTANTS)
     ours = result.weights_bytes + result.gradients_bytes + result.optimizer_bytes
     # With layers divisible by pp both count the first stage (its layers + the embedding); they differ by
     # the linear biases and where the final norm sits (< 0.5 %).
@@ -109,7 +111,7 @@ def test_seed_state_arithmetic_for_500b_active_params() -> None:
     train = TrainSpec(seq_len=4096, global_batch=1024, fp32_grads=False)
     n = 128
     lay = Layouts.from_columns(tp=1, pp=1, dp=n, zero=3, recompute=Recompute.FULL.code)
-    result = memory_breakdown(model, make_cluster(num_gpus=n), train, lay)
+    result = memory_breakdown(model, make_cluster(num_gpus=n), train, lay, CONSTANTS)
     moments_and_master = result.optimizer_bytes[0] * n
     assert moments_and_master == pytest.approx(12 * params)  # 4 TB moments + 2 TB master at 500B
     assert result.gradients_bytes[0] * n == pytest.approx(2 * params)  # 1 TB bf16 gradients
@@ -122,5 +124,5 @@ def test_moe_experts_are_divided_by_ep() -> None:
     model = load_model("deepseek-v3")
     train = TrainSpec(seq_len=4096, global_batch=1024)
     lay = Layouts.from_columns(tp=1, pp=16, dp=128, ep=np.array([8, 64]), zero=1, etp=1)
-    result = memory_breakdown(model, make_cluster(num_gpus=2048), train, lay)
+    result = memory_breakdown(model, make_cluster(num_gpus=2048), train, lay, CONSTANTS)
     assert result.weights_bytes[1] < result.weights_bytes[0] / 4

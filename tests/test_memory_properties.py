@@ -9,12 +9,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
+from llmscale.io.catalog import load_constants
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason, check
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
 from tests.conftest import make_cluster
+
+CONSTANTS = load_constants()
 
 CLUSTER = make_cluster(num_gpus=2**20)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
@@ -77,7 +80,7 @@ def _valid(model: ModelSpec, train: TrainSpec, lay: Layouts) -> bool:
 
 
 def _memory(model: ModelSpec, train: TrainSpec, lay: Layouts) -> MemoryBreakdown:
-    return memory_breakdown(model, CLUSTER, train, lay)
+    return memory_breakdown(model, CLUSTER, train, lay, CONSTANTS)
 
 
 def _with(lay: Layouts, **changes: int | bool) -> Layouts:

@@ -1,6 +1,6 @@
 """Layout space and whole-space search: every generated layout is valid, the rejection counts add up, a tiny
 space matches a hand enumeration, the search's best is the fastest feasible layout, objectives agree where
-they must, the job size follows SCALING_FLOOR, the critical batch reproduces formulas.md A4, and
+they must, the job size follows the scaling floor, the critical batch reproduces formulas.md A4, and
 `llmscale plan` has the JSON keys and exit codes the issue asks for."""
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ import pytest
 from llmscale.cli.main import main
 from llmscale.cost.params import count_params
 from llmscale.cost.step import estimate_step
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.rules import Reason, check
 from llmscale.layout.space import Space, SpaceOptions, generate
-from llmscale.search.plan import SCALING_FLOOR, Objective, critical_batch_sequences, plan, search_job_size
+from llmscale.search.plan import Objective, critical_batch_sequences, plan, search_job_size
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from tests.conftest import make_cluster
+
+CONSTANTS = load_constants()
 
 # A dense toy: 4 layers, 8 heads (tp ∈ {1, 2, 4, 8} all divide the heads), on one 8-GPU node.
 TINY = ModelSpec(name="tiny", layers=4, hidden=512, ffn_hidden=2048, heads=8, vocab=32000)
@@ -96,8 +98,8 @@ def test_tiny_space_matches_hand_enumeration() -> None:
 
 def test_best_layout_has_the_most_tokens_per_s_among_feasible() -> None:
     model, cluster = gpt3()
-    result = search_job_size(model, cluster, GPT3_TRAIN, 1536, Objective.THROUGHPUT, top=5)
-    step = estimate_step(model, cluster, GPT3_TRAIN, generate(model, cluster, GPT3_TRAIN, 1536).layouts)
+    result = search_job_size(model, cluster, GPT3_TRAIN, 1536, Objective.THROUGHPUT, 5, CONSTANTS)
+    step = estimate_step(model, cluster, GPT3_TRAIN, generate(model, cluster, GPT3_TRAIN, 1536).layouts, CONSTANTS)
     fastest = float(step.tokens_per_s_per_gpu[step.memory.fits].max())
     rates = [float(c.step.tokens_per_s_per_gpu[c.layout_index]) for c in result.top]
     assert rates[0] == pytest.approx(fastest, rel=1e-12)
@@ -113,8 +115,8 @@ def test_objectives_rank_like_throughput_at_one_job_size(objective: Objective) -
     # decreasing in the per-GPU rate, so every objective must rank layouts as throughput does (compared by rate:
     # layouts within rounding of each other may swap places).
     model, cluster = gpt3()
-    by_rate = search_job_size(model, cluster, GPT3_TRAIN, 1536, Objective.THROUGHPUT, top=10)
-    other = search_job_size(model, cluster, GPT3_TRAIN, 1536, objective, top=10)
+    by_rate = search_job_size(model, cluster, GPT3_TRAIN, 1536, Objective.THROUGHPUT, 10, CONSTANTS)
+    other = search_job_size(model, cluster, GPT3_TRAIN, 1536, objective, 10, CONSTANTS)
     rate = [float(c.step.tokens_per_s_per_gpu[c.layout_index]) for c in by_rate.top]
     assert [float(c.step.tokens_per_s_per_gpu[c.layout_index]) for c in other.top] == pytest.approx(rate, rel=1e-12)
 
@@ -123,15 +125,15 @@ def test_plan_picks_largest_job_size_within_scaling_floor() -> None:
     # A small global batch (256 sequences) caps data parallelism, so per-GPU throughput falls at large job sizes
     # and the answer is not simply the whole cluster.
     model, cluster = load_model("gpt3-175b"), load_cluster("selene")
-    result = plan(model, cluster, TrainSpec(seq_len=2048, global_batch=256))
+    result = plan(model, cluster, TrainSpec(seq_len=2048, global_batch=256), CONSTANTS)
     per_gpu = {s.num_gpus: float(s.top[0].step.tokens_per_s_per_gpu[s.top[0].layout_index]) for s in result.sizes
                if s.top}
     assert len(per_gpu) >= 3
     best = max(per_gpu.values())
-    expected = max(g for g, rate in per_gpu.items() if rate >= SCALING_FLOOR * best)
+    expected = max(g for g, rate in per_gpu.items() if rate >= CONSTANTS.search.scaling_floor * best)
     assert result.gpus_per_job == expected
     assert expected < max(per_gpu), "the case should exercise the floor, not just take the largest size"
-    assert all(rate < SCALING_FLOOR * best for g, rate in per_gpu.items() if g > expected)
+    assert all(rate < CONSTANTS.search.scaling_floor * best for g, rate in per_gpu.items() if g > expected)
     assert result.concurrent_jobs == cluster.num_gpus // expected
 
 
@@ -142,16 +144,16 @@ def test_critical_batch_reproduces_deepseek_law_worked_number() -> None:
     model = load_model("gpt3-175b")
     tokens = 1e25 / (6.0 * count_params(model).active)
     for seq_len in (256, 2048, 4096):
-        sequences = critical_batch_sequences(model, TrainSpec(seq_len=seq_len, total_tokens=tokens))
+        sequences = critical_batch_sequences(model, TrainSpec(seq_len=seq_len, total_tokens=tokens), CONSTANTS.search)
         assert sequences % 1024 == 0 and sequences >= 1024
         assert 44e6 * 0.98 - 1024 * seq_len < sequences * seq_len <= 44e6 * 1.02
-    short = critical_batch_sequences(model, TrainSpec(seq_len=256, total_tokens=tokens))
+    short = critical_batch_sequences(model, TrainSpec(seq_len=256, total_tokens=tokens), CONSTANTS.search)
     assert short * 256 == pytest.approx(44e6, rel=0.02)
 
 
 def test_critical_batch_is_at_least_1024_sequences() -> None:
     # A tiny budget: the law gives far less than 1,024 sequences; the planner never goes below that.
-    assert critical_batch_sequences(TINY, TrainSpec(total_tokens=1e6)) == 1024
+    assert critical_batch_sequences(TINY, TrainSpec(total_tokens=1e6), CONSTANTS.search) == 1024
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from llmscale.errors import InputFileError, SpecError
-from llmscale.io.catalog import Kind, entry, failure_profile, load_cluster, load_model
+from llmscale.io.catalog import Kind, entry, failure_profile, load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.reliability.checkpoint import (
     bytes_per_param,
@@ -25,16 +25,16 @@ from llmscale.reliability.montecarlo import SimulationInputs, simulate
 from llmscale.reliability.rates import (
     SECONDS_PER_YEAR,
     cluster_rates,
-    default_failures,
     interruption_rates,
     lemon_rate_factors,
-    mitigation_spec,
 )
 from llmscale.specs.failures import FailureSpec, Mitigation
 from llmscale.specs.layout import Layout
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from tests.conftest import make_cluster
+
+CONSTANTS = load_constants()
 
 LLAMA3_GPUS, LLAMA3_DAYS = 16_384, 54.0
 """Llama 3 405B pre-training snapshot: 16,384 H100 in 8-GPU servers, 54 days (reliability.md F1, F2)."""
@@ -46,7 +46,7 @@ def meta_rsc1() -> FailureSpec:
 
 def test_defaults_reproduce_llama3_unexpected_interruptions() -> None:
     # T6: 419 unexpected (+47 planned) interruptions in 54 days on 16,384 GPUs; issue 5 asks ±10 %.
-    rates = interruption_rates(default_failures(), LLAMA3_GPUS, gpus_per_node=8)
+    rates = interruption_rates(CONSTANTS.failures, LLAMA3_GPUS, gpus_per_node=8)
     wall_s = LLAMA3_DAYS * SECONDS_PER_DAY
     unexpected = float(rates.unplanned_per_s[0]) * wall_s
     planned = float(rates.paused_per_s[0]) * wall_s
@@ -59,7 +59,7 @@ def test_defaults_reproduce_llama3_unexpected_interruptions() -> None:
 
 def test_simulated_llama3_run_counts_419_interruptions() -> None:
     # T6 by simulation: a Poisson count with mean 419 over 2,000 runs of 54 days (±2σ of one run is ±41).
-    rates = interruption_rates(default_failures(), LLAMA3_GPUS, gpus_per_node=8)
+    rates = interruption_rates(CONSTANTS.failures, LLAMA3_GPUS, gpus_per_node=8)
     inputs = SimulationInputs(rate_per_s=float(rates.unplanned_per_s[0]), storage_share=1.0, tau_s=600.0,
                               blocking_s=5.0, k=1, restart_memory_s=600.0, restart_storage_s=600.0,
                               wall_s=LLAMA3_DAYS * SECONDS_PER_DAY)
@@ -70,7 +70,7 @@ def test_simulated_llama3_run_counts_419_interruptions() -> None:
 
 def test_llama3_cause_mix_matches_table5() -> None:
     # T7: GPU-attributed 268 of 419 = 64.0 % by Table 5 counts; software/dependency 13.4 %; network 8.4 %.
-    rates = interruption_rates(default_failures(), LLAMA3_GPUS, gpus_per_node=8)
+    rates = interruption_rates(CONSTANTS.failures, LLAMA3_GPUS, gpus_per_node=8)
     per_s = {name: float(r[0]) for name, r in rates.by_cause_per_s.items()}
     unexpected = float(rates.unplanned_per_s[0])
     assert (per_s["gpu"] + per_s["gpu-hbm"]) / unexpected == pytest.approx(268 / 419, abs=0.005)
@@ -82,7 +82,7 @@ def test_seed_afr_underpredicts_llama3() -> None:
     # Headline 2 / §5: a 1-2 %/GPU-yr AFR predicts 24-48 interruptions in the snapshot, 8.6-17x under 419.
     predicted = 0.02 * LLAMA3_GPUS * LLAMA3_DAYS / 365
     assert predicted == pytest.approx(48, abs=1)
-    rates = interruption_rates(default_failures(), LLAMA3_GPUS, gpus_per_node=8)
+    rates = interruption_rates(CONSTANTS.failures, LLAMA3_GPUS, gpus_per_node=8)
     assert float(rates.unplanned_per_s[0]) * SECONDS_PER_YEAR / LLAMA3_GPUS == pytest.approx(0.1729, rel=0.005)
 
 
@@ -95,7 +95,7 @@ def test_meta_projected_mttf(gpus: int, hours: float) -> None:
 
 def test_rates_scale_as_a_series_system() -> None:
     # Formula 1: GPU-scoped causes grow with GPUs, node-scoped with nodes, job-scoped not at all.
-    spec = default_failures()
+    spec = CONSTANTS.failures
     one, two = (interruption_rates(spec, g, gpus_per_node=8) for g in (8_192, 16_384))
     assert two.unplanned_per_s[0] == pytest.approx(2 * one.unplanned_per_s[0])
     assert two.paused_per_s[0] == pytest.approx(one.paused_per_s[0])
@@ -106,11 +106,12 @@ def test_rates_scale_as_a_series_system() -> None:
 
 
 def test_mitigations_remove_their_stated_share_at_their_cost() -> None:
-    spec = default_failures()
+    spec = CONSTANTS.failures
     base = interruption_rates(spec, 16_384, gpus_per_node=8)
     both = (Mitigation.PREDICTIVE_MIGRATION, Mitigation.SUBHEALTHY_EVICTION)
-    mitigated = interruption_rates(spec, 16_384, gpus_per_node=8, mitigations=both)
-    migrate, evict = (mitigation_spec(m) for m in both)
+    mitigated = interruption_rates(spec, 16_384, gpus_per_node=8,
+                                   mitigations={m: CONSTANTS.mitigations[m] for m in both})
+    migrate, evict = (CONSTANTS.mitigations[m] for m in both)
     kept = (1 - migrate.share_removed) * (1 - evict.share_removed)
     assert mitigated.unplanned_per_s[0] == pytest.approx(kept * base.unplanned_per_s[0])
     # Predicted failures become planned pauses of pause_s; eviction costs its steady overhead.
@@ -121,8 +122,8 @@ def test_mitigations_remove_their_stated_share_at_their_cost() -> None:
 
 
 def test_memory_tier_loss_share_is_the_rate_weighted_mean() -> None:
-    rates = interruption_rates(default_failures(), 16_384, gpus_per_node=8)
-    unplanned = [c for c in default_failures().causes if c.kind.value == "unplanned"]
+    rates = interruption_rates(CONSTANTS.failures, 16_384, gpus_per_node=8)
+    unplanned = [c for c in CONSTANTS.failures.causes if c.kind.value == "unplanned"]
     lost = sum(float(rates.by_cause_per_s[c.name][0]) * c.memory_tier_loss for c in unplanned)
     assert rates.memory_miss_share[0] == pytest.approx(lost / float(rates.unplanned_per_s[0]))
     assert 0.0 < rates.memory_miss_share[0] < 0.2
@@ -131,22 +132,22 @@ def test_memory_tier_loss_share_is_the_rate_weighted_mean() -> None:
 def test_lemon_nodes_keep_the_mean_rate_and_widen_the_spread() -> None:
     # F18: 1.2 % of RSC-1's nodes were lemons. The catalog rate is the fleet mean, so the per-trial factor
     # averages 1 while jobs that draw more lemons fail more often.
-    spec = default_failures().model_copy(update={"lemon_node_fraction": 0.012, "lemon_rate_multiplier": 20.0})
+    spec = CONSTANTS.failures.model_copy(update={"lemon_node_fraction": 0.012, "lemon_rate_multiplier": 20.0})
     rates = interruption_rates(spec, 16_384, gpus_per_node=8)
     factors = lemon_rate_factors(rates, 2_048, 20_000, np.random.default_rng(0))
     assert factors.mean() == pytest.approx(1.0, abs=0.005)
     # Binomial spread: √(n f (1 − f)) (m − 1) / (n (1 − f + f m)) = 0.037 for 2,048 nodes.
     n, f, m = 2_048, 0.012, 20.0
     assert factors.std() == pytest.approx(np.sqrt(n * f * (1 - f)) * (m - 1) / (n * (1 - f + f * m)), rel=0.05)
-    homogeneous = interruption_rates(default_failures(), 16_384, gpus_per_node=8)
+    homogeneous = interruption_rates(CONSTANTS.failures, 16_384, gpus_per_node=8)
     assert np.all(lemon_rate_factors(homogeneous, 2_048, 10, np.random.default_rng(0)) == 1.0)
 
 
 def test_catalog_clusters_get_the_default_profile() -> None:
-    assert load_cluster("seed-500k").failures == default_failures()
+    assert load_cluster("seed-500k").failures == CONSTANTS.failures
     # A hand-built spec without failures falls back to the same default.
-    assert cluster_rates(make_cluster(), 4096).unplanned_per_s[0] == pytest.approx(
-        interruption_rates(default_failures(), 4096, 8).unplanned_per_s[0])
+    assert cluster_rates(make_cluster(), 4096, CONSTANTS).unplanned_per_s[0] == pytest.approx(
+        interruption_rates(CONSTANTS.failures, 4096, 8).unplanned_per_s[0])
 
 
 def _cluster_file(tmp_path: Path, failures: object) -> str:
@@ -162,7 +163,7 @@ def test_a_cluster_names_a_profile_or_overrides_fields(tmp_path: Path) -> None:
     assert load_cluster(_cluster_file(tmp_path, "meta-rsc1")).failures == meta_rsc1()
     custom = load_cluster(_cluster_file(tmp_path, {"lemon_node_fraction": 0.01, "lemon_rate_multiplier": 5}))
     assert custom.failures is not None
-    assert custom.failures.causes == default_failures().causes
+    assert custom.failures.causes == CONSTANTS.failures.causes
     assert custom.failures.lemon_node_fraction == 0.01
 
 
@@ -200,7 +201,7 @@ def test_layout_checkpoint_bytes_follow_the_sharding() -> None:
 def test_storage_aggregate_limit_binds_when_every_node_writes() -> None:
     cluster = load_cluster("llama3-16k")  # Tectonic 2 TB/s sustained (C5)
     model, train = load_model("llama3-405b"), TrainSpec()
-    ckpt = even_checkpoint_cost(model, cluster, train, np.array([16_384.0]))
+    ckpt = even_checkpoint_cost(model, cluster, train, np.array([16_384.0]), CONSTANTS.checkpoint)
     # 405B x 14 B = 5.7 TB over 2 TB/s: the storage system, not the 400 GB/s of each node's NICs, sets the time.
     assert bool(ckpt.storage_limited[0])
     assert float(ckpt.storage_write_s[0]) == pytest.approx(state_bytes(model, train) / 2e12, rel=1e-9)
@@ -211,15 +212,16 @@ def test_storage_aggregate_limit_binds_when_every_node_writes() -> None:
 
 def test_a_job_gets_its_share_of_the_storage_system() -> None:
     cluster = load_cluster("llama3-16k")
-    half = checkpoint_cost(cluster, 1e13, np.array([1e9]), np.array([8_192.0]))
-    whole = checkpoint_cost(cluster, 1e13, np.array([1e9]), np.array([16_384.0]))
+    half = checkpoint_cost(cluster, 1e13, np.array([1e9]), np.array([8_192.0]), CONSTANTS.checkpoint)
+    whole = checkpoint_cost(cluster, 1e13, np.array([1e9]), np.array([16_384.0]), CONSTANTS.checkpoint)
     assert float(half.storage_write_s[0]) == pytest.approx(2 * float(whole.storage_write_s[0]))
 
 
 def test_hot_spares_shorten_the_restart() -> None:
     ckpt = even_checkpoint_cost(load_model("llama3-405b"), load_cluster("llama3-16k"), TrainSpec(),
-                                np.array([16_384.0]))
-    spare, requeue = restart_cost(ckpt, hot_spares=True), restart_cost(ckpt, hot_spares=False)
+                                np.array([16_384.0]), CONSTANTS.checkpoint)
+    spare = restart_cost(ckpt, CONSTANTS.checkpoint, hot_spares=True)
+    requeue = restart_cost(ckpt, CONSTANTS.checkpoint, hot_spares=False)
     assert float(spare.from_storage_s[0]) < float(requeue.from_storage_s[0])
     assert float(spare.from_memory_s[0]) < float(spare.from_storage_s[0])
     # An announced stop skips detection.

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmscale.cost.step import StepBreakdown, estimate_step
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.space import SpaceOptions, generate
 from llmscale.specs.cluster import ClusterSpec
@@ -18,6 +18,8 @@ from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.validation.runs import load_runs
 from llmscale.validation.validate import job_from_run
+
+CONSTANTS = load_constants()
 
 PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
          "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")
@@ -34,7 +36,7 @@ def test_gpt3_175b_step_matches_narayanan_2021() -> None:
     # interleaving is not printed; validate's rule (largest v ≤ 8 dividing 96/8 layers) gives 6.
     lay = Layouts.from_columns(tp=8, pp=8, dp=24, vpp=6, schedule=Schedule.INTERLEAVED.code,
                                recompute=Recompute.FULL.code, sp=False)
-    step = estimate_step(GPT3, SELENE, GPT3_TRAIN, lay)
+    step = estimate_step(GPT3, SELENE, GPT3_TRAIN, lay, CONSTANTS)
     assert step.step_time_s[0] == pytest.approx(19.2, rel=0.05)
 
 
@@ -44,8 +46,8 @@ def test_deepseek_v3_gpu_hours_per_trillion_tokens() -> None:
     # sequences over the first 469B tokens), checkpoints and restarts, so the steady-state step llmscale predicts
     # must not be slower, and the ramp and a goodput of ~0.8-0.9 (reliability.md) bound how much faster it can be.
     run = next(r for r in load_runs() if r.name == "DeepSeek-V3 671B pre-training on 2048 H800")
-    job = job_from_run(run)
-    step = estimate_step(job.model, job.cluster, job.train, job.layouts)
+    job = job_from_run(run, CONSTANTS)
+    step = estimate_step(job.model, job.cluster, job.train, job.layouts, CONSTANTS)
     gpu_hours_per_trillion = 1e12 / float(step.tokens_per_s_per_gpu[0]) / 3600
     assert 0.75 * 180e3 <= gpu_hours_per_trillion <= 180e3
 
@@ -59,7 +61,7 @@ def _sample_layouts(n: int = 400) -> tuple[Layouts, TrainSpec]:
 
 def test_parts_add_up_and_bound_the_total() -> None:
     lay, train = _sample_layouts()
-    step = estimate_step(GPT3, SELENE, train, lay)
+    step = estimate_step(GPT3, SELENE, train, lay, CONSTANTS)
     total = step.step_time_s
     parts = np.stack([getattr(step, p) for p in PARTS])
     assert (parts >= 0).all()
@@ -69,7 +71,7 @@ def test_parts_add_up_and_bound_the_total() -> None:
 
 def test_mfu_is_below_one_and_hfu_counts_recompute() -> None:
     lay, train = _sample_layouts()
-    step = estimate_step(GPT3, SELENE, train, lay)
+    step = estimate_step(GPT3, SELENE, train, lay, CONSTANTS)
     assert (step.mfu > 0).all() and (step.mfu < 1).all()
     assert (step.hfu >= step.mfu - 1e-12).all()
     assert (step.hfu[lay.recompute == Recompute.FULL.code] > step.mfu[lay.recompute == Recompute.FULL.code]).all()
@@ -82,8 +84,8 @@ def _scaled_bandwidth(cluster: ClusterSpec, factor: float) -> ClusterSpec:
 
 def test_more_bandwidth_never_makes_a_step_slower() -> None:
     lay, train = _sample_layouts()
-    slow = estimate_step(GPT3, SELENE, train, lay).step_time_s
-    fast = estimate_step(GPT3, _scaled_bandwidth(SELENE, 2.0), train, lay).step_time_s
+    slow = estimate_step(GPT3, SELENE, train, lay, CONSTANTS).step_time_s
+    fast = estimate_step(GPT3, _scaled_bandwidth(SELENE, 2.0), train, lay, CONSTANTS).step_time_s
     assert (fast <= slow * (1 + 1e-12)).all()
 
 
@@ -106,7 +108,8 @@ def test_adding_replicas_costs_at_most_the_added_data_parallel_communication(
     double = base.model_copy(update={"global_batch": 2 * dp * micro})
     one = Layouts.from_columns(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute.code)
     two = replace(one, dp=one.dp * 2)
-    small, large = estimate_step(GPT3, cluster, base, one), estimate_step(GPT3, cluster, double, two)
+    small = estimate_step(GPT3, cluster, base, one, CONSTANTS)
+    large = estimate_step(GPT3, cluster, double, two, CONSTANTS)
     added_dp = large.dp_exposed_s[0] - small.dp_exposed_s[0]
     added_pp = large.pp_exposed_s[0] - small.pp_exposed_s[0]  # the pipeline group's stride grows with dp
     assert large.step_time_s[0] <= small.step_time_s[0] + max(added_dp, 0.0) + max(added_pp, 0.0) + 1e-9
@@ -115,9 +118,9 @@ def test_adding_replicas_costs_at_most_the_added_data_parallel_communication(
 def test_vectorized_equals_one_at_a_time() -> None:
     # Explaining one layout is a search of size one (DESIGN principle 1).
     lay, train = _sample_layouts(50)
-    together = estimate_step(GPT3, SELENE, train, lay)
+    together = estimate_step(GPT3, SELENE, train, lay, CONSTANTS)
     for i in range(lay.size):
-        alone: StepBreakdown = estimate_step(GPT3, SELENE, train, lay.take(np.array([i])))
+        alone: StepBreakdown = estimate_step(GPT3, SELENE, train, lay.take(np.array([i])), CONSTANTS)
         for f in PARTS:
             assert getattr(alone, f)[0] == pytest.approx(getattr(together, f)[i], rel=1e-12, abs=1e-15)
     assert {f.name for f in fields(together)} >= set(PARTS)
@@ -135,9 +138,9 @@ def test_rank_order_moves_pipeline_and_data_parallel_groups() -> None:
     assert GroupStrides.of(default).pp[0] == 8 and GroupStrides.of(pp_inner).pp[0] == 2
     assert GroupStrides.of(default).dense_dp[0] == 2 and GroupStrides.of(pp_inner).dense_dp[0] == 8
     model, train = load_model("llama3-8b"), TrainSpec(seq_len=8192, global_batch=64)
-    p2p = [microbatch_comm(model, cluster, train, lay).pp_s[0] for lay in (default, pp_inner)]
+    p2p = [microbatch_comm(model, cluster, train, lay, CONSTANTS.comm).pp_s[0] for lay in (default, pp_inner)]
     params = np.array([2e9])
-    sync = [data_parallel_comm(cluster, lay, params, np.zeros(1), 4.0, np.array([8])).grad_sync_s[0]
+    sync = [data_parallel_comm(cluster, lay, params, np.zeros(1), 4.0, np.array([8]), CONSTANTS.comm).grad_sync_s[0]
             for lay in (default, pp_inner)]
     assert p2p[1] < p2p[0]  # NVLink instead of the network
     assert sync[1] > sync[0]  # the network instead of NVLink
@@ -147,7 +150,7 @@ def test_rank_orders_coincide_without_data_parallelism() -> None:
     # dp = 1: tp-cp-ep-dp-pp and tp-cp-ep-pp-dp number the ranks alike, so every cost must be the same.
     cluster = load_cluster("eos-h100", num_gpus=32)
     both = Layouts.from_columns(tp=4, cp=2, pp=4, dp=1, rank_order=[o.code for o in RankOrder])
-    step = estimate_step(load_model("llama3-8b"), cluster, TrainSpec(seq_len=8192, global_batch=8), both)
+    step = estimate_step(load_model("llama3-8b"), cluster, TrainSpec(seq_len=8192, global_batch=8), both, CONSTANTS)
     for f in PARTS:
         assert getattr(step, f)[0] == getattr(step, f)[1], f
 

@@ -9,8 +9,11 @@ import pytest
 import yaml
 
 from llmscale.cli.main import main
+from llmscale.io.catalog import load_constants
 from llmscale.validation.runs import load_rows, load_runs
 from llmscale.validation.validate import job_from_run, validate_rows
+
+CONSTANTS = load_constants()
 
 GOOD = {"name": "ok", "source": "test", "gpu": "h100-sxm", "model_type": "dense", "layers": 2, "hidden": 256,
         "heads": 4, "vocab": 100, "gated_mlp": True, "ffn_hidden": 512, "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8,
@@ -77,11 +80,11 @@ def test_shipped_set_regression_guard() -> None:
 def test_runs_before_flash_attention_use_the_unfused_core(name: str, flash: bool) -> None:
     # data/run_settings.yaml `source_contains` facts: the 2021-2022 papers' software had no FlashAttention.
     run = next(r for r in load_runs() if r.name == name)
-    assert job_from_run(run).train.flash_attention is flash
+    assert job_from_run(run, CONSTANTS).train.flash_attention is flash
 
 
 def test_llama3_runs_put_the_pipeline_inside_data_parallel() -> None:
     # Llama 3 paper §3.3.2, Figure 5: groups ordered [TP, CP, PP, DP] (data/run_settings.yaml source_contains).
     runs = [r for r in load_runs() if r.name.startswith("Llama 3 405B")]
     assert len(runs) == 3
-    assert {job_from_run(r).layout.rank_order.value for r in runs} == {"tp-cp-ep-pp-dp"}
+    assert {job_from_run(r, CONSTANTS).layout.rank_order.value for r in runs} == {"tp-cp-ep-pp-dp"}

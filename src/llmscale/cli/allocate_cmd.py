@@ -22,13 +22,13 @@ from rich.table import Table
 from llmscale.cli import options as o
 from llmscale.cli.render import console
 from llmscale.errors import SpecError
-from llmscale.io.catalog import load_cluster, load_model
-from llmscale.io.fingerprint import canonical_json, spec_document
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.report.allocate_html import COLUMNS, allocation_document, pure_document, write_allocate_html
 from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
 from llmscale.scaling.family import Family, candidates
 from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
 from llmscale.scaling.multiplier import TARGET, Decomposition, decompose
+from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
 
 DEFAULT_DAYS = 90.0
@@ -81,8 +81,8 @@ def allocate_cmd(
     cluster_spec = load_cluster(cluster or o.DEFAULT_CLUSTER)
     extras = tuple(model) if model else ((o.DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     models = candidates(fam, extras)
-    request = Request(cluster_spec, chosen_law, days=None if flops is not None else (DEFAULT_DAYS if days is None
-                                                                                      else days), flops=flops,
+    request = Request(cluster_spec, chosen_law, load_constants(),
+                      days=None if flops is not None else (DEFAULT_DAYS if days is None else days), flops=flops,
                       gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=seq_len or 4096,
                       policy=job_size)
     digest = hashlib.sha256(canonical_json({
@@ -122,7 +122,8 @@ def _decompose(result: AllocationResult, extras: tuple[str, ...], request: Reque
     outcome = result.outcome(name)
     spec = outcome.model if outcome is not None else load_model(name)
     tokens = outcome.tokens if outcome is not None and outcome.feasible else 0.0
-    return decompose(spec, request.cluster, tokens or 20.0 * ModelScale.of(spec).active_params, request.seq_len)
+    return decompose(spec, request.cluster, tokens or 20.0 * ModelScale.of(spec).active_params, request.constants,
+                     request.seq_len)
 
 
 def _sensitivity(result: AllocationResult, compared: list[str]) -> dict[str, float]:

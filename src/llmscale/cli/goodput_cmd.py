@@ -19,12 +19,12 @@ from llmscale import __version__
 from llmscale.cli import options as o
 from llmscale.cli.render import console
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.io.catalog import load_cluster, load_model
-from llmscale.io.fingerprint import sha256_of
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.reliability.estimate import at_interval, job_goodput, simulate_job
 from llmscale.reliability.goodput import CheckpointPolicy, GoodputEstimate, Tier
 from llmscale.reliability.montecarlo import MonteCarloResult
 from llmscale.specs.failures import Mitigation
+from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
@@ -61,14 +61,14 @@ def goodput(
     """Job MTBF, expected interruptions, the best checkpoint policy per tier, goodput and its Monte Carlo spread."""
     cluster_spec, model_spec = load_cluster(cluster), load_model(model)
     num_gpus = _check_inputs(cluster_spec.num_gpus, gpus, days, interval_min or [], trials)
-    train = TrainSpec()
+    train, constants = TrainSpec(), load_constants()
     digest = sha256_of(model=model_spec, cluster=cluster_spec, train=train)
     if expect_sha256 is not None and expect_sha256.lower() != digest:
         raise LlmscaleError(f"--expect-sha256 {expect_sha256} does not match the inputs' SHA256 {digest}: "
                             "refusing to run")
     mitigations = tuple(dict.fromkeys(mitigation or []))
-    est = job_goodput(model_spec, cluster_spec, train, num_gpus, days * SECONDS_PER_DAY, hot_spares=hot_spares,
-                      mitigations=mitigations)
+    est = job_goodput(model_spec, cluster_spec, train, num_gpus, days * SECONDS_PER_DAY, constants,
+                      hot_spares=hot_spares, mitigations=mitigations)
     nodes = -(-num_gpus // cluster_spec.node.gpus_per_node)
     mc = simulate_job(est, 0, nodes, trials=trials, seed=seed) if trials else None
     document = goodput_document(est, mc, interval_min or [], days=days, digest=digest)
@@ -78,7 +78,7 @@ def goodput(
     if plot is not None:
         from llmscale.report.goodput_charts import write_charts
 
-        write_charts(plot, est, model_spec, cluster_spec, train, num_gpus, days, hot_spares, mitigations)
+        write_charts(plot, est, model_spec, cluster_spec, train, constants, num_gpus, days, hot_spares, mitigations)
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:

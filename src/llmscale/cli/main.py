@@ -67,7 +67,7 @@ def show(
     """Describe a model (parameter counts by class), a GPU or a cluster."""
     from llmscale.cost.params import count_params
     from llmscale.io.catalog import load_cluster, load_gpu, load_model
-    from llmscale.io.fingerprint import sha256_of
+    from llmscale.specs.fingerprint import sha256_of
 
     if kind is ShowKind.MODEL:
         model = load_model(name)
@@ -94,7 +94,7 @@ def memory(job: o.JobFlags, as_json: o.JsonOpt = False, expect_sha256: o.ExpectS
 
     inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout)
     _check_sha(inputs.input_sha256, expect_sha256)
-    result = memory_breakdown(inputs.model, inputs.cluster, inputs.train, inputs.layouts)
+    result = memory_breakdown(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
     if as_json:
         typer.echo(json.dumps(render.memory_document(inputs, result), indent=2))
     else:
@@ -115,7 +115,7 @@ def explain(
 
     inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout, calibration=calibration)
     _check_sha(inputs.input_sha256, expect_sha256)
-    step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts)
+    step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
     if as_json:
         typer.echo(json.dumps(render.explain_document(inputs, step), indent=2))
     else:
@@ -172,7 +172,7 @@ def validate(
 def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster files (YAML/JSON/HF config)")]) -> None:
     """SHA256 of each file's canonical resolved spec (the value `--expect-sha256` checks)."""
     from llmscale.io.files import read_document
-    from llmscale.io.fingerprint import sha256_of
+    from llmscale.specs.fingerprint import sha256_of
 
     for path in files:
         data = read_document(path)

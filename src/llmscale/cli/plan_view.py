@@ -12,13 +12,14 @@ from rich.table import Table
 
 from llmscale import __version__
 from llmscale.cli.render import console, explain_table
+from llmscale.cost.calibrate import apply_calibration
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.io.calibration import apply_calibration, load_profile
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.calibration import load_profile
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.io.files import parse_spec
-from llmscale.io.fingerprint import sha256_of
-from llmscale.io.resolve import JobInputs, check_precision
+from llmscale.io.resolve import JobInputs, check_precision, constants_if_changed
 from llmscale.search.plan import Candidate, Objective, PlanResult, critical_batch_sequences, plan
+from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.units import GIB
 
@@ -43,21 +44,23 @@ def run_plan(*, model: str, cluster: str, gpus: int | None, tokens: float | None
              gbs: int | None, max_global_batch_tokens: float | None, seq_len: int | None, precision: Precision,
              as_json: bool, html: Path | None, expect_sha256: str | None, calibration: Path | None = None) -> None:
     model_spec, cluster_spec = load_model(model), load_cluster(cluster)
+    constants = load_constants()
     if calibration is not None:
-        cluster_spec = apply_calibration(cluster_spec, load_profile(calibration))
+        calibrated = apply_calibration(cluster_spec, constants, load_profile(calibration))
+        cluster_spec, constants = calibrated.cluster, calibrated.constants
     fields, batch_given = _train(tokens, gbs, seq_len, precision, max_global_batch_tokens)
     train = parse_spec(TrainSpec, fields, where="train")
     check_precision(cluster_spec, train)
     if not batch_given:
-        train = train.model_copy(update={"global_batch": critical_batch_sequences(model_spec, train)})
+        train = train.model_copy(update={"global_batch": critical_batch_sequences(model_spec, train, constants.search)})
     if gpus is not None and not 0 < gpus <= cluster_spec.num_gpus:
         raise SpecError("gpus", gpus, f"must be in 1..{cluster_spec.num_gpus} (cluster {cluster_spec.name!r})")
-    digest = sha256_of(model=model_spec, cluster=cluster_spec, train=train)
+    digest = sha256_of(model=model_spec, cluster=cluster_spec, train=train, constants=constants_if_changed(constants))
     if expect_sha256 is not None and expect_sha256.lower() != digest:
         raise LlmscaleError(
             f"--expect-sha256 {expect_sha256} does not match the inputs' SHA256 {digest}: refusing to run"
         )
-    result = _search(model_spec, cluster_spec, train, gpus, objective, top, batch_given, quiet=as_json)
+    result = _search(model_spec, cluster_spec, train, constants, gpus, objective, top, batch_given, quiet=as_json)
     document = plan_document(result, digest, model_spec.name, cluster_spec.name, train)
     if html is not None:
         from llmscale.report.plan_html import write_plan_html
@@ -66,10 +69,10 @@ def run_plan(*, model: str, cluster: str, gpus: int | None, tokens: float | None
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:
-        _render(result, document, model_spec, cluster_spec, train)
+        _render(result, document, model_spec, cluster_spec, train, constants)
 
 
-def _search(model, cluster, train, gpus, objective, top, batch_given, quiet) -> PlanResult:  # type: ignore[no-untyped-def]
+def _search(model, cluster, train, constants, gpus, objective, top, batch_given, quiet) -> PlanResult:  # type: ignore[no-untyped-def]
     """plan.plan with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
@@ -78,8 +81,8 @@ def _search(model, cluster, train, gpus, objective, top, batch_given, quiet) -> 
             def on_size(i: int, n: int, size: int) -> None:
                 progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
 
-            return plan(model, cluster, train, gpus=gpus, objective=objective, top=top, batch_given=batch_given,
-                        on_size=on_size)
+            return plan(model, cluster, train, constants, gpus=gpus, objective=objective, top=top,
+                        batch_given=batch_given, on_size=on_size)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None
@@ -147,7 +150,7 @@ def plan_document(result: PlanResult, digest: str, model: str, cluster: str, tra
     }
 
 
-def _render(result: PlanResult, document: dict[str, Any], model, cluster, train) -> None:  # type: ignore[no-untyped-def]
+def _render(result: PlanResult, document: dict[str, Any], model, cluster, train, constants) -> None:  # type: ignore[no-untyped-def]
     jobs = document["jobs"]
     console.print(f"# llmscale {__version__} plan · model {model.name} · cluster {cluster.name} "
                   f"({cluster.num_gpus:,} GPUs) · objective {result.objective.value} · "
@@ -181,7 +184,7 @@ def _render(result: PlanResult, document: dict[str, Any], model, cluster, train)
                       + ", ".join(f"{k} {v:.3g} min" for k, v in top_entry["checkpoint_interval_min"].items())
                       + f") -> effective {top_entry['effective_days'] or float('inf'):,.1f} days (llmscale goodput)")
     job = JobInputs(model, cluster.model_copy(update={"num_gpus": best.num_gpus}), train,
-                    best.layouts.row(best.layout_index), best.num_gpus)
+                    best.layouts.row(best.layout_index), best.num_gpus, constants)
     explain_table(job, best.step, best.layout_index)
     runners = Table(title="runners-up", title_justify="left")
     for column in ("#", "layout", "tokens/s/GPU", "vs best", "GiB"):

@@ -49,65 +49,14 @@ fabrics behave as their tier sizes say), stragglers and jitter.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from functools import cache
 
 import numpy as np
 
-from llmscale.io.catalog import catalog_values
 from llmscale.layout.arrays import distinct_rows
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.collective import Collective, bus_factor
+from llmscale.specs.constants import CommConstants
 from llmscale.units import US
-
-
-class Collective(str, Enum):
-    """A communication operation; bytes_total is the buffer S as nccl-tests sizes it (doc/PERFORMANCE.md)."""
-
-    ALL_REDUCE = "all_reduce"
-    """Sum S bytes held by every rank; every rank ends with the sum (bus factor 2(n−1)/n)."""
-    REDUCE_SCATTER = "reduce_scatter"
-    """Sum S bytes held by every rank; each rank ends with its 1/n of the sum (bus factor (n−1)/n)."""
-    ALL_GATHER = "all_gather"
-    """Each rank contributes S/n bytes; every rank ends with all S (bus factor (n−1)/n)."""
-    ALL_TO_ALL = "all_to_all"
-    """Each rank sends S/n bytes to every rank, S in all (bus factor (n−1)/n)."""
-    SEND_RECV = "send_recv"
-    """Each rank sends S bytes to its neighbour in the group (pipeline stage, context-parallel ring)."""
-
-
-@dataclass(frozen=True)
-class CommEfficiency:
-    """Achieved fractions of rated bandwidth and fixed latencies; values and sources in catalog/comm.yaml."""
-
-    scale_up_ring: float
-    """Ring bus bandwidth / line rate inside the NVLink domain (370/450 on H100)."""
-    scale_up_in_network: float
-    """NVLS all-reduce algorithm bandwidth / line rate (274/450 on H100)."""
-    scale_up_all_to_all: float
-    """All-to-all bus bandwidth / line rate inside the NVLink domain."""
-    network: float
-    """Ring bus bandwidth / line rate through a scale-out NIC (47/50 for NDR)."""
-    network_all_to_all: float
-    """All-to-all bandwidth / line rate through a scale-out NIC."""
-    base_latency_s: dict[Collective, float]
-    """Fixed cost of one call, per collective (NCCL baseLat)."""
-    in_network_latency_s: float
-    """Latency of one NVLS all-reduce inside a domain (replaces its ring steps)."""
-
-
-@cache
-def comm_efficiency() -> CommEfficiency:
-    """The catalog's communication constants (catalog/comm.yaml)."""
-    raw = catalog_values("comm.yaml")
-    return CommEfficiency(
-        scale_up_ring=raw["scale_up_ring"],
-        scale_up_in_network=raw["scale_up_in_network"],
-        scale_up_all_to_all=raw["scale_up_all_to_all"],
-        network=raw["network"],
-        network_all_to_all=raw["network_all_to_all"],
-        base_latency_s={op: raw["base_latency_us"][op.value] * US for op in Collective},
-        in_network_latency_s=raw["in_network_latency_us"] * US,
-    )
 
 
 @dataclass(frozen=True)
@@ -146,7 +95,7 @@ class GroupLinks:
     """ᾱ_peer: mean latency to one peer."""
     send_recv_bandwidth_bytes_per_s: np.ndarray
     """β_p2p: bandwidth of the slowest neighbour-to-neighbour transfer."""
-    efficiency: CommEfficiency
+    comm: CommConstants
     """The constants the links were derived with (base latencies are read from here)."""
 
 
@@ -162,7 +111,7 @@ class _Tiers:
     in_network: np.ndarray
 
 
-def _tiers(cluster: ClusterSpec, eff: CommEfficiency) -> _Tiers:
+def _tiers(cluster: ClusterSpec, eff: CommConstants) -> _Tiers:
     """Achievable per-GPU bandwidth of each tier: rated × efficiency / oversubscription (tier 0 = scale-up)."""
     up = [i == 0 for i in range(len(cluster.tiers))]
     rated = np.array([t.bandwidth_bytes_per_s for t in cluster.tiers])
@@ -194,15 +143,6 @@ def _placement(tiers: _Tiers, n: np.ndarray, s: np.ndarray) -> tuple[np.ndarray,
     crossed = np.arange(tiers.ranks.shape[0])[:, None] < tier
     members = np.where(crossed, np.clip(np.gcd(tiers.ranks, block) // s, 1, n), n).astype(float)
     return tier, crossed, members
-
-
-def bus_factor(op: Collective, size: np.ndarray) -> np.ndarray:
-    """nccl-tests' bus-bandwidth factor f(n), busbw = algbw·f(n) (doc/PERFORMANCE.md; formulas.md B1): 2(n−1)/n
-    all-reduce, (n−1)/n reduce-scatter, all-gather and all-to-all, 1 send/recv. In-network all-reduce is reported
-    with the ring factor too (nccl-tests#366), so NVLS busbw is the ring-equivalent figure."""
-    n = np.asarray(size, dtype=float)
-    factors = {Collective.ALL_REDUCE: 2 * (n - 1) / n, Collective.SEND_RECV: np.ones_like(n)}
-    return factors.get(Collective(op), (n - 1) / n)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -245,7 +185,7 @@ def _bandwidths(tiers: _Tiers, n: np.ndarray, s: np.ndarray, crossed: np.ndarray
 
 
 def group_links(
-    cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, efficiency: CommEfficiency | None = None
+    cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, comm: CommConstants
 ) -> GroupLinks:
     """The links a group of `size` ranks at `stride` sees on `cluster` (module docstring: placement and β).
 
@@ -255,21 +195,20 @@ def group_links(
     `min(nvlink_bw, nic_bw·nics_per_node)` for whole nodes (m_0 = g). With stride ≥ the domain size, m_0 = 1 and
     each member drives its own NIC. Source: formulas.md B2 (SimAI, NCCL tuning.cc, nccl-tests issues).
     """
-    eff = efficiency if efficiency is not None else comm_efficiency()
     n_arr, s_arr = np.broadcast_arrays(np.atleast_1d(np.asarray(size, dtype=np.int64)),
                                        np.atleast_1d(np.asarray(stride, dtype=np.int64)))
     n, s = n_arr.reshape(-1), s_arr.reshape(-1)
     if n.size > _DEDUPE_ABOVE:
         # Many layouts but few distinct (size, stride) groups: place each once.
         rows = distinct_rows(n, s)
-        return rows.spread_fields(_group_links(cluster, n.take(rows.first), s.take(rows.first), eff))
-    return _group_links(cluster, n, s, eff)
+        return rows.spread_fields(_group_links(cluster, n.take(rows.first), s.take(rows.first), comm))
+    return _group_links(cluster, n, s, comm)
 
 
 _DEDUPE_ABOVE = 4096
 
 
-def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommEfficiency) -> GroupLinks:
+def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommConstants) -> GroupLinks:
     tiers = _tiers(cluster, eff)
     tier, crossed, members = _placement(tiers, n, s)
     lat = _latencies(tiers, n, crossed, members)
@@ -294,7 +233,7 @@ def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommEf
         all_to_all_bandwidth_bytes_per_s=bw["all_to_all"],
         all_to_all_step_latency_s=lat["peer"],
         send_recv_bandwidth_bytes_per_s=bw["p2p"],
-        efficiency=eff,
+        comm=eff,
     )
 
 
@@ -306,14 +245,14 @@ def _all_reduce_s(bytes_total: np.ndarray, n: np.ndarray, links: GroupLinks) -> 
     all-gather back inside (the intra reduce-scatter + all-gather cost one intra all-reduce); phases summed.
     Left out: pipelining the phases (NCCL's NVLSTree overlaps them)."""
     s = np.asarray(bytes_total, dtype=float)
-    base = links.efficiency.base_latency_s[Collective.ALL_REDUCE]
+    base = links.comm.base_latency_s(Collective.ALL_REDUCE)
     f = bus_factor(Collective.ALL_REDUCE, n)
     flat = base + 2 * (n - 1) * links.ring_step_latency_s + s * f / links.bandwidth_bytes_per_s
     m0 = links.members_per_domain
     f0 = bus_factor(Collective.ALL_REDUCE, m0)
     intra_ring = 2 * (m0 - 1) * links.scale_up_latency_s + s * f0 / links.scale_up_bandwidth_bytes_per_s
     nvls_bw = links.scale_up_in_network_bytes_per_s
-    intra_nvls = np.where(nvls_bw > 0, links.efficiency.in_network_latency_s + _ratio(s, nvls_bw), np.inf)
+    intra_nvls = np.where(nvls_bw > 0, links.comm.in_network_latency_s + _ratio(s, nvls_bw), np.inf)
     intra = np.where(m0 > 1, np.minimum(intra_ring, intra_nvls), 0.0)
     k = n / m0
     part = s / m0 / links.scale_out_bandwidth_bytes_per_s
@@ -331,7 +270,7 @@ def collective_time_s(op: Collective, bytes_total: np.ndarray, size: np.ndarray,
     op = Collective(op)
     n = np.atleast_1d(np.asarray(size, dtype=float)).reshape(-1)
     s = np.asarray(bytes_total, dtype=float)
-    base = links.efficiency.base_latency_s[op]
+    base = links.comm.base_latency_s(op)
     wire = s * bus_factor(op, n)
     with np.errstate(divide="ignore", invalid="ignore"):
         if op is Collective.ALL_REDUCE:

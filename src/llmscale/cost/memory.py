@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
-from functools import cache
 
 import numpy as np
 
@@ -37,37 +36,13 @@ from llmscale.cost.activations import (
     stage_activation_bytes,
 )
 from llmscale.cost.params import ParamCounts, count_params
-from llmscale.io.catalog import catalog_values
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, StageLayers, stage_layers
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants, MemoryConstants
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Optimizer, Precision, TrainSpec
-from llmscale.units import GIB
-
-
-@dataclass(frozen=True)
-class MemoryConstants:
-    """Constants of the memory model; values and sources in catalog/memory.yaml."""
-
-    runtime_reserved_bytes: float
-    fragmentation_fraction: float
-    fp8_weight_cache_bytes_per_param: float
-    fp4_weight_cache_bytes_per_param: float
-    zero3_prefetch_layers: int
-
-
-@cache
-def memory_constants() -> MemoryConstants:
-    raw = catalog_values("memory.yaml")
-    return MemoryConstants(
-        runtime_reserved_bytes=raw["runtime_reserved_gib"] * GIB,
-        fragmentation_fraction=raw["fragmentation_fraction"],
-        fp8_weight_cache_bytes_per_param=raw["fp8_weight_cache_bytes_per_param"],
-        fp4_weight_cache_bytes_per_param=raw["fp4_weight_cache_bytes_per_param"],
-        zero3_prefetch_layers=int(raw["zero3_prefetch_layers"]),
-    )
 
 
 @dataclass(frozen=True)
@@ -200,10 +175,10 @@ class Sharding:
 
 
 def _state_bytes(
-    train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray
+    train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray,
+    const: MemoryConstants,
 ) -> _StateBytes:
     """Weights, gradients and optimizer bytes after ZeRO sharding, offload and low-precision copies."""
-    const = memory_constants()
     grad_b = gradient_bytes_per_param(train)
     opt_b = optimizer_state_bytes_per_param(train)
     cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
@@ -218,18 +193,18 @@ def _state_bytes(
     zeros = np.zeros(lay.size)
     state = _StateBytes(weights, grads_params * grad_b, optimizer, gather, zeros, zeros)
     if lay.offload_optimizer.any() or lay.offload_params.any():
-        state = _offloaded(lay, params, state, grads_params, num_micro)
+        state = _offloaded(lay, params, state, grads_params, num_micro, const)
     return state
 
 
 def _offloaded(
-    lay: Layouts, params: RankParams, state: _StateBytes, grads_params: np.ndarray, num_micro: np.ndarray
+    lay: Layouts, params: RankParams, state: _StateBytes, grads_params: np.ndarray, num_micro: np.ndarray,
+    const: MemoryConstants,
 ) -> _StateBytes:
     """Optimizer offload (ZeRO-Offload, Ren et al. 2021 §4): optimizer state and an fp32 gradient copy on
     the host; per step the gradients go down and the updated 16-bit weights come back up. Parameter offload
     (ZeRO-Infinity): weights on the host, streamed in for forward and backward of every micro-batch, with a
     two-layer device buffer."""
-    const = memory_constants()
     opt = lay.offload_optimizer
     opt_host = np.where(opt, state.optimizer + grads_params * 4.0, 0.0)
     opt_pcie = np.where(opt, state.gradients + grads_params * BYTES_16BIT, 0.0)
@@ -308,11 +283,12 @@ def _same_stage(a: StageLayers, b: StageLayers) -> bool:
 
 
 def memory_breakdown(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, stages: RankStages | None = None
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+    stages: RankStages | None = None,
 ) -> MemoryBreakdown:
     """Memory of the most-loaded GPU of every layout (see module docstring). `stages` reuses the step
     model's per-rank layers, parameters and in-flight micro-batches (`rank_stages`) instead of recomputing them."""
-    const = memory_constants()
+    const = constants.memory
     acts = layer_activations(model, train, lay)
     num_micro = lay.num_microbatches(train.global_batch)
     shard = Sharding.of(lay)
@@ -322,7 +298,7 @@ def memory_breakdown(
     best_total = np.full(lay.size, -1.0)
     fields: dict[str, np.ndarray] = {}
     for stage in stages.values():
-        state = _state_bytes(train, lay, stage.params, shard, num_micro)
+        state = _state_bytes(train, lay, stage.params, shard, num_micro, const)
         activations = stage_activation_bytes(model, acts, lay, stage.layers.dense, stage.layers.moe, stage.held)
         activations = activations + np.where(stage.layers.last > 0, logits, 0.0)
         buffers = shared_buffers + state.gather_buffer

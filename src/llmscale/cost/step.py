@@ -21,7 +21,6 @@ where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs t
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
-from functools import cache
 from typing import TypeVar
 
 import numpy as np
@@ -39,29 +38,13 @@ from llmscale.cost.memory import (
 from llmscale.cost.params import count_params
 from llmscale.cost.pipeline import PipelineTimes, pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
-from llmscale.io.catalog import catalog_values
 from llmscale.layout.arrays import Layouts, distinct_rows
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
+from llmscale.specs.constants import CommConstants, Constants, StepConstants
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-
-
-@dataclass(frozen=True)
-class StepConstants:
-    """Overlap shares and fixed costs of the step model (catalog/step.yaml)."""
-
-    tp_comm_exposed_fraction: float
-    dp_overlap_efficiency: float
-    ep_comm_exposed_fraction: float
-    step_overhead_s: float
-
-
-@cache
-def step_constants() -> StepConstants:
-    raw = {key: float(value) for key, value in catalog_values("step.yaml").items()}
-    return StepConstants(**raw)
 
 
 @dataclass(frozen=True)
@@ -191,8 +174,7 @@ class _PathShares:
     dualpipe: np.ndarray
 
     @classmethod
-    def of(cls, lay: Layouts) -> _PathShares:
-        const = step_constants()
+    def of(cls, lay: Layouts, const: StepConstants) -> _PathShares:
         return cls(
             full=(lay.recompute == Recompute.FULL.code).astype(float),
             any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
@@ -202,15 +184,16 @@ class _PathShares:
         )
 
 
-def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> StepBreakdown:
-    """The step-time breakdown of every layout (see module docstring)."""
-    const = step_constants()
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+                  constants: Constants) -> StepBreakdown:
+    """The step-time breakdown of every layout (see module docstring), with the model constants `constants`."""
+    const = constants.step
     eff = cluster.gpu.efficiency
     num_micro = lay.num_microbatches(train.global_batch)
-    times, comm = _per_microbatch(model, cluster, train, lay)
+    times, comm = _per_microbatch(model, cluster, train, lay, constants.comm)
     best: tuple[_CriticalPath, StageLayers] | None = None
     stages = rank_stages(model, train, lay)
-    shares = _PathShares.of(lay)
+    shares = _PathShares.of(lay, const)
     for stage in stages.values():
         layers = stage.layers
         path = _critical_path(shares, layers, rank_compute(lay, layers, times, eff), comm, eff)
@@ -224,15 +207,16 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
     pipe = pipeline_times(lay, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
-    shard = _shard_costs(model, cluster, train, lay, layers)
+    shard = _shard_costs(model, cluster, train, lay, layers, constants.comm)
     dp = shard.data_parallel
     window = const.dp_overlap_efficiency
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
                   # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
                   + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
-    memory = memory_breakdown(model, cluster, train, lay, stages)
-    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory)
+    memory = memory_breakdown(model, cluster, train, lay, constants, stages)
+    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory,
+                     const)
 
 
 MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
@@ -240,14 +224,14 @@ MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_or
 
 
 def _per_microbatch(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, comm: CommConstants
 ) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
     """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
     search has few) and spread to every layout."""
     rows = lay.distinct(*MICROBATCH_COLUMNS)
     few = lay.take(rows.first)
     dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few))
-    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few))
+    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few, comm))
 
 
 @dataclass(frozen=True)
@@ -264,7 +248,7 @@ SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 
 
 def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                 layers: StageLayers) -> _ShardCosts:
+                 layers: StageLayers, comm: CommConstants) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (holding `layers`), computed once per
     distinct (SHARD_COLUMNS, layers) row: a search has few."""
     rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), layers.dense, layers.moe, layers.first,
@@ -273,7 +257,8 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     layers = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers.dense + layers.moe)
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers.dense + layers.moe,
+                            comm)
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     sharding = Sharding.of(lay)
     shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex
@@ -283,10 +268,9 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
 def _assemble(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, path: _CriticalPath,
     pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, optimizer_s: np.ndarray,
-    memory: MemoryBreakdown,
+    memory: MemoryBreakdown, const: StepConstants,
 ) -> StepBreakdown:
     """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
-    const = step_constants()
     tokens = float(train.tokens_per_step)
     # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
     m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.collectives import Collective, collective_time_s, group_links
+from llmscale.cost.collectives import collective_time_s, group_links
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.collective import Collective
+from llmscale.specs.constants import CommConstants
 from llmscale.specs.layout import RankOrder
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
@@ -81,7 +83,8 @@ class MicrobatchComm:
     pp_s: np.ndarray
 
 
-def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts) -> MicrobatchComm:
+def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+                    comm: CommConstants) -> MicrobatchComm:
     """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
     columns tp, cp, mbs, sp, etp, ep, pp, dp and rank_order only (step.MICROBATCH_COLUMNS)."""
     tokens = train.seq_len / lay.cp * lay.mbs
@@ -89,20 +92,20 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     strides = GroupStrides.of(lay)
     activation = BYTES_16BIT * tokens * h
     sigma = np.where(lay.sp, lay.tp, 1)
-    tp_links = group_links(cluster, lay.tp, np.ones_like(lay.tp))
+    tp_links = group_links(cluster, lay.tp, np.ones_like(lay.tp), comm)
     gather = collective_time_s(Collective.ALL_GATHER, activation, lay.tp, tp_links)
     scatter = collective_time_s(Collective.REDUCE_SCATTER, activation, lay.tp, tp_links)
     reduce = collective_time_s(Collective.ALL_REDUCE, activation, lay.tp, tp_links)
     block = np.where(lay.sp, gather + scatter, reduce)
     tp_dense = 2 * block
     tp_moe = block + np.where(lay.etp > 1, block, 0.0)
-    cp_links = group_links(cluster, lay.cp, lay.tp)
+    cp_links = group_links(cluster, lay.cp, lay.tp, comm)
     kv_bytes = BYTES_16BIT * tokens * kv_width(model)
     cp_step = collective_time_s(Collective.SEND_RECV, kv_bytes, lay.cp, cp_links)
     cp = (lay.cp - 1) * cp_step
     ep = np.zeros(lay.size)
     if model.is_moe:
-        ep_links = group_links(cluster, lay.ep, strides.ep)
+        ep_links = group_links(cluster, lay.ep, strides.ep, comm)
         # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
         # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
         # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
@@ -111,7 +114,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
             k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
         copies = tokens * k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
         ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
-    pp_links = group_links(cluster, lay.pp, strides.pp)
+    pp_links = group_links(cluster, lay.pp, strides.pp, comm)
     pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
     return MicrobatchComm(tp_dense, tp_moe, cp, ep, pp)
 
@@ -130,7 +133,7 @@ class DataParallelComm:
 
 def data_parallel_comm(
     cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
-    grad_bytes: float, layers: np.ndarray,
+    grad_bytes: float, layers: np.ndarray, comm: CommConstants,
 ) -> DataParallelComm:
     """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes`
     per element (fp32 main grads are reduced in fp32, Megatron grad_reduce_in_fp32), parameters gathered in
@@ -138,8 +141,8 @@ def data_parallel_comm(
     its latency `layers` times."""
     dense_group = lay.dp * lay.cp
     strides = GroupStrides.of(lay)
-    dense_links = group_links(cluster, dense_group, strides.dense_dp)
-    expert_links = group_links(cluster, lay.edp, strides.edp)
+    dense_links = group_links(cluster, dense_group, strides.dense_dp, comm)
+    expert_links = group_links(cluster, lay.edp, strides.edp, comm)
 
     def both(op: Collective, bytes_per_param: float, calls: np.ndarray | int = 1) -> np.ndarray:
         return calls * (

@@ -14,6 +14,7 @@ import yaml
 from llmscale.errors import CatalogError, InputFileError
 from llmscale.io.files import parse_spec, read_document
 from llmscale.specs.cluster import ClusterSpec, GPUSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.model import ModelSpec
 
 
@@ -29,6 +30,13 @@ class Kind(str, Enum):
 def catalog_file(filename: str) -> Any:
     """One YAML file of the built-in catalog, parsed (read once per process; callers must not modify it)."""
     text = resources.files("llmscale.catalog").joinpath(filename).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+@cache
+def dataset_file(filename: str) -> Any:
+    """One YAML file of the published-runs data shipped inside `llmscale/data/`, parsed (read once per process)."""
+    text = resources.files("llmscale.data").joinpath(filename).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
 
@@ -89,6 +97,20 @@ def failure_profile(name: str | None = None) -> dict[str, Any]:
     if name not in profiles:
         raise CatalogError(f"unknown failure profile {name!r}; catalog failures: {', '.join(profiles)}")
     return {"name": name, **profiles[name]}
+
+
+CONSTANTS_FILES = {"step": "step.yaml", "memory": "memory.yaml", "comm": "comm.yaml", "checkpoint": "checkpoint.yaml",
+                   "search": "plan.yaml"}
+"""The catalog file of each component of `specs.constants.Constants`."""
+
+
+def load_constants() -> Constants:
+    """The catalog's model constants (`specs.constants.Constants`): each component's file, the mitigations and the
+    default failure profile of failures.yaml. A fresh, validated object on every call (nothing cached but the files)."""
+    raw: dict[str, Any] = {component: catalog_values(name) for component, name in CONSTANTS_FILES.items()}
+    raw["mitigations"] = _failures_catalog()["mitigations"]
+    raw["failures"] = failure_profile()
+    return Constants.model_validate(raw)
 
 
 def _with_failures(cluster: dict[str, Any], where: str) -> dict[str, Any]:

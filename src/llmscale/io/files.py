@@ -82,10 +82,10 @@ def spec_error_from(exc: ValidationError, where: str) -> SpecError:
 def _allowed_keys(title: str, loc: tuple[int | str, ...]) -> list[str]:
     """The keys allowed where the unknown key `loc` sits: the fields of the top-level spec named
     `title`, or of the nested spec (`mla`, `node`, `tiers[i]`, ...) that `loc` walks into."""
-    from llmscale.specs import cluster, layout, model, train
+    from llmscale.specs import calibration, cluster, constants, layout, model, train
 
     spec: type[Spec] | None = None
-    for module in (model, cluster, train, layout):
+    for module in (model, cluster, train, layout, constants, calibration):
         cls = getattr(module, title, None)
         if isinstance(cls, type) and issubclass(cls, Spec):
             spec = cls

@@ -6,14 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmscale.cost.calibrate import apply_calibration
 from llmscale.errors import SpecError
-from llmscale.io.calibration import apply_calibration, load_profile
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.calibration import load_profile
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.io.files import parse_spec
-from llmscale.io.fingerprint import sha256_of
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import validate_one
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
+from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
@@ -29,6 +31,8 @@ class JobInputs:
     layout: Layout
     num_gpus: int
     """GPUs of the job (≤ the cluster's)."""
+    constants: Constants
+    """The model constants the estimates use (the catalog's, or a calibration profile's overrides)."""
 
     @property
     def layouts(self) -> Layouts:
@@ -36,12 +40,19 @@ class JobInputs:
 
     @property
     def input_sha256(self) -> str:
-        return sha256_of(model=self.model, cluster=self.cluster, train=self.train, layout=self.resolved_layout)
+        return sha256_of(model=self.model, cluster=self.cluster, train=self.train, layout=self.resolved_layout,
+                         constants=constants_if_changed(self.constants))
 
     @property
     def resolved_layout(self) -> Layout:
         """The layout with every default made explicit (dp, etp, sp, schedule)."""
         return self.layouts.row(0)
+
+
+def constants_if_changed(constants: Constants) -> Constants | None:
+    """`constants` when they differ from the catalog's (then they are part of the inputs' hash), else None: the
+    shipped constants are part of the llmscale version, which every output records beside the hash."""
+    return None if constants == load_constants() else constants
 
 
 def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
@@ -81,12 +92,14 @@ def resolve_job(
     replaces the cluster's datasheet numbers with measured ones (calibration.apply_calibration)."""
     model_spec = load_model(model)
     cluster_spec = load_cluster(cluster)
+    constants = load_constants()
     if calibration is not None:
-        cluster_spec = apply_calibration(cluster_spec, load_profile(calibration))
+        calibrated = apply_calibration(cluster_spec, constants, load_profile(calibration))
+        cluster_spec, constants = calibrated.cluster, calibrated.constants
     train_spec = parse_spec(TrainSpec, {k: v for k, v in train.items() if v is not None}, where="train")
     layout_spec = parse_spec(Layout, {k: v for k, v in layout.items() if v is not None}, where="layout")
     check_precision(cluster_spec, train_spec)
     num_gpus = _job_gpus(layout_spec, cluster_spec, gpus)
-    job = JobInputs(model_spec, cluster_spec, train_spec, layout_spec, num_gpus)
+    job = JobInputs(model_spec, cluster_spec, train_spec, layout_spec, num_gpus, constants)
     validate_one(model_spec, train_spec, num_gpus, job.layouts)
     return job

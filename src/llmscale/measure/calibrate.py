@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.io.calibration import (
+from llmscale.specs.calibration import (
     CalibrationProfile,
     CollectiveCalibration,
     DeviceInfo,

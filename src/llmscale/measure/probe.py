@@ -27,19 +27,19 @@ from llmscale import __version__
 from llmscale.cost.params import count_params
 from llmscale.errors import SpecError
 from llmscale.io.calibration import load_profile
-from llmscale.io.catalog import load_model
+from llmscale.io.catalog import load_constants, load_model
 from llmscale.io.files import parse_spec
-from llmscale.io.fingerprint import sha256_of
 from llmscale.layout.rules import validate_one
 from llmscale.measure.probe_predict import (
     ProbeSetup,
-    calibrated_cluster,
+    calibrated_inputs,
     host_cluster,
     measured_split,
     predict,
     rank_steps,
     spec_changes,
 )
+from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.model import ModelSpec
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -123,20 +123,21 @@ def run_probe(config: ProbeConfig) -> dict[str, Any] | None:
     if raw is None:
         return None
     ranks = raw["ranks"]
-    cluster, collectives = host_cluster(setup, ranks)
+    constants = load_constants()
+    cluster, collectives = host_cluster(setup, ranks, constants.comm)
     calibration: dict[str, Any] | None = None
     if profile is not None:
-        in_run, _ = predict(setup, cluster)
-        calibrated = calibrated_cluster(cluster, profile)
+        in_run, _ = predict(setup, cluster, constants)
+        calibrated = calibrated_inputs(cluster, constants, profile)
         calibration = {"file": str(config.calibration), "sha256": profile.sha256 or profile.body_sha256(),
                        "device": profile.device.name, "date": profile.date,
-                       "changed": spec_changes(cluster, calibrated),
+                       "changed": spec_changes(cluster, calibrated.cluster),
                        "device_mismatch": None if profile.device.name == ranks[0]["device"] else (
                            f"the profile measured '{profile.device.name}' as one device; a probe rank is "
                            f"'{ranks[0]['device']}' sharing this host with {setup.nproc - 1} other ranks"),
                        "predicted_step_s_in_run_measurements": in_run.step_s}
-        cluster = calibrated
-    predicted, matched = predict(setup, cluster)
+        cluster, constants = calibrated.cluster, calibrated.constants
+    predicted, matched = predict(setup, cluster, constants)
     per_rank = rank_steps(ranks)
     measured, steps = measured_split(per_rank)
     counts = count_params(setup.model)

@@ -50,17 +50,20 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.cost.collectives import Collective, collective_time_s, group_links
+from llmscale.cost.calibrate import Calibrated, apply_calibration
+from llmscale.cost.collectives import collective_time_s, group_links
 from llmscale.cost.compute import _elementwise_bytes_per_token, layer_times, rank_compute
 from llmscale.cost.flops import attention_core_flops_per_layer
 from llmscale.cost.memory import optimizer_step_traffic_bytes_per_param, rank_params
 from llmscale.cost.params import count_params
 from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.cost.traffic import data_parallel_comm
-from llmscale.io.calibration import CalibrationProfile, apply_calibration
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, stage_layers
+from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec, GPUSpec, NetworkTier, NodeSpec
+from llmscale.specs.collective import Collective
+from llmscale.specs.constants import CommConstants, Constants
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
@@ -143,22 +146,23 @@ def _single_tier_cluster(gpu: GPUSpec, nproc: int, bandwidth: float, latency_s: 
     )
 
 
-def _model_time(gpu: GPUSpec, nproc: int, sample: dict[str, Any], bandwidth: float, latency_s: float) -> float:
+def _model_time(gpu: GPUSpec, nproc: int, sample: dict[str, Any], bandwidth: float, latency_s: float,
+                comm: CommConstants) -> float:
     cluster = _single_tier_cluster(gpu, nproc, bandwidth, latency_s)
-    links = group_links(cluster, np.array([sample["size"]]), np.array([sample["stride"]]))
+    links = group_links(cluster, np.array([sample["size"]]), np.array([sample["stride"]]), comm)
     op = Collective(sample["op"])
     return float(collective_time_s(op, np.array([sample["bytes_total"]]), np.array([sample["size"]]), links)[0])
 
 
-def fit_tier(gpu: GPUSpec, nproc: int, samples: list[dict[str, Any]]) -> tuple[float, float]:
+def fit_tier(gpu: GPUSpec, nproc: int, samples: list[dict[str, Any]], comm: CommConstants) -> tuple[float, float]:
     """(bandwidth B/s, latency s) of the one tier that makes comm.py's times closest, in relative error, to the
     measured ones. comm.py's time is base + a·latency + b/bandwidth for each sample (one tier): a and b are read
     off the model itself by evaluating it at three (bandwidth, latency) points, so the fit cannot drift from it."""
     rows, targets = [], []
     for s in samples:
-        base = _model_time(gpu, nproc, s, 1e21, 0.0)
-        b = (_model_time(gpu, nproc, s, _PROBE_BANDWIDTH, 0.0) - base) * _PROBE_BANDWIDTH
-        a = (_model_time(gpu, nproc, s, 1e21, _PROBE_LATENCY_S) - base) / _PROBE_LATENCY_S
+        base = _model_time(gpu, nproc, s, 1e21, 0.0, comm)
+        b = (_model_time(gpu, nproc, s, _PROBE_BANDWIDTH, 0.0, comm) - base) * _PROBE_BANDWIDTH
+        a = (_model_time(gpu, nproc, s, 1e21, _PROBE_LATENCY_S, comm) - base) / _PROBE_LATENCY_S
         t = float(s["seconds"])
         rows.append([a / t, b / t])
         targets.append((t - base) / t)
@@ -216,28 +220,30 @@ def host_gpu(setup: ProbeSetup, ranks: list[dict[str, Any]]) -> GPUSpec:
     )
 
 
-def host_cluster(setup: ProbeSetup, ranks: list[dict[str, Any]]) -> tuple[ClusterSpec, list[dict[str, Any]]]:
+def host_cluster(setup: ProbeSetup, ranks: list[dict[str, Any]],
+                 comm: CommConstants) -> tuple[ClusterSpec, list[dict[str, Any]]]:
     """The cpu-host cluster and, per measured collective, the measured and fitted-model times."""
     gpu = host_gpu(setup, ranks)
     samples = [dict(s, seconds=statistics.fmean(float(r["bench"]["collectives"][i]["seconds"]) for r in ranks))
                for i, s in enumerate(ranks[0]["bench"]["collectives"])]
-    bandwidth, latency = fit_tier(gpu, setup.nproc, samples)
+    bandwidth, latency = fit_tier(gpu, setup.nproc, samples, comm)
     cluster = _single_tier_cluster(gpu, setup.nproc, bandwidth, latency)
     checks = [{"op": s["op"], "bytes_total": s["bytes_total"], "size": s["size"], "measured_s": s["seconds"],
-               "model_s": _model_time(gpu, setup.nproc, s, bandwidth, latency)} for s in samples]
+               "model_s": _model_time(gpu, setup.nproc, s, bandwidth, latency, comm)} for s in samples]
     return cluster, checks
 
 
-def calibrated_cluster(cluster: ClusterSpec, profile: CalibrationProfile) -> ClusterSpec:
-    """`apply_calibration(cluster, profile)` on the in-run cpu-host cluster: the profile's GEMM rate and roll-off,
+def calibrated_inputs(cluster: ClusterSpec, constants: Constants, profile: CalibrationProfile) -> Calibrated:
+    """`apply_calibration` on the in-run cpu-host cluster: the profile's GEMM rate and roll-off,
     copy bandwidth and tier bandwidth/latency replace the in-run ones (calibration.py's rules). The profile's copy
     bandwidth becomes memory bandwidth × hbm there (its hbm is copy / datasheet: a GPU's fused kernels run near
     copy speed); the probe's eager memory-bound kernels reach only the in-run fraction φ of a copy, which a profile
     does not hold, so hbm = (the applied hbm) · φ: the profile's copy rate times the in-run φ."""
-    calibrated = apply_calibration(cluster, profile)
-    hbm = min(calibrated.gpu.efficiency.hbm * cluster.gpu.efficiency.hbm, 1.0)
-    efficiency = calibrated.gpu.efficiency.model_copy(update={"hbm": hbm})
-    return calibrated.model_copy(update={"gpu": calibrated.gpu.model_copy(update={"efficiency": efficiency})})
+    calibrated = apply_calibration(cluster, constants, profile)
+    gpu = calibrated.cluster.gpu
+    hbm = min(gpu.efficiency.hbm * cluster.gpu.efficiency.hbm, 1.0)
+    gpu = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(update={"hbm": hbm})})
+    return Calibrated(calibrated.cluster.model_copy(update={"gpu": gpu}), calibrated.constants)
 
 
 def spec_changes(before: ClusterSpec, after: ClusterSpec) -> dict[str, list[Any]]:
@@ -255,13 +261,14 @@ def spec_changes(before: ClusterSpec, after: ClusterSpec) -> dict[str, list[Any]
     return {key: [old.get(key), new.get(key)] for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
 
 
-def predict(setup: ProbeSetup, cluster: ClusterSpec) -> tuple[Split, dict[str, float]]:
+def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tuple[Split, dict[str, float]]:
     """The step model's split for the probe (module docstring) and the terms matched to the probe's schedule."""
     model, train, lay = setup.model, setup.train, setup.layouts
-    step: StepBreakdown = estimate_step(model, cluster, train, lay)
+    step: StepBreakdown = estimate_step(model, cluster, train, lay, constants)
     layers = stage_layers(model, lay, RankOf.FIRST)
     params = rank_params(model, count_params(model), lay, layers)
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0, layers.dense + layers.moe)
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0, layers.dense + layers.moe,
+                            constants.comm)
     times = rank_compute(lay, layers, layer_times(model, cluster, train, lay), cluster.gpu.efficiency)
     micro = setup.micro_batches
 

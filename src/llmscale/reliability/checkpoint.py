@@ -21,47 +21,20 @@ separate from the compute NICs, other jobs writing at the same time, compression
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
 from llmscale.cost.memory import rank_params
 from llmscale.cost.params import count_params
-from llmscale.io.catalog import catalog_values
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, stage_layers
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import CheckpointConstants
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Optimizer, TrainSpec
 from llmscale.units import GB
 
 BYTES_16BIT_WEIGHT = 2.0
-
-
-@dataclass(frozen=True)
-class CheckpointConstants:
-    """Constants of the checkpoint and restart model; values and sources in catalog/checkpoint.yaml."""
-
-    detection_s: float
-    reschedule_hot_spare_s: float
-    reschedule_requeue_s: float
-    startup_s: float
-    storage_write_bytes_per_s_per_gpu: float
-    storage_read_bytes_per_s_per_gpu: float
-    host_memory_fraction: float
-    background_interference: float
-
-
-@cache
-def checkpoint_constants() -> CheckpointConstants:
-    raw = catalog_values("checkpoint.yaml")
-    return CheckpointConstants(
-        detection_s=raw["detection_s"], reschedule_hot_spare_s=raw["reschedule_hot_spare_s"],
-        reschedule_requeue_s=raw["reschedule_requeue_s"], startup_s=raw["startup_s"],
-        storage_write_bytes_per_s_per_gpu=raw["storage_write_gb_per_s_per_gpu"] * GB,
-        storage_read_bytes_per_s_per_gpu=raw["storage_read_gb_per_s_per_gpu"] * GB,
-        host_memory_fraction=raw["host_memory_fraction"], background_interference=raw["background_interference"],
-    )
 
 
 def bytes_per_param(train: TrainSpec) -> float:
@@ -113,13 +86,14 @@ class CheckpointCost:
     """The node's own snapshot and its peer's replica fit in the host memory a tier may use."""
     storage_assumed: bool
     """The cluster gives no storage figure; the per-GPU default of catalog/checkpoint.yaml was scaled."""
+    interference: float
+    """Slow-down of training while a background transfer (replication, storage write) runs (catalog)."""
 
 
-def _storage_bytes_per_s(cluster: ClusterSpec, num_gpus: np.ndarray,
-                         cluster_gpus: int) -> tuple[np.ndarray, np.ndarray, bool]:
+def _storage_bytes_per_s(cluster: ClusterSpec, num_gpus: np.ndarray, cluster_gpus: int,
+                         const: CheckpointConstants) -> tuple[np.ndarray, np.ndarray, bool]:
     """The job's share of the storage system: G / N of it, as when every job of a full cluster checkpoints at once
     (a job alone on the cluster would see more)."""
-    const = checkpoint_constants()
     if cluster.storage is not None:
         share = np.minimum(num_gpus / cluster_gpus, 1.0)
         return share * cluster.storage.write_gb_per_s * GB, share * cluster.storage.read_gb_per_s * GB, False
@@ -127,7 +101,8 @@ def _storage_bytes_per_s(cluster: ClusterSpec, num_gpus: np.ndarray,
 
 
 def checkpoint_cost(cluster: ClusterSpec, total_bytes: float | np.ndarray, bytes_per_gpu: np.ndarray,
-                    num_gpus: np.ndarray, cluster_gpus: int | None = None) -> CheckpointCost:
+                    num_gpus: np.ndarray, const: CheckpointConstants,
+                    cluster_gpus: int | None = None) -> CheckpointCost:
     """Transfer times of a checkpoint of `total_bytes` whose most loaded GPU holds `bytes_per_gpu` (module
     docstring): snapshot B_gpu / PCIe; write max(B_node / min(NIC_node, PCIe_node), B_total / BW_write); replicate
     B_node / NIC_node; load from memory max(B_gpu / PCIe, B_node / NIC_node); load from storage as the write, read.
@@ -140,35 +115,34 @@ def checkpoint_cost(cluster: ClusterSpec, total_bytes: float | np.ndarray, bytes
     pcie = node.pcie_bytes_per_s
     nic_node = node.nic_bytes_per_s_per_gpu * node.gpus_per_node
     link_node = min(nic_node, pcie * node.gpus_per_node)
-    write_bw, read_bw, assumed = _storage_bytes_per_s(cluster, gpus, cluster_gpus or cluster.num_gpus)
+    write_bw, read_bw, assumed = _storage_bytes_per_s(cluster, gpus, cluster_gpus or cluster.num_gpus, const)
     snapshot = per_gpu / pcie
     write = np.maximum(per_node / link_node, total / write_bw)
     read = np.maximum(per_node / link_node, total / read_bw)
-    const = checkpoint_constants()
     return CheckpointCost(
         state_bytes=total, bytes_per_gpu=per_gpu, bytes_per_node=per_node, snapshot_s=snapshot,
         replicate_s=per_node / nic_node, storage_write_s=np.maximum(write, snapshot),
         storage_limited=total / write_bw > per_node / link_node,
         load_memory_s=np.maximum(snapshot, per_node / nic_node), load_storage_s=np.maximum(read, snapshot),
         host_tier_fits=2.0 * per_node <= const.host_memory_fraction * node.host_memory_bytes,
-        storage_assumed=assumed,
+        storage_assumed=assumed, interference=const.background_interference,
     )
 
 
 def layout_checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                           cluster_gpus: int | None = None) -> CheckpointCost:
+                           const: CheckpointConstants, cluster_gpus: int | None = None) -> CheckpointCost:
     """checkpoint_cost of each layout's own sharding."""
     return checkpoint_cost(cluster, state_bytes(model, train), layout_bytes_per_gpu(model, train, lay),
-                           lay.num_gpus.astype(float), cluster_gpus)
+                           lay.num_gpus.astype(float), const, cluster_gpus)
 
 
-def even_checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec,
-                         num_gpus: np.ndarray) -> CheckpointCost:
+def even_checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: np.ndarray,
+                         const: CheckpointConstants) -> CheckpointCost:
     """checkpoint_cost with the state spread evenly over the job's GPUs (B_gpu = P · 14 B / G): the bound a layout
     that shards every parameter reaches, used where no layout is given (`llmscale goodput`)."""
     gpus = np.asarray(num_gpus, dtype=float)
     total = state_bytes(model, train)
-    return checkpoint_cost(cluster, total, total / gpus, gpus)
+    return checkpoint_cost(cluster, total, total / gpus, gpus, const)
 
 
 @dataclass(frozen=True)
@@ -196,10 +170,9 @@ class RestartCost:
         return self.reschedule_s + self.startup_s + load
 
 
-def restart_cost(ckpt: CheckpointCost, hot_spares: bool = True) -> RestartCost:
+def restart_cost(ckpt: CheckpointCost, const: CheckpointConstants, hot_spares: bool = True) -> RestartCost:
     """Detection + rescheduling (hot spare or requeue) + start-up + checkpoint load; catalog/checkpoint.yaml. The
     work lost since the last checkpoint is the goodput model's (goodput.py), not a fixed cost."""
-    const = checkpoint_constants()
     return RestartCost(
         detection_s=const.detection_s,
         reschedule_s=const.reschedule_hot_spare_s if hot_spares else const.reschedule_requeue_s,

@@ -27,33 +27,34 @@ from llmscale.reliability.goodput import (
 from llmscale.reliability.montecarlo import MonteCarloResult, SimulationInputs, simulate
 from llmscale.reliability.rates import cluster_rates, lemon_rate_factors
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.failures import Mitigation
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 
 
 def job_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: np.ndarray | int,
-                wall_s: np.ndarray | float, *, floor_s: float = 1.0, hot_spares: bool = True,
+                wall_s: np.ndarray | float, constants: Constants, *, floor_s: float = 1.0, hot_spares: bool = True,
                 mitigations: tuple[Mitigation, ...] = ()) -> GoodputEstimate:
     """Every policy at its best intervals for jobs of `num_gpus` GPUs, the state spread evenly over them."""
     gpus = np.atleast_1d(np.asarray(num_gpus, dtype=float))
-    rates = cluster_rates(cluster, gpus, mitigations)
-    ckpt = even_checkpoint_cost(model, cluster, train, gpus)
-    return estimate_goodput(rates, ckpt, restart_cost(ckpt, hot_spares), np.broadcast_to(wall_s, gpus.shape),
-                            floor_s=floor_s)
+    rates = cluster_rates(cluster, gpus, constants, mitigations)
+    ckpt = even_checkpoint_cost(model, cluster, train, gpus, constants.checkpoint)
+    restart = restart_cost(ckpt, constants.checkpoint, hot_spares)
+    return estimate_goodput(rates, ckpt, restart, np.broadcast_to(wall_s, gpus.shape), floor_s=floor_s)
 
 
 def layout_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, step_time_s: np.ndarray,
-                   *, fast: bool = False, hot_spares: bool = True, mitigations: tuple[Mitigation, ...] = (),
-                   cluster_gpus: int | None = None) -> GoodputEstimate:
+                   constants: Constants, *, fast: bool = False, hot_spares: bool = True,
+                   mitigations: tuple[Mitigation, ...] = (), cluster_gpus: int | None = None) -> GoodputEstimate:
     """Every policy for each layout: its own checkpoint shards, τ at least one training step, expectations over
     the layout's time to train; the job shares storage with the rest of a `cluster_gpus`-GPU cluster. `fast`
     ranks with the closed-form intervals (goodput.closed_form_intervals)."""
-    rates = cluster_rates(cluster, lay.num_gpus, mitigations)
-    ckpt = layout_checkpoint_cost(model, cluster, train, lay, cluster_gpus)
+    rates = cluster_rates(cluster, lay.num_gpus, constants, mitigations)
+    ckpt = layout_checkpoint_cost(model, cluster, train, lay, constants.checkpoint, cluster_gpus)
+    restart = restart_cost(ckpt, constants.checkpoint, hot_spares)
     steps = train.total_tokens / train.tokens_per_step
-    return estimate_goodput(rates, ckpt, restart_cost(ckpt, hot_spares), steps * step_time_s,
-                            floor_s=step_time_s, fast=fast)
+    return estimate_goodput(rates, ckpt, restart, steps * step_time_s, floor_s=step_time_s, fast=fast)
 
 
 def at_interval(est: GoodputEstimate, policy: CheckpointPolicy, interval_s: float) -> np.ndarray:

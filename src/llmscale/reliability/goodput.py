@@ -17,7 +17,7 @@ from enum import Enum
 
 import numpy as np
 
-from llmscale.reliability.checkpoint import CheckpointCost, RestartCost, checkpoint_constants
+from llmscale.reliability.checkpoint import CheckpointCost, RestartCost
 from llmscale.reliability.intervals import daly_interval_s, segment_efficiency, young_interval_s
 from llmscale.reliability.rates import InterruptionRates
 from llmscale.units import SECONDS_PER_DAY
@@ -62,7 +62,7 @@ class PolicyTerms:
 def policy_terms(policy: CheckpointPolicy, ckpt: CheckpointCost, restart: RestartCost,
                  rates: InterruptionRates) -> PolicyTerms:
     """C, R_m, R_s, q and the constraints of each policy from the checkpoint and restart costs."""
-    f = checkpoint_constants().background_interference
+    f = ckpt.interference
     zero = np.zeros_like(ckpt.snapshot_s)
     one = np.ones_like(zero)
     storage = restart.from_storage_s

@@ -14,36 +14,20 @@ storage system itself, and interruptions while the job is queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 
 import numpy as np
-import yaml
 
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.failures import FailureSpec, InterruptionKind, Mitigation, MitigationSpec, Scope
 
 SECONDS_PER_YEAR = 365.0 * 86400.0
 """Catalog rates are per 365-day year (reliability.md's derivations use 54 d / 365)."""
 
 
-@cache
-def default_failures() -> FailureSpec:
-    """The catalog's default profile (catalog/failures.yaml `default`), for specs built without the catalog."""
-    from llmscale.io.catalog import failure_profile
-
-    return FailureSpec.model_validate(failure_profile())
-
-
-def failures_of(cluster: ClusterSpec) -> FailureSpec:
-    return cluster.failures if cluster.failures is not None else default_failures()
-
-
-@cache
-def mitigation_spec(which: Mitigation) -> MitigationSpec:
-    """A mitigation's share removed and cost, from catalog/failures.yaml `mitigations`."""
-    text = resources.files("llmscale.catalog").joinpath("failures.yaml").read_text(encoding="utf-8")
-    return MitigationSpec.model_validate(yaml.safe_load(text)["mitigations"][which.value])
+def failures_of(cluster: ClusterSpec, default: FailureSpec) -> FailureSpec:
+    """The cluster's failure profile, or `default` (specs.constants.Constants.failures) when it names none."""
+    return cluster.failures if cluster.failures is not None else default
 
 
 @dataclass(frozen=True)
@@ -94,7 +78,7 @@ def _units(scope: Scope, num_gpus: np.ndarray, num_nodes: np.ndarray) -> np.ndar
 
 def interruption_rates(
     failures: FailureSpec, num_gpus: np.ndarray | int, gpus_per_node: int,
-    mitigations: tuple[Mitigation, ...] = (),
+    mitigations: dict[Mitigation, MitigationSpec] | None = None,
 ) -> InterruptionRates:
     """λ_job = Σ_c r_c · units_c(G, ⌈G / gpus_per_node⌉) per cause c, then the mitigations: each removes its share
     s of unplanned interruptions ((1 − s) multiplies λ; shares compound), turning them into planned pauses of its
@@ -111,8 +95,7 @@ def interruption_rates(
     planned = sum((by_cause[c.name] for c in failures.causes if c.kind is InterruptionKind.PLANNED), zero)
     pauses = [Pause("planned-maintenance", planned, None)]
     overhead = 0.0
-    for which in mitigations:
-        spec = mitigation_spec(which)
+    for which, spec in (mitigations or {}).items():
         removed = rate * spec.share_removed
         rate = rate - removed
         if spec.pause_s > 0:
@@ -125,10 +108,12 @@ def interruption_rates(
     )
 
 
-def cluster_rates(cluster: ClusterSpec, num_gpus: np.ndarray | int,
+def cluster_rates(cluster: ClusterSpec, num_gpus: np.ndarray | int, constants: Constants,
                   mitigations: tuple[Mitigation, ...] = ()) -> InterruptionRates:
-    """interruption_rates for the cluster's failure profile and node size."""
-    return interruption_rates(failures_of(cluster), num_gpus, cluster.node.gpus_per_node, mitigations)
+    """interruption_rates for the cluster's failure profile and node size, with the chosen mitigations' shares and
+    costs from `constants`."""
+    return interruption_rates(failures_of(cluster, constants.failures), num_gpus, cluster.node.gpus_per_node,
+                              {which: constants.mitigations[which] for which in mitigations})
 
 
 def lemon_rate_factors(rates: InterruptionRates, num_nodes: int, trials: int,

@@ -164,7 +164,7 @@ def allocation_document(result: AllocationResult, digest: str, family: str, comp
                         sensitivity: dict[str, float] | None = None) -> dict[str, Any]:
     """The `allocate --json` document."""
     req = result.request
-    profile = failures_of(req.cluster).name
+    profile = failures_of(req.cluster, req.constants.failures).name
     entries = [outcome_entry(o, k) for k, o in enumerate(result.outcomes, start=1)]
     document: dict[str, Any] = {
         "llmscale_version": __version__, "input_sha256": digest, "cluster": req.cluster.name,

@@ -10,6 +10,7 @@ from llmscale.reliability.estimate import at_interval, job_goodput
 from llmscale.reliability.goodput import CheckpointPolicy, GoodputEstimate
 from llmscale.report.png import Panel, Series, write_png
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.failures import Mitigation
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
@@ -36,12 +37,12 @@ def _interval_panel(est: GoodputEstimate) -> Panel:
                  marker_x=marker)
 
 
-def _size_panel(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int, days: float,
-                hot_spares: bool, mitigations: tuple[Mitigation, ...]) -> Panel:
+def _size_panel(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants, num_gpus: int,
+                days: float, hot_spares: bool, mitigations: tuple[Mitigation, ...]) -> Panel:
     smallest = max(cluster.node.gpus_per_node, 1024)
     sizes = np.unique(np.append(2.0 ** np.arange(np.log2(smallest), np.log2(cluster.num_gpus) + 1e-9),
                                 [cluster.num_gpus, num_gpus]))
-    est = job_goodput(model, cluster, train, sizes, days * SECONDS_PER_DAY, hot_spares=hot_spares,
+    est = job_goodput(model, cluster, train, sizes, days * SECONDS_PER_DAY, constants, hot_spares=hot_spares,
                       mitigations=mitigations)
     series = tuple(Series(policy.value, sizes, np.where(result.terms.feasible, result.goodput, np.nan))
                    for policy, result in est.policies.items())
@@ -52,6 +53,7 @@ def _size_panel(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gp
 
 
 def write_charts(path: Path, est: GoodputEstimate, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec,
-                 num_gpus: int, days: float, hot_spares: bool, mitigations: tuple[Mitigation, ...]) -> None:
+                 constants: Constants, num_gpus: int, days: float, hot_spares: bool,
+                 mitigations: tuple[Mitigation, ...]) -> None:
     write_png(path, [_interval_panel(est),
-                     _size_panel(model, cluster, train, num_gpus, days, hot_spares, mitigations)])
+                     _size_panel(model, cluster, train, constants, num_gpus, days, hot_spares, mitigations)])

@@ -50,6 +50,7 @@ from llmscale.scaling.laws import (
 )
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Layout, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
@@ -83,6 +84,8 @@ class Request:
 
     cluster: ClusterSpec
     law: ScalingLaw
+    constants: Constants
+    """The model constants every search and goodput estimate uses."""
     days: float | None = 90.0
     flops: float | None = None
     gpus: int | None = None
@@ -206,8 +209,8 @@ def search_job(model: ModelSpec, request: Request, train: TrainSpec) -> JobSizeR
     """plan's job sizes — powers of two, as its batch-divisibility rules need (a 500,000-GPU cluster's largest
     job is 262,144 GPUs; the rest can run other jobs) — or the one given, each with the layout of least effective
     time (wall time ÷ goodput); then the policy's choice."""
-    result = plan(model, request.cluster, train, gpus=request.gpus, objective=Objective.EFFECTIVE_TIME, top=1,
-                  options=request.space)
+    result = plan(model, request.cluster, train, request.constants, gpus=request.gpus,
+                  objective=Objective.EFFECTIVE_TIME, top=1, options=request.space)
     return choose_job(result.sizes, request.policy, result.gpus_per_job)
 
 
@@ -241,14 +244,14 @@ def evaluate(model: ModelSpec, request: Request) -> Outcome:
     passes = 0
     while passes < MAX_PASSES:
         passes += 1
-        batch = critical_batch_sequences(model, train)
+        batch = critical_batch_sequences(model, train, request.constants.search)
         train = train.model_copy(update={"global_batch": batch})
         job = search_job(model, request, train)
         if job is None:
             return _infeasible(model, scale, batch, passes, "no layout fits in memory")
         reached = train.model_copy(update={"total_tokens": _tokens(request, scale, effective_rate(job))})
         last = (job, reached)
-        within = critical_batch_sequences(model, reached) >= batch
+        within = critical_batch_sequences(model, reached, request.constants.search) >= batch
         if within and (kept is None or reached.total_tokens > kept[1].total_tokens):
             kept = last
         converged = abs(reached.total_tokens / train.total_tokens - 1) < CONVERGED
@@ -267,7 +270,7 @@ def _outcome(model: ModelSpec, scale: ModelScale, request: Request, job: JobSize
     days = request.days if request.days is not None else tokens / effective_rate(job) / SECONDS_PER_DAY
     loss = predict_loss(request.law, scale, tokens, request.unique_tokens)
     flops = training_flops(request.law, scale, tokens)
-    critical = critical_batch_sequences(model, train)
+    critical = critical_batch_sequences(model, train, request.constants.search)
     problems = () if train.global_batch <= critical else (
         f"global batch {train.global_batch:,} > critical batch {critical:,} sequences",)
     gpu_s = job.num_gpus * days * SECONDS_PER_DAY

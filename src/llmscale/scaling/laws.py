@@ -30,14 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
-import yaml
 
 from llmscale.cost.params import count_params
+from llmscale.io.catalog import catalog_file
 from llmscale.specs.model import ModelSpec
 
 
@@ -203,11 +201,9 @@ def _dense(raw: dict[str, Any]) -> DenseLaw:
                     ParamConvention(raw["params"]), str(raw["source"]))
 
 
-@cache
 def laws() -> LawCatalog:
     """The constants of catalog/scaling_laws.yaml."""
-    text = resources.files("llmscale.catalog").joinpath("scaling_laws.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
+    raw = catalog_file("scaling_laws.yaml")
     front, flops, mu = raw["chinchilla"]["frontier"], raw["krajewski_flops"], raw["muennighoff"]
     moe = tuple(MoELaw(float(fit["expansion"]), float(fit["a"]), float(fit["alpha"]), float(fit["b"]),
                        float(fit["beta"]), float(fit["g"]), float(fit["gamma"]), float(fit["c"]), str(fit["source"]))

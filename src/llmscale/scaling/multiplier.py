@@ -38,6 +38,7 @@ from llmscale.reliability.goodput import CheckpointPolicy, Tier
 from llmscale.scaling.allocate import SEARCH_SPACE, job_rate, size_goodput
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan, search_job_size
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
@@ -96,9 +97,9 @@ class Decomposition:
         return result
 
 
-def _best(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, gpus: int,
-          space: SpaceOptions | None) -> JobSizeResult:
-    return search_job_size(model, cluster, train, gpus, Objective.THROUGHPUT, 1, space)
+def _best(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, gpus: int, space: SpaceOptions | None,
+          constants: Constants) -> JobSizeResult:
+    return search_job_size(model, cluster, train, gpus, Objective.THROUGHPUT, 1, constants, space)
 
 
 def _per_gpu(size: JobSizeResult) -> float:
@@ -110,13 +111,14 @@ def _mfu(size: JobSizeResult) -> float:
     return float(best.step.mfu[best.layout_index])
 
 
-def hourly_sync_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, size: JobSizeResult) -> float:
+def hourly_sync_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, size: JobSizeResult,
+                        constants: Constants) -> float:
     """Goodput of the job size's best layout checkpointing synchronously every 60 minutes of training: the
     reliability model of `plan` (resilience.layout_goodput; its checkpoint shards, step time, the cluster's failure
     profile, hot spares) with the storage tier's interval fixed (resilience.at_interval)."""
     best = size.top[0]
     row = np.array([best.layout_index])
-    estimate = layout_goodput(model, cluster, train, best.layouts.take(row), best.step.step_time_s[row],
+    estimate = layout_goodput(model, cluster, train, best.layouts.take(row), best.step.step_time_s[row], constants,
                               cluster_gpus=cluster.num_gpus)
     return float(at_interval(estimate, CheckpointPolicy.SYNC, BASELINE_CHECKPOINT_INTERVAL_S)[0])
 
@@ -130,24 +132,25 @@ def _policy_text(size: JobSizeResult) -> str:
     return f"{reliability.policy.value} checkpoints ({tiers})"
 
 
-def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, seq_len: int = 4096) -> Decomposition | None:
+def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, constants: Constants,
+              seq_len: int = 4096) -> Decomposition | None:
     """The four levers for `model` on `cluster` training `tokens` tokens (module docstring); None if no layout
     fits at any job size."""
     train = TrainSpec(seq_len=seq_len, total_tokens=tokens)
-    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-    sized = plan(model, cluster, train, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, constants.search)})
+    sized = plan(model, cluster, train, constants, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
     fitting = [s for s in sized.sizes if s.top]
     if not fitting or not sized.chosen.top:
         return None
     gpus, largest = sized.gpus_per_job, fitting[-1]
-    rule = _best(model, cluster, train, gpus, rule_of_thumb_space(cluster))
-    bf16 = _best(model, cluster, train, gpus, None)
-    fp8 = _best(model, cluster, train.model_copy(update={"precision": Precision.FP8}), gpus, None)
+    rule = _best(model, cluster, train, gpus, rule_of_thumb_space(cluster), constants)
+    bf16 = _best(model, cluster, train, gpus, None, constants)
+    fp8 = _best(model, cluster, train.model_copy(update={"precision": Precision.FP8}), gpus, None, constants)
     chosen = sized.chosen
-    hourly_largest = hourly_sync_goodput(model, cluster, train, largest)
+    hourly_largest = hourly_sync_goodput(model, cluster, train, largest, constants)
     # The goodput lever is the checkpoint policy at the planned job size: the job-size part of goodput belongs
     # to the batch / job-size lever's choice, and counting it here too would double-count the split into jobs.
-    hourly_chosen = hourly_sync_goodput(model, cluster, train, chosen)
+    hourly_chosen = hourly_sync_goodput(model, cluster, train, chosen, constants)
     factors = [
         Factor("layout (MFU)", "MFU", _mfu(rule) if rule.top else float("nan"), _mfu(bf16),
                "rule-of-thumb layouts (tp = node, 1F1B, full recompute, ZeRO-1)", "searched best layout"),
@@ -166,7 +169,7 @@ def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, seq_len: in
         f"{grow:,.0f}× the critical {train.global_batch:,} sequences; by McCandlish's E/E_min = 1 + B/B_crit "
         f"those tokens are worth {worth:.2f} of tokens at B_crit, {'less' if worth < kept else 'more'} than the "
         f"{kept:.2f} of per-GPU throughput the one big job keeps.",
-        _goodput_note(model, cluster, train, largest, chosen, hourly_largest),
+        _goodput_note(model, cluster, train, largest, chosen, hourly_largest, constants),
     ]
     if not rule.top:
         notes.append("No rule-of-thumb layout fits in memory at this job size: the layout factor is undefined.")
@@ -175,9 +178,9 @@ def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, seq_len: in
 
 
 def _goodput_note(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, largest: JobSizeResult,
-                  chosen: JobSizeResult, hourly_largest: float) -> str:
+                  chosen: JobSizeResult, hourly_largest: float, constants: Constants) -> str:
     """The goodput lever as checkpoint policy (at plan's job size) × job size (under hourly sync checkpoints)."""
-    hourly = hourly_sync_goodput(model, cluster, train, chosen)
+    hourly = hourly_sync_goodput(model, cluster, train, chosen, constants)
     best = size_goodput(chosen)
     mtbf_h = [r.job_mtbf_s / SECONDS_PER_HOUR for r in (largest.top[0].reliability, chosen.top[0].reliability) if r]
     return (f"Goodput lever {_ratio(best, hourly):,.2f}× = the checkpoint policy at {chosen.num_gpus:,} GPUs "

@@ -8,8 +8,8 @@ model's training state up to the cluster. The global batch is the TrainSpec's, o
 none — the critical batch of DeepSeek LLM's law B_opt = 0.292·C^0.3271 tokens (arXiv:2401.02954;
 formulas.md A4) for C = 6·N_active·D, rounded down to a multiple of 1,024 sequences; `--max-global-batch-tokens`
 overrides it. A larger job only helps while its data parallelism fits under that batch, so the job size is
-the largest G whose best layout keeps ≥ `SCALING_FLOOR` of the best per-GPU throughput over all G; the
-cluster then runs ⌊N / G⌋ such jobs at once.
+the largest G whose best layout keeps ≥ the scaling floor (`SearchConstants.scaling_floor`, 0.9) of the best
+per-GPU throughput over all G; the cluster then runs ⌊N / G⌋ such jobs at once.
 """
 
 from __future__ import annotations
@@ -24,20 +24,15 @@ import numpy as np
 from llmscale.cost.params import count_params
 from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.errors import SpecError
-from llmscale.io.catalog import catalog_values
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason
 from llmscale.layout.space import SpaceOptions, generate
 from llmscale.reliability.estimate import JobReliability, layout_goodput, reliability_rows
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants, SearchConstants
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
-
-_CONSTANTS = catalog_values("plan.yaml")
-SCALING_FLOOR = float(_CONSTANTS["scaling_floor"])
-"""A bigger job is worth it while its per-GPU throughput stays within 10% of the best job size's."""
-BATCH_ROUNDING_SEQS = int(_CONSTANTS["batch_rounding_sequences"])
 
 
 class Objective(str, Enum):
@@ -115,11 +110,13 @@ class PlanResult:
         return sum(size.feasible for size in self.sizes)
 
 
-def critical_batch_sequences(model: ModelSpec, train: TrainSpec) -> int:
-    """DeepSeek LLM's B_opt(C) in sequences, rounded down to a multiple of 1,024 (at least 1,024)."""
+def critical_batch_sequences(model: ModelSpec, train: TrainSpec, const: SearchConstants) -> int:
+    """DeepSeek LLM's B_opt(C) in sequences, rounded down to a multiple of `batch_rounding_sequences` (at least
+    one multiple)."""
     compute = 6.0 * count_params(model).active * train.total_tokens
-    tokens = _CONSTANTS["batch_law_coefficient"] * compute ** _CONSTANTS["batch_law_exponent"]
-    return max(BATCH_ROUNDING_SEQS, int(tokens / train.seq_len) // BATCH_ROUNDING_SEQS * BATCH_ROUNDING_SEQS)
+    tokens = const.batch_law_coefficient * compute ** const.batch_law_exponent
+    rounding = const.batch_rounding_sequences
+    return max(rounding, int(tokens / train.seq_len) // rounding * rounding)
 
 
 def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, train: TrainSpec,
@@ -162,7 +159,8 @@ CHUNK_LAYOUTS = 65536
 
 
 def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
-                    objective: Objective, top: int, options: SpaceOptions | None = None) -> JobSizeResult:
+                    objective: Objective, top: int, constants: Constants,
+                    options: SpaceOptions | None = None) -> JobSizeResult:
     """Score every valid layout of `num_gpus` GPUs in chunks; keep the `top` best that fit in memory, whose
     full breakdowns are then computed together (the same cost model, on those rows only)."""
     job_cluster = cluster.model_copy(update={"num_gpus": num_gpus}) if num_gpus != cluster.num_gpus else cluster
@@ -174,10 +172,10 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     score = np.empty(size)
     for start in range(0, size, CHUNK_LAYOUTS):
         chunk = space.layouts.take(np.arange(start, min(start + CHUNK_LAYOUTS, size)))
-        chunk_step = estimate_step(model, job_cluster, train, chunk)
+        chunk_step = estimate_step(model, job_cluster, train, chunk, constants)
         goodput = None
         if objective is Objective.EFFECTIVE_TIME:  # closed-form intervals to rank; the top rows are refined below
-            goodput = layout_goodput(model, job_cluster, train, chunk, chunk_step.step_time_s, fast=True,
+            goodput = layout_goodput(model, job_cluster, train, chunk, chunk_step.step_time_s, constants, fast=True,
                                      cluster_gpus=cluster.num_gpus).goodput
         score[start:start + chunk.size] = _score(objective, chunk_step, job_cluster, train, goodput)
     feasible = int(np.isfinite(score).sum())
@@ -186,8 +184,8 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     order = np.argsort(score, kind="stable")[:top]
     order = order[np.isfinite(score[order])]
     best_layouts = space.layouts.take(order)
-    step = estimate_step(model, job_cluster, train, best_layouts)
-    rows = reliability_rows(layout_goodput(model, job_cluster, train, best_layouts, step.step_time_s,
+    step = estimate_step(model, job_cluster, train, best_layouts, constants)
+    rows = reliability_rows(layout_goodput(model, job_cluster, train, best_layouts, step.step_time_s, constants,
                                            cluster_gpus=cluster.num_gpus)) if best_layouts.size else []
     best = [_candidate(step, best_layouts, i, job_cluster, train, rows[i]) for i in range(best_layouts.size)]
     if objective is Objective.EFFECTIVE_TIME:
@@ -195,11 +193,11 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best)
 
 
-def job_sizes(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
-    """Powers of two from the smallest that can hold the training state (16 B per parameter, catalog/plan.yaml)
-    to the cluster."""
-    state_bytes = _CONSTANTS["state_bytes_per_param"] * count_params(model).total
-    usable = _CONSTANTS["usable_memory_fraction"] * cluster.gpu.memory_bytes
+def job_sizes(model: ModelSpec, cluster: ClusterSpec, const: SearchConstants) -> list[int]:
+    """Powers of two from the smallest that can hold the training state (`state_bytes_per_param` in
+    `usable_memory_fraction` of each GPU, catalog/plan.yaml) to the cluster."""
+    state_bytes = const.state_bytes_per_param * count_params(model).total
+    usable = const.usable_memory_fraction * cluster.gpu.memory_bytes
     smallest = max(cluster.node.gpus_per_node, int(np.ceil(state_bytes / usable)))
     size = 1 << int(np.ceil(np.log2(smallest)))
     sizes = []
@@ -217,7 +215,7 @@ def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
         raise SpecError("objective", objective.value, f"cluster {cluster.name!r} has no GPU tdp_w or node power")
 
 
-def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int | None = None,
+def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5, batch_given: bool = True,
          options: SpaceOptions | None = None, on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
     """Search every job size (or the one given) and choose the job size and the number of jobs.
@@ -226,14 +224,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int 
     start = time.perf_counter()
     batch_from_law = not batch_given
     if batch_from_law:
-        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train)})
-    sizes = [gpus] if gpus is not None else job_sizes(model, cluster)
+        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, constants.search)})
+    sizes = [gpus] if gpus is not None else job_sizes(model, cluster, constants.search)
     results = []
     for i, size in enumerate(sizes):
         if on_size is not None:
             on_size(i, len(sizes), size)
-        results.append(search_job_size(model, cluster, train, size, objective, top, options))
-    chosen = _choose_job_size(results, objective)
+        results.append(search_job_size(model, cluster, train, size, objective, top, constants, options))
+    chosen = _choose_job_size(results, objective, constants.search.scaling_floor)
     return PlanResult(
         sizes=results, objective=objective, global_batch=train.global_batch, batch_from_law=batch_from_law,
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
@@ -241,14 +239,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, *, gpus: int 
     )
 
 
-def _choose_job_size(results: list[JobSizeResult], objective: Objective = Objective.THROUGHPUT) -> int:
+def _choose_job_size(results: list[JobSizeResult], objective: Objective, floor: float) -> int:
     """The largest job size whose best per-GPU throughput (× goodput for the effective-time objective) is
-    ≥ SCALING_FLOOR of the best over sizes."""
+    ≥ `floor` × the best over sizes."""
     per_gpu = {r.num_gpus: _per_gpu_rate(r.top[0], objective) for r in results if r.top}
     if not per_gpu:
         return results[-1].num_gpus
     best = max(per_gpu.values())
-    return max(g for g, value in per_gpu.items() if value >= SCALING_FLOOR * best)
+    return max(g for g, value in per_gpu.items() if value >= floor * best)
 
 
 def _per_gpu_rate(c: Candidate, objective: Objective) -> float:

@@ -158,7 +158,7 @@ def load_rows(path: Path | str | None = None) -> tuple[list[dict[str, Any]], str
     """The raw rows of a published-runs YAML file and the name to report it by."""
     if path is None:
         text = resources.files("llmscale.data").joinpath("published_runs.yaml").read_text(encoding="utf-8")
-        where = "llmscale/data/published_runs.yaml"
+        where = "llmscale/data/published_runs.yaml"  # read as text: the same YAML errors as a user's file
     else:
         where = str(path)
         try:

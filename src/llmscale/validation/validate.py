@@ -31,23 +31,23 @@ key, a layout that breaks a rule) is skipped with its reason — never a crash. 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from llmscale.cost.calibrate import apply_calibration, calibrates
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
 from llmscale.errors import LlmscaleError
-from llmscale.io.calibration import CalibrationProfile, apply_calibration, calibrates, load_profile
-from llmscale.io.catalog import load_cluster
+from llmscale.io.calibration import load_profile
+from llmscale.io.catalog import catalog_file, dataset_file, load_cluster, load_constants
 from llmscale.io.files import parse_spec
 from llmscale.io.resolve import JobInputs, check_precision
 from llmscale.layout.rules import Reason, check, explain_rejection
+from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Layout, RankOrder, Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
@@ -109,10 +109,8 @@ class ValidationReport:
         }
 
 
-@cache
 def _settings_entries() -> list[dict[str, Any]]:
-    text = resources.files("llmscale.data").joinpath("run_settings.yaml").read_text(encoding="utf-8")
-    entries: list[dict[str, Any]] = yaml.safe_load(text)
+    entries: list[dict[str, Any]] = dataset_file("run_settings.yaml")
     return entries
 
 
@@ -131,10 +129,8 @@ def run_facts(run: PublishedRun) -> dict[str, Any]:
     return facts | run_settings().get(run.name, {})
 
 
-@cache
 def _reference_clusters() -> dict[str, Any]:
-    text = resources.files("llmscale.catalog").joinpath("reference_clusters.yaml").read_text(encoding="utf-8")
-    table: dict[str, Any] = yaml.safe_load(text)
+    table: dict[str, Any] = catalog_file("reference_clusters.yaml")
     return table
 
 
@@ -188,7 +184,7 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
     return parse_spec(Layout, fields, where=f"published run {run.name!r}")
 
 
-def job_from_run(run: PublishedRun, calibration: CalibrationProfile | None = None) -> JobInputs:
+def job_from_run(run: PublishedRun, constants: Constants, calibration: CalibrationProfile | None = None) -> JobInputs:
     """The run as validated inputs; raises LlmscaleError with the reason when it cannot be built. A calibration
     profile replaces the datasheet numbers of runs on its GPU (every run when it names none)."""
     if run.tokens_per_s_per_gpu is None:
@@ -199,7 +195,8 @@ def job_from_run(run: PublishedRun, calibration: CalibrationProfile | None = Non
     model = model_from_run(run)
     cluster = reference_cluster(run)
     if calibration is not None and calibrates(calibration, run.gpu):
-        cluster = apply_calibration(cluster, calibration)
+        calibrated = apply_calibration(cluster, constants, calibration)
+        cluster, constants = calibrated.cluster, calibrated.constants
     facts = run_facts(run)
     train = parse_spec(TrainSpec, {"seq_len": run.seq_len, "global_batch": run.global_batch,
                                    "precision": run.precision or Precision.BF16,
@@ -211,13 +208,14 @@ def job_from_run(run: PublishedRun, calibration: CalibrationProfile | None = Non
     last: JobInputs | None = None
     for recompute in candidates:
         assert recompute is not None
-        job = JobInputs(model, cluster, train, _layout(run, model, recompute, facts), int(run.num_gpus or 0))
+        job = JobInputs(model, cluster, train, _layout(run, model, recompute, facts), int(run.num_gpus or 0),
+                        constants)
         lay = job.layouts
         reason = Reason(int(check(model, train, job.num_gpus, lay)[0]))
         if reason is not Reason.OK:
             raise explain_rejection(reason, model, train, job.num_gpus, lay)
         last = job
-        if bool(memory_breakdown(model, cluster, train, lay).fits[0]):
+        if bool(memory_breakdown(model, cluster, train, lay, job.constants).fits[0]):
             return job
     assert last is not None
     return last
@@ -233,21 +231,22 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path 
             runs.append(run_from_row(row, where))
         except LlmscaleError as exc:
             skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
-    report = validate_runs(runs, load_profile(calibration) if calibration is not None else None)
+    report = validate_runs(runs, load_constants(), load_profile(calibration) if calibration is not None else None)
     return ValidationReport(report.rows, tuple(skipped) + report.skipped)
 
 
-def validate_runs(runs: list[PublishedRun], calibration: CalibrationProfile | None = None) -> ValidationReport:
+def validate_runs(runs: list[PublishedRun], constants: Constants,
+                  calibration: CalibrationProfile | None = None) -> ValidationReport:
     """Predict every run; skip (with the reason) those that cannot be evaluated."""
     rows: list[ValidationRow] = []
     skipped: list[SkippedRow] = []
     for run in runs:
         try:
-            job = job_from_run(run, calibration)
+            job = job_from_run(run, constants, calibration)
         except LlmscaleError as exc:
             skipped.append(SkippedRow(run.name, str(exc)))
             continue
-        step = estimate_step(job.model, job.cluster, job.train, job.layouts)
+        step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
         rows.append(ValidationRow(
             name=run.name, gpu=run.gpu or "", model_type="moe" if job.model.is_moe else "dense",
             num_gpus=job.num_gpus, predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[0]),

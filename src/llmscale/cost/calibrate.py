@@ -1,0 +1,124 @@
+"""Put a calibration profile's measured numbers in place of the datasheet ones (`apply_calibration`).
+
+What it replaces (datasheet peaks stay the MFU denominators):
+  gemm_<precision> = P / datasheet peak of that precision; gemm_half_dim = d_half. A GEMM measured in float32 (CPU)
+      stands in for the 16-bit GEMM. attention, and the FP8/FP4 fractions not measured, are scaled by the same
+      factor as the 16-bit fraction (their catalog ratio to it is kept: not measured).
+  hbm = copy bandwidth / datasheet HBM bandwidth.
+  A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
+      sets the fraction to 1.
+  tier t bandwidth_gb_per_s = busbw(all_reduce at tier t) · o_t / η_t, with η_t the ring fraction of the constants
+      in use (comm.scale_up_ring for tier 0, comm.network beyond) and o_t the tier's oversubscription, so that the
+      cost model's achieved B·η/o equals the measured busbw; latency_us = the per-hop α that the ring formula
+      t = t_0 + 2(n−1)·α + S·f/busbw gives for the measured small-message time (t_0 the constants' base latency,
+      α ≥ 0). All-to-all and send/recv keep their ratio to the ring bandwidth (recorded in the profile, not applied).
+  constants: the profile's overrides laid over the constants in use (`calibrated_constants`).
+The profile's SHA256 goes into the GPU's `source`, so every input hash records which profile produced a prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llmscale.specs.calibration import CalibrationProfile, ScopeCalibration
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.collective import Collective, bus_factor
+from llmscale.specs.constants import CommConstants, Constants
+from llmscale.specs.train import Precision
+from llmscale.units import GB, TERA, US
+
+_GEMM_FIELD = {Precision.BF16: "gemm_bf16", Precision.FP16: "gemm_bf16", Precision.FP8: "gemm_fp8",
+               Precision.FP4: "gemm_fp4"}
+_PEAK_FIELD = {Precision.BF16: "peak_bf16_tflops", Precision.FP16: "peak_bf16_tflops",
+               Precision.FP8: "peak_fp8_tflops", Precision.FP4: "peak_fp4_tflops"}
+
+
+def _fraction(measured: float, datasheet: float) -> tuple[float, float]:
+    """(fraction ≤ 1, the peak to divide by): above the datasheet the peak rises to the measurement."""
+    return (measured / datasheet, datasheet) if measured <= datasheet else (1.0, measured)
+
+
+def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dict[str, Any], dict[str, Any]]:
+    gpu, eff = cluster.gpu, cluster.gpu.efficiency
+    gpu_fields: dict[str, Any] = {}
+    eff_fields: dict[str, Any] = {}
+    for g in profile.gemm:
+        datasheet = getattr(gpu, _PEAK_FIELD[g.precision])
+        if datasheet is None:
+            continue  # the catalog GPU has no such tensor cores: nothing to replace
+        fraction, peak = _fraction(g.peak_flops_per_s, datasheet * TERA)
+        gpu_fields[_PEAK_FIELD[g.precision]] = peak / TERA
+        eff_fields[_GEMM_FIELD[g.precision]] = fraction
+        if g.precision in (Precision.BF16, Precision.FP16) or "gemm_half_dim" not in eff_fields:
+            eff_fields["gemm_half_dim"] = max(g.half_dim, 1e-3)
+    if "gemm_bf16" in eff_fields:
+        scale = eff_fields["gemm_bf16"] / eff.gemm_bf16
+        eff_fields["attention"] = min(eff.attention * scale, 1.0)
+        for name in ("gemm_fp8", "gemm_fp4"):
+            eff_fields.setdefault(name, min(getattr(eff, name) * scale, 1.0))
+    if profile.memory is not None:
+        fraction, bandwidth = _fraction(profile.memory.copy_bytes_per_s, gpu.memory_bandwidth_bytes_per_s)
+        gpu_fields["memory_bandwidth_gb_per_s"] = bandwidth / GB
+        eff_fields["hbm"] = fraction
+    return gpu_fields, eff_fields
+
+
+def _tier_updates(cluster: ClusterSpec, scope: ScopeCalibration, comm: CommConstants) -> dict[str, Any]:
+    ring = next((c for c in scope.collectives if c.op is Collective.ALL_REDUCE), None)
+    if ring is None or scope.tier >= len(cluster.tiers):
+        return {}
+    tier = cluster.tiers[scope.tier]
+    eta = comm.scale_up_ring if scope.tier == 0 else comm.network
+    n = scope.ranks
+    wire_s = ring.small_bytes * float(bus_factor(Collective.ALL_REDUCE, np.array(n))) / ring.busbw_bytes_per_s
+    alpha_s = max(ring.small_time_s - comm.base_latency_s(Collective.ALL_REDUCE) - wire_s, 0.0) / (2 * (n - 1))
+    return {"bandwidth_gb_per_s": ring.busbw_bytes_per_s * tier.oversubscription / eta / GB,
+            "latency_us": alpha_s / US}
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A cluster and constants with a profile's measurements in place of the datasheet and catalog numbers."""
+
+    cluster: ClusterSpec
+    constants: Constants
+
+
+def apply_calibration(cluster: ClusterSpec, constants: Constants, profile: CalibrationProfile) -> Calibrated:
+    """The profile's constant overrides laid over `constants`, then `cluster` with the profile's measured peaks,
+    efficiencies and tier bandwidths/latencies derived with those constants (module docstring)."""
+    calibrated = calibrated_constants(constants, profile)
+    return Calibrated(calibrated_cluster(cluster, profile, calibrated.comm), calibrated)
+
+
+def calibrated_constants(constants: Constants, profile: CalibrationProfile) -> Constants:
+    """`constants` with the profile's overrides (`CalibrationProfile.constants`) laid over them."""
+    return constants.with_overrides(profile.constants) if profile.constants else constants
+
+
+def calibrated_cluster(cluster: ClusterSpec, profile: CalibrationProfile, comm: CommConstants) -> ClusterSpec:
+    """`cluster` with the profile's measured peaks, efficiencies and tier bandwidths/latencies in place of the
+    datasheet ones (module docstring), re-validated; the profile's SHA256 is recorded in the GPU's source."""
+    gpu_fields, eff_fields = _gpu_updates(cluster, profile)
+    digest = profile.sha256 or profile.body_sha256()
+    note = f"calibrated by profile sha256 {digest} ({profile.device.name}, {profile.date})"
+    gpu = cluster.gpu.model_dump()
+    gpu.update(gpu_fields)
+    gpu["efficiency"] = {**gpu["efficiency"], **eff_fields}
+    gpu["source"] = f"{cluster.gpu.source} | {note}" if cluster.gpu.source else note
+    tiers = [t.model_dump() for t in cluster.tiers]
+    for scope in profile.scopes:
+        updates = _tier_updates(cluster, scope, comm)
+        if updates:
+            tiers[scope.tier].update(updates)
+    data = {**cluster.model_dump(), "gpu": gpu, "tiers": tiers}
+    return ClusterSpec.model_validate(data)  # every measured value is positive: valid by construction
+
+
+def calibrates(profile: CalibrationProfile, gpu_name: str | None) -> bool:
+    """Whether `validate` applies the profile to a run on `gpu_name`: runs on the profile's catalog GPU, or every run
+    when the profile names none."""
+    return profile.gpu is None or profile.gpu == gpu_name
