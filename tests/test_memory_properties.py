@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
@@ -84,7 +84,7 @@ def _memory(model: ModelSpec, train: TrainSpec, lay: Layouts) -> MemoryBreakdown
 
 
 def _with(lay: Layouts, **changes: int | bool) -> Layouts:
-    return replace(lay, **{k: np.asarray([v]) for k, v in changes.items()})
+    return lay.replace(**{k: np.asarray([v]) for k, v in changes.items()})
 
 
 @SETTINGS
@@ -161,7 +161,7 @@ def test_vectorized_equals_one_at_a_time(case: tuple[ModelSpec, TrainSpec, Layou
     # layout exactly what it gets alone.
     model, train, lay = case
     others = _with(lay, recompute=Recompute.FULL.code, zero=3)
-    batch = Layouts(**{f.name: np.concatenate([getattr(lay, f.name), getattr(others, f.name)]) for f in fields(lay)})
+    batch = Layouts.concat(lay, others)
     together = _memory(model, train, batch).total_bytes
     assert together[0] == _memory(model, train, lay).total_bytes[0]
     assert together[1] == _memory(model, train, others).total_bytes[0]

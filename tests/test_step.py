@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -107,7 +107,7 @@ def test_adding_replicas_costs_at_most_the_added_data_parallel_communication(
     base = TrainSpec(seq_len=2048, global_batch=dp * micro)
     double = base.model_copy(update={"global_batch": 2 * dp * micro})
     one = Layouts.from_columns(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute.code)
-    two = replace(one, dp=one.dp * 2)
+    two = one.replace(dp=one.dp * 2)
     small = estimate_step(GPT3, cluster, base, one, CONSTANTS)
     large = estimate_step(GPT3, cluster, double, two, CONSTANTS)
     added_dp = large.dp_exposed_s[0] - small.dp_exposed_s[0]

@@ -61,13 +61,10 @@ def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
 
 
 @bench_app.command("gemm")
+@o.with_layout_flags("tp", "cp", "ep", "etp", "mbs")
 def gemm(
+    layout: dict[str, Any],
     model: o.ModelOpt = o.DEFAULT_MODEL,
-    tp: o.TpOpt = 1,
-    cp: o.CpOpt = 1,
-    ep: o.EpOpt = 1,
-    etp: o.EtpOpt = None,
-    mbs: o.MbsOpt = 1,
     seq_len: o.SeqOpt = None,
     dtype: Annotated[str | None, typer.Option("--dtype", help="float32|bfloat16 (CPU), bfloat16|float16|float32|"
                                               "float8 (GPU)")] = None,
@@ -84,6 +81,7 @@ def gemm(
     from llmscale.measure import table
 
     spec = load_model(model)
+    tp, cp, ep, etp, mbs = (layout[k] for k in ("tp", "cp", "ep", "etp", "mbs"))
     seq = _check_layout(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, seq_len=seq_len)
     dev = resolve_device(device)
     kind = dtype or g.default_dtype(dev)
@@ -99,16 +97,16 @@ def gemm(
     info = table.versions()
     total_flops = sum(s.flops for s in shapes)
     overall = total_flops / sum(r["time_s"] for r in rows)
-    layout = {"tp": tp, "cp": cp, "ep": ep, "etp": etp or tp, "mbs": mbs, "seq_len": seq}
+    shown = {"tp": tp, "cp": cp, "ep": ep, "etp": etp or tp, "mbs": mbs, "seq_len": seq}
     document = {"command": "bench gemm", **info, "device": dev, "device_name": table.device_name(dev),
-                "model": spec.name, "layout": layout, "rows": rows, "flops_per_s": overall}
+                "model": spec.name, "layout": shown, "rows": rows, "flops_per_s": overall}
     columns = [table.Column("name", "name", "", 12, "s"), table.Column("m", "m", "", 8, "d"),
                table.Column("n", "n", "", 8, "d"), table.Column("k", "k", "", 8, "d"),
                table.Column("type", "type", "", 9, "s"), table.Column("time_s", "time", "(us)", 11, ".1f", 1e-6),
                table.Column("flops_per_s", "TFLOP/s", "", 9, ".3f", TERA)]
     preamble = [f"llmscale bench gemm   {table.version_line(info)}",
                 f"device {dev}: {document['device_name']}",
-                f"model {spec.name}  " + "  ".join(f"{k} {v}" for k, v in layout.items()),
+                f"model {spec.name}  " + "  ".join(f"{k} {v}" for k, v in shown.items()),
                 "forward GEMMs of one micro-batch on one GPU, (m x k)·(k x n); TFLOP/s = 2·m·n·k / time; median of 3 "
                 f"blocks of ~{block_ms:g} ms", ""]
     footer = [f"All shapes (FLOP-weighted) : {overall / TERA:.3f} TFLOP/s"]

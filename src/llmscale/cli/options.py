@@ -1,4 +1,9 @@
-"""Command-line options shared by the commands that take one model × cluster × layout."""
+"""Command-line options shared by the commands that take one model × cluster × layout.
+
+The layout flags are not declared here: `layout_parameters` builds one option per field of the layout's
+definition (`specs.layout.LAYOUT_FIELDS`) — its flag, type, choices, help and default — so a new layout field is a
+new flag on every job command without a line changed here.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
 import typer
+from rich.markup import escape
 
-from llmscale.specs.layout import RankOrder, Recompute, Schedule
+from llmscale.specs.layout import Layout, LayoutField, spec_fields
 from llmscale.specs.train import Precision
 
 DEFAULT_MODEL = "seed-10t-moe"
@@ -20,29 +26,11 @@ DEFAULT_CLUSTER = "seed-500k"
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF config.json")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="catalog cluster name or YAML/JSON file")]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs of the job (default tp·cp·pp·dp, else the cluster)")]
-TpOpt = Annotated[int, typer.Option("--tp", help="tensor parallel size")]
-PpOpt = Annotated[int, typer.Option("--pp", help="pipeline stages")]
-DpOpt = Annotated[int | None, typer.Option("--dp", help="data parallel size (default: GPUs / (tp·cp·pp))")]
-CpOpt = Annotated[int, typer.Option("--cp", help="context parallel size")]
-EpOpt = Annotated[int, typer.Option("--ep", help="expert parallel size")]
-EtpOpt = Annotated[int | None, typer.Option("--etp", help="expert tensor parallel size (default: tp)")]
-VppOpt = Annotated[int, typer.Option("--vpp", help="virtual stages per pipeline rank")]
-MbsOpt = Annotated[int, typer.Option("--mbs", help="micro-batch size (sequences)")]
 GbsOpt = Annotated[int | None, typer.Option("--gbs", help="global batch (sequences)")]
 SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="sequence length (tokens)")]
-ZeroOpt = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distributed optimizer)")]
-RecomputeOpt = Annotated[Recompute, typer.Option("--recompute", case_sensitive=False, help="activation recompute")]
-SpOpt = Annotated[bool | None, typer.Option("--sp/--no-sp", help="sequence parallel (default: on when tp > 1)")]
-ScheduleOpt = Annotated[Schedule | None, typer.Option("--schedule", case_sensitive=False, help="pipeline schedule")]
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
 FlashOpt = Annotated[bool, typer.Option("--flash-attention/--no-flash-attention",
                                         help="fused attention (off: unfused s×s scores, as before 2022)")]
-OffloadOptOpt = Annotated[bool, typer.Option("--offload-optimizer", help="optimizer state in host memory")]
-OffloadParamsOpt = Annotated[bool, typer.Option("--offload-params", help="weights in host memory")]
-TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP collectives with GEMMs")]
-EpOverlapOpt = Annotated[bool, typer.Option("--ep-comm-overlap", help="overlap expert all-to-alls with compute")]
-RankOrderOpt = Annotated[RankOrder, typer.Option("--rank-order", case_sensitive=False,
-                                                 help="rank order of the parallel groups, innermost first")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ExpectShaOpt = Annotated[
     str | None, typer.Option("--expect-sha256", help="refuse to run unless the inputs hash to this value")
@@ -54,11 +42,40 @@ CalibrationOpt = Annotated[
 ]
 
 
-def layout_fields(**flags: Any) -> dict[str, Any]:
-    """Layout keyword arguments from CLI flags (None = take the spec's default)."""
-    keys = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule",
-            "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap", "rank_order")
-    return {k: flags[k] for k in keys}
+def layout_option(field: LayoutField) -> tuple[Any, Any]:
+    """(annotation, default) of the typer option for one layout field. Every option defaults to None (not given)
+    except a plain on-switch (False), so the spec's own default applies and a given value is told from an absent
+    one; the help shows the spec's default."""
+    return option_for(field, field.default)
+
+
+def option_for(field: LayoutField, default: Any) -> tuple[Any, Any]:
+    """`layout_option` with the default the help names (`default`: the spec's, or a command's own)."""
+    flag = field.knob.cli_flag(field.name)
+    if field.kind is bool and field.is_flag:
+        return Annotated[bool, typer.Option(flag, help=field.description)], False
+    if field.kind is bool:
+        return Annotated[bool | None, typer.Option(f"{flag}/--no-{flag[2:]}", help=field.description)], None
+    shown = "" if default is None else escape(f" [default: {getattr(default, 'value', default)}]")  # not markup
+    option = typer.Option(flag, help=field.description + shown, show_default=False, case_sensitive=False)
+    optional: Any = field.kind | None  # a type built at run time: typer reads it, mypy cannot
+    return Annotated[optional, option], None
+
+
+def layout_parameters(spec: type[Layout] = Layout) -> list[inspect.Parameter]:
+    """One keyword-only parameter per field of the layout definition, in declaration order."""
+    params = []
+    for field in spec_fields(spec):
+        annotation, default = layout_option(field)
+        params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=annotation))
+    return params
+
+
+def given_layout(values: dict[str, Any], spec: type[Layout] = Layout) -> dict[str, Any]:
+    """The layout fields the user gave (an on-switch counts when on)."""
+    return {f.name: values[f.name] for f in spec_fields(spec)
+            if values.get(f.name) is not None and not (f.is_flag and values[f.name] is False)}
 
 
 @dataclass(frozen=True)
@@ -66,6 +83,8 @@ class JobFlags:
     """The model, cluster, GPU, layout and run flags one command received (see `with_job_flags`)."""
 
     values: dict[str, Any]
+    spec: type[Layout] = Layout
+    """The layout definition the layout flags came from."""
 
     @property
     def model(self) -> str:
@@ -82,7 +101,8 @@ class JobFlags:
 
     @property
     def layout(self) -> dict[str, Any]:
-        return layout_fields(**self.values)
+        """The layout fields given on the command line (the spec's defaults fill the rest)."""
+        return given_layout(self.values, self.spec)
 
     @property
     def train(self) -> dict[str, Any]:
@@ -90,36 +110,63 @@ class JobFlags:
                 "precision": self.values["precision"], "flash_attention": self.values["flash_attention"]}
 
 
-_JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
+_RUN_FLAGS: tuple[tuple[str, Any, Any], ...] = (
     ("model", ModelOpt, DEFAULT_MODEL), ("cluster", ClusterOpt, DEFAULT_CLUSTER), ("gpus", GpusOpt, None),
-    ("tp", TpOpt, 1), ("pp", PpOpt, 1), ("dp", DpOpt, None), ("cp", CpOpt, 1), ("ep", EpOpt, 1),
-    ("etp", EtpOpt, None), ("vpp", VppOpt, 1), ("mbs", MbsOpt, 1), ("gbs", GbsOpt, None), ("seq_len", SeqOpt, None),
-    ("zero", ZeroOpt, 1), ("recompute", RecomputeOpt, Recompute.NONE), ("sp", SpOpt, None),
-    ("schedule", ScheduleOpt, None), ("precision", PrecisionOpt, Precision.BF16),
+    ("gbs", GbsOpt, None), ("seq_len", SeqOpt, None), ("precision", PrecisionOpt, Precision.BF16),
     ("flash_attention", FlashOpt, True),
-    ("offload_optimizer", OffloadOptOpt, False), ("offload_params", OffloadParamsOpt, False),
-    ("tp_comm_overlap", TpOverlapOpt, False), ("ep_comm_overlap", EpOverlapOpt, False),
-    ("rank_order", RankOrderOpt, RankOrder.TP_CP_EP_DP_PP),
 )
-JOB_FLAG_DEFAULTS: dict[str, Any] = {name: default for name, _, default in _JOB_FLAGS}
 
 
-def with_job_flags(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command the shared model/cluster/GPU/layout/run flags, declared once here; the command takes
-    `job: JobFlags` instead of repeating two dozen parameters (typer reads the rewritten signature)."""
+def job_parameters(spec: type[Layout] = Layout) -> list[inspect.Parameter]:
+    """The shared flags: model, cluster and GPUs, the layout's fields, then the run's."""
+    run = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+           for name, annotation, default in _RUN_FLAGS]
+    return run[:3] + layout_parameters(spec) + run[3:]
+
+
+JOB_FLAG_DEFAULTS: dict[str, Any] = {p.name: p.default for p in job_parameters()}
+"""Every shared flag's value when it is not given."""
+
+
+def with_job_flags(command: Callable[..., Any], spec: type[Layout] = Layout) -> Callable[..., Any]:
+    """Give a command the shared model/cluster/GPU/layout/run flags; the command takes `job: JobFlags` instead of
+    repeating two dozen parameters (typer reads the rewritten signature). `spec` is the layout definition the
+    layout flags come from."""
+    return _with_flags(command, "job", job_parameters(spec), lambda values: JobFlags(values, spec))
+
+
+def with_layout_flags(*names: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the flags of some layout fields, with defaults of its own where given; it takes
+    `layout: dict` (every named field: the value given, else the command's default, else the spec's)."""
+    chosen = [f for f in spec_fields(Layout) if f.name in names]
+
+    def parameter(field: LayoutField) -> inspect.Parameter:
+        annotation, default = option_for(field, defaults.get(field.name, field.default))
+        return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+    def pack(values: dict[str, Any]) -> dict[str, Any]:
+        return {f.name: values[f.name] if values[f.name] is not None else defaults.get(f.name, f.default)
+                for f in chosen}
+
+    return lambda command: _with_flags(command, "layout", [parameter(f) for f in chosen], pack)
+
+
+def _with_flags(command: Callable[..., Any], target: str, shared: list[inspect.Parameter],
+                pack: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+    """`command` with the parameters `shared` spliced into its signature (after its required ones); their values,
+    packed by `pack`, reach it as the argument `target`."""
     signature = inspect.signature(command)
     hints = get_type_hints(command, include_extras=True)
     own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
-           if p.name != "job"]
+           if p.name != target]
     first_defaulted = next((i for i, p in enumerate(own) if p.default is not inspect.Parameter.empty), len(own))
-    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-              for name, annotation, default in _JOB_FLAGS]
+    names = [p.name for p in shared]
     own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if i >= first_defaulted else p for i, p in enumerate(own)]
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name in JOB_FLAG_DEFAULTS}
-        return command(job=JobFlags(values), **kwargs)
+        values = {name: kwargs.pop(name) for name in names}
+        return command(**{target: pack(values)}, **kwargs)
 
     parameters = own[:first_defaulted] + shared + own[first_defaulted:]
     wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from llmscale.io.calibration import load_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.io.files import parse_spec
 from llmscale.io.resolve import JobInputs, check_precision, constants_if_changed
+from llmscale.report.text import layout_of, layout_text
 from llmscale.search.plan import Candidate, Objective, PlanResult, critical_batch_sequences, plan
 from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.train import Precision, TrainSpec
@@ -90,10 +91,8 @@ def _search(model, cluster, train, constants, gpus, objective, top, batch_given,
 
 def _top_entry(c: Candidate) -> dict[str, Any]:
     i = c.layout_index
-    layout = c.layouts.row(i).model_dump(mode="json")
-    keep = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
     return {
-        "layout": {k: layout[k] for k in keep},
+        "layout": c.layouts.row(i).model_dump(mode="json"),
         "num_gpus": c.num_gpus,
         "step_time_s": float(c.step.step_time_s[i]),
         "mfu": float(c.step.mfu[i]),
@@ -198,7 +197,4 @@ def _render(result: PlanResult, document: dict[str, Any], model, cluster, train,
 
 
 def _layout_text(layout: dict[str, Any]) -> str:
-    parts = [f"tp{layout['tp']}", f"pp{layout['pp']}", f"dp{layout['dp']}"]
-    parts += [f"{k}{layout[k]}" for k in ("cp", "ep", "vpp") if layout[k] != 1]
-    parts += [f"mbs{layout['mbs']}", f"zero{layout['zero']}", layout["recompute"], layout["schedule"]]
-    return " ".join(parts)
+    return layout_text(layout_of(layout))

@@ -23,14 +23,15 @@ ROWS = (("step", "step_s"), ("compute", "compute_s"), ("  forward", "forward_s")
         ("idle", "idle_s"), ("  peer wait", "wait_s"))
 
 
+@o.with_layout_flags("mbs", mbs=4)
 def probe(
+    layout: dict[str, Any],
     model: Annotated[str, typer.Option("--model", "-m", help="probe-dense, probe-moe, a catalog model or a file")] = (
         DEFAULT_PROBE_MODEL
     ),
     nproc: Annotated[int, typer.Option("--nproc", help="ranks (processes) on this machine; DP size")] = 2,
     ep: Annotated[int | None, typer.Option("--ep", help="expert parallel size (default: nproc if MoE, else 1)")] = None,
     seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length (tokens)")] = 256,
-    mbs: o.MbsOpt = 4,
     micro_batches: Annotated[int, typer.Option("--micro-batches", help="micro-batches per step (accumulated)")] = 1,
     steps: Annotated[int, typer.Option("--steps", help="timed steps (the median one is reported)")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="untimed steps first")] = 2,
@@ -49,7 +50,7 @@ def probe(
 
     spec = resolve_model(model)
     ep_size = ep if ep is not None else (nproc if spec.is_moe else 1)
-    config = ProbeConfig(ProbeSetup(spec, nproc, ep_size, seq_len, mbs, micro_batches), steps, warmup, seed,
+    config = ProbeConfig(ProbeSetup(spec, nproc, ep_size, seq_len, layout["mbs"], micro_batches), steps, warmup, seed,
                          calibration)
     document = run_probe(config)
     if document is None:  # a torchrun rank other than 0

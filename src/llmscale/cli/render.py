@@ -14,7 +14,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import StepBreakdown
 from llmscale.io.catalog import Kind, entry, names
 from llmscale.io.resolve import JobInputs
-from llmscale.specs.layout import RankOrder
+from llmscale.report.text import layout_line
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport
 
@@ -75,19 +75,13 @@ def memory_document(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> dict
 
 
 def memory_table(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> None:
-    lay = job.resolved_layout
     console.print(
         f"# llmscale {__version__} memory · model {job.model.name} · cluster {job.cluster.name} · "
         f"{job.num_gpus:,} GPUs · input_sha256 {job.input_sha256[:16]}…"
     )
-    console.print(
-        f"# tp {lay.tp} pp {lay.pp} dp {lay.dp} cp {lay.cp} ep {lay.ep} etp {lay.etp} vpp {lay.vpp} "
-        f"mbs {lay.mbs} zero {lay.zero} recompute {lay.recompute.value} sp {lay.sp} "
-        f"schedule {lay.resolved_schedule.value} · seq {job.train.seq_len} gbs {job.train.global_batch} "
-        f"{job.train.precision.value}"
-        + (f" · rank order {lay.rank_order.value}" if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP else "")
-        + ("" if job.train.flash_attention else " · unfused attention")
-    )
+    console.print(f"# {layout_line(job.resolved_layout)}")
+    console.print(f"# seq {job.train.seq_len} gbs {job.train.global_batch} {job.train.precision.value}"
+                  + ("" if job.train.flash_attention else " · unfused attention"))
     table = Table(title_justify="left")
     table.add_column("class")
     table.add_column("GiB", justify="right")

@@ -262,8 +262,7 @@ micro-batches)."""
 def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
     """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
     and spread to every layout."""
-    rows = lay.distinct(*STAGE_COLUMNS)
-    few = lay.take(rows.first)
+    rows, few = lay.distinct_view(*STAGE_COLUMNS)
     counts = count_params(model)
     num_micro = few.num_microbatches(train.global_batch)
     dualpipe = few.schedule == Schedule.DUALPIPE.code

@@ -228,8 +228,7 @@ def _per_microbatch(
 ) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
     """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
     search has few) and spread to every layout."""
-    rows = lay.distinct(*MICROBATCH_COLUMNS)
-    few = lay.take(rows.first)
+    rows, few = lay.distinct_view(*MICROBATCH_COLUMNS)
     dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few))
     return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few, comm))
 
@@ -253,7 +252,7 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     distinct (SHARD_COLUMNS, layers) row: a search has few."""
     rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), layers.dense, layers.moe, layers.first,
                          layers.last)
-    lay = lay.take(rows.first)
+    lay = lay.select(*SHARD_COLUMNS).take(rows.first)
     layers = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0

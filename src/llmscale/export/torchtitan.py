@@ -36,6 +36,26 @@ TORCHTITAN_KEYS = (
 )
 
 
+LAYOUT_KEYS: dict[str, tuple[str, ...]] = {
+    "tp": ("parallelism.tensor_parallel_degree",), "pp": ("parallelism.pipeline_parallel_degree",),
+    "dp": ("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree"),
+    "cp": ("parallelism.context_parallel_degree",), "ep": ("parallelism.expert_parallel_degree",),
+    "etp": ("parallelism.expert_tensor_parallel_degree",),
+    "vpp": ("parallelism.pipeline_parallel_layers_per_stage",),
+    "mbs": ("parallelism.pipeline_parallel_microbatch_size", "training.local_batch_size"),
+    "zero": ("parallelism.data_parallel_shard_degree", "parallelism.fsdp_reshard_after_forward"),
+    "recompute": ("activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"),
+    "sp": (),  # torchtitan's TP always shards the sequence: a note
+    "schedule": ("parallelism.pipeline_parallel_schedule",),
+    "offload_optimizer": ("training.enable_cpu_offload",), "offload_params": ("training.enable_cpu_offload",),
+    "tp_comm_overlap": ("parallelism.enable_async_tensor_parallel",),
+    "ep_comm_overlap": (),  # no key at the pinned commit: a note
+    "rank_order": (),  # the device mesh keeps pipeline outermost: a note
+}
+"""How every layout field reaches torchtitan: the keys that carry it, or () where a note says why none does
+(tests/test_export.py checks that every field of the layout definition is here)."""
+
+# torch.distributed.pipelining names (get_schedule_class). ZB-H1 keeps one stage per rank, and torchtitan's
 # only zero-bubble schedules are multi-stage (InterleavedZeroBubble needs ≥ 2 stages per rank): it runs 1F1B.
 # ZB-V and DualPipe hold two stages per rank in a V, as ZBVZeroBubble and DualPipeV do.
 _TORCHTITAN_SCHEDULES = {

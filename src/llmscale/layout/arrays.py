@@ -1,92 +1,102 @@
-"""Layouts: many candidate parallel layouts as a struct of numpy arrays (DESIGN.md principle 1).
+"""Layouts: many candidate parallel layouts as a struct of numpy arrays (DESIGN principle 1).
 
-Shape legend: every field is a 1-D array of shape (N,), one element per candidate layout. Integer
-fields are int64; `recompute` and `schedule` hold the `.code` of their enum members; flags are bool.
-Explaining one layout is a search of size one: `Layouts.from_layout(layout, num_gpus)`.
+Shape legend: every column is a 1-D array of shape (N,), one element per candidate layout. Integer fields are
+int64, enum fields (`recompute`, `schedule`, `rank_order`) hold the `.code` of their members, flags are bool.
+The columns are the fields of `specs.layout.Layout` — read from its declaration (`LAYOUT_FIELDS`), never listed
+here — and a field the user leaves out gets its spec default or, for derived fields (dp, etp, sp, schedule), the
+rule its `Knob` declares. Explaining one layout is a search of size one: `Layouts.from_layout(layout, num_gpus)`.
+
+A formula evaluated once per distinct row of a few columns (`distinct`) runs on a view of those columns only
+(`select`): reading any other column raises, so a formula cannot silently depend on a column its key lacks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
+from llmscale.specs.layout import Layout, LayoutField, from_code, spec_fields
 
-_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "schedule", "rank_order")
-_BOOL_FIELDS = ("sp", "offload_optimizer", "offload_params", "tp_comm_overlap", "ep_comm_overlap")
 DataclassT = TypeVar("DataclassT")
 
 
-@dataclass(frozen=True)
 class Layouts:
-    """N candidate layouts; see the module docstring for the shape legend."""
+    """N candidate layouts (module docstring): `lay.tp`, `lay.schedule`, … are the columns."""
 
-    tp: np.ndarray
-    pp: np.ndarray
-    dp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    vpp: np.ndarray
-    mbs: np.ndarray
-    zero: np.ndarray
-    recompute: np.ndarray
-    schedule: np.ndarray
-    sp: np.ndarray
-    offload_optimizer: np.ndarray
-    offload_params: np.ndarray
-    tp_comm_overlap: np.ndarray
-    ep_comm_overlap: np.ndarray
-    rank_order: np.ndarray
+    _spec: type[Layout]
+    _view: tuple[str, ...] | None
+    _names: tuple[str, ...]
+
+    def __init__(self, columns: Mapping[str, np.ndarray], spec: type[Layout] = Layout,
+                 view: tuple[str, ...] | None = None) -> None:
+        """`columns` must hold every field of `spec` (a view: every name in `view`) as arrays of one shape; use
+        `from_columns` or `from_layout` to fill defaults."""
+        names = view if view is not None else tuple(f.name for f in spec_fields(spec))
+        missing = [name for name in names if name not in columns]
+        if missing:
+            raise ValueError(f"Layouts needs the columns {missing}")
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_view", view)
+        object.__setattr__(self, "_names", names)
+        self.__dict__.update({name: columns[name] for name in names})
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """Only reached for a name that is not a column here: say why."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._view is not None and name in {f.name for f in spec_fields(self._spec)}:
+            raise AttributeError(f"layout column {name!r} is outside this view of {', '.join(self._view)}: a formula "
+                                 "evaluated once per distinct row of those columns read another; add it to the key")
+        raise AttributeError(f"{type(self).__name__} has no column {name!r}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Layouts are immutable; use replace(**columns)")
 
     @classmethod
-    def from_columns(cls, **columns: object) -> Layouts:
-        """Broadcast scalar or array columns to one shape. Missing columns take Layout's defaults
-        (dp must be given); etp defaults to tp, sp to tp > 1, schedule to interleaved iff vpp > 1."""
-        defaults: dict[str, object] = {
-            "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 1,
-            "recompute": Recompute.NONE.code, "offload_optimizer": False, "offload_params": False,
-            "tp_comm_overlap": False, "ep_comm_overlap": False, "rank_order": RankOrder.TP_CP_EP_DP_PP.code,
-        }
-        merged = {**defaults, **columns}
-        if "dp" not in merged:
-            raise ValueError("Layouts.from_columns needs a dp column")
-        tp = np.asarray(merged["tp"])
-        vpp = np.asarray(merged["vpp"])
-        merged.setdefault("etp", tp)
-        merged.setdefault("sp", tp > 1)
-        merged.setdefault(
-            "schedule", np.where(vpp > 1, Schedule.INTERLEAVED.code, Schedule.ONE_F_ONE_B.code)
-        )
-        names = [f.name for f in fields(cls)]
-        unknown = set(merged) - set(names)
+    def from_columns(cls, *, spec: type[Layout] = Layout, num_gpus: Any = None, **columns: Any) -> Layouts:
+        """Broadcast scalar or array columns to one shape. Missing columns take the spec's defaults, derived
+        fields their rule (dp needs `num_gpus` when it is not given; etp = tp, sp = tp > 1, schedule interleaved
+        iff vpp > 1); enum members may be given as members or codes."""
+        specs = spec_fields(spec)
+        unknown = set(columns) - {f.name for f in specs}
         if unknown:
             raise ValueError(f"unknown layout columns: {sorted(unknown)}")
+        merged: dict[str, Any] = {f.name: f.code(f.default) for f in specs if f.default is not None}
+        merged |= {name: np.asarray(_code(value)) for name, value in columns.items() if value is not None}
+        for f in specs:
+            if f.name not in merged and f.knob.derive is not None:
+                if f.name == "dp" and num_gpus is None:
+                    raise ValueError("Layouts.from_columns needs a dp column (or num_gpus to derive it)")
+                merged[f.name] = f.knob.derive({**merged, "num_gpus": num_gpus})
+        names = [f.name for f in specs]
         arrays = np.broadcast_arrays(*(np.asarray(merged[name]) for name in names))
-        typed = {
-            name: np.ascontiguousarray(arr, dtype=bool if name in _BOOL_FIELDS else np.int64).reshape(-1)
-            for name, arr in zip(names, arrays, strict=True)
-        }
-        return cls(**typed)
+        typed = {f.name: np.ascontiguousarray(a, dtype=bool if f.kind is bool else np.int64).reshape(-1)
+                 for f, a in zip(specs, arrays, strict=True)}
+        return cls(typed, spec)
 
     @classmethod
     def from_layout(cls, layout: Layout, num_gpus: int) -> Layouts:
         """One layout as arrays of size one; dp defaults to num_gpus / (tp·cp·pp)."""
-        dp = layout.dp if layout.dp is not None else max(1, num_gpus // (layout.tp * layout.cp * layout.pp))
-        return cls.from_columns(
-            tp=layout.tp, pp=layout.pp, dp=dp, cp=layout.cp, ep=layout.ep, etp=layout.resolved_etp,
-            vpp=layout.vpp, mbs=layout.mbs, zero=layout.zero, recompute=layout.recompute.code,
-            schedule=layout.resolved_schedule.code, sp=layout.resolved_sp,
-            offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
-            tp_comm_overlap=layout.tp_comm_overlap, ep_comm_overlap=layout.ep_comm_overlap,
-            rank_order=layout.rank_order.code,
-        )
+        values = {f.name: getattr(layout, f.name) for f in spec_fields(type(layout))}
+        return cls.from_columns(spec=type(layout), num_gpus=num_gpus, **values)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The columns this struct (or view) holds."""
+        names: tuple[str, ...] = self._names
+        return names
+
+    @property
+    def fields(self) -> tuple[LayoutField, ...]:
+        """The field definitions of the columns, in order."""
+        return tuple(f for f in spec_fields(self._spec) if f.name in self.names)
 
     @property
     def size(self) -> int:
-        return int(self.tp.shape[0])
+        return int(self.__dict__[self.names[0]].shape[0])
 
     @property
     def num_gpus(self) -> np.ndarray:
@@ -104,26 +114,60 @@ class Layouts:
         Integer division; `rules.check` masks layouts where it does not divide."""
         return (self.tp * self.cp * self.dp) // np.maximum(self.ep * self.etp, 1)
 
+    def column(self, name: str) -> np.ndarray:
+        """The column `name` (as `getattr`, for names held in a variable)."""
+        value: np.ndarray = getattr(self, name)
+        return value
+
     def row(self, i: int) -> Layout:
         """Layout i as a validated scalar Layout (for reports and export)."""
-        recompute = list(Recompute)[int(self.recompute[i])]
-        schedule = list(Schedule)[int(self.schedule[i])]
-        return Layout(
-            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), cp=int(self.cp[i]),
-            ep=int(self.ep[i]), etp=int(self.etp[i]), vpp=int(self.vpp[i]), mbs=int(self.mbs[i]),
-            zero=int(self.zero[i]), recompute=recompute, sp=bool(self.sp[i]), schedule=schedule,
-            offload_optimizer=bool(self.offload_optimizer[i]), offload_params=bool(self.offload_params[i]),
-            tp_comm_overlap=bool(self.tp_comm_overlap[i]), ep_comm_overlap=bool(self.ep_comm_overlap[i]),
-            rank_order=list(RankOrder)[int(self.rank_order[i])],
-        )
+        values = {f.name: _scalar(f, self.__dict__[f.name][i]) for f in self.fields}
+        row: Layout = self._spec.model_validate(values)
+        return row
 
     def take(self, index: np.ndarray) -> Layouts:
         """The layouts at `index` (an integer or boolean array)."""
-        return Layouts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Layouts({name: self.__dict__[name][index] for name in self.names}, self._spec, self._view)
+
+    def select(self, *names: str) -> Layouts:
+        """A view holding only the columns `names`: reading any other raises (module docstring)."""
+        return Layouts({name: self.column(name) for name in names}, self._spec, tuple(names))
+
+    def replace(self, **columns: np.ndarray) -> Layouts:
+        """These layouts with some columns replaced (arrays of the same shape)."""
+        return Layouts({**{name: self.__dict__[name] for name in self.names}, **columns}, self._spec, self._view)
+
+    @classmethod
+    def concat(cls, *parts: Layouts) -> Layouts:
+        """The layouts of `parts`, one after the other (all of the same spec and columns)."""
+        first = parts[0]
+        return cls({name: np.concatenate([p.column(name) for p in parts]) for name in first.names}, first._spec,
+                   first._view)
 
     def distinct(self, *names: str) -> DistinctRows:
         """The distinct rows of the columns `names` (see `distinct_rows`)."""
-        return distinct_rows(*(getattr(self, name) for name in names))
+        return distinct_rows(*(self.column(name) for name in names))
+
+    def distinct_view(self, *names: str) -> tuple[DistinctRows, Layouts]:
+        """The distinct rows of the columns `names` and one layout of each, as a view of those columns only: what a
+        formula of those columns alone is evaluated on before `DistinctRows.spread` hands its result to every
+        layout."""
+        rows = self.distinct(*names)
+        return rows, self.select(*names).take(rows.first)
+
+
+def _code(value: Any) -> Any:
+    """An enum member as its code; anything else as given."""
+    code = getattr(value, "code", None)
+    return code if code is not None and not isinstance(value, np.ndarray) else value
+
+
+def _scalar(f: LayoutField, value: Any) -> Any:
+    if f.kind is bool:
+        return bool(value)
+    if f.kind is int:
+        return int(value)
+    return from_code(f.kind, int(value))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,8 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     cols = {k: v[whole] for k, v in cols.items()}
     dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
-    lay = Layouts.from_columns(dp=dp, etp=etp, sp=cols["tp"] > 1, **cols)
+    columns: dict[str, Any] = {**cols, "dp": dp, "etp": etp, "sp": cols["tp"] > 1}
+    lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay)
     reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)

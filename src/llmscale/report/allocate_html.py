@@ -18,6 +18,7 @@ from llmscale import __version__
 from llmscale.errors import LlmscaleError
 from llmscale.reliability.rates import failures_of
 from llmscale.report.svg import CHART_W, CSS, PALETTE, html_table, log_scale, log_ticks, svg_text
+from llmscale.report.text import layout_of, layout_text
 from llmscale.scaling.allocate import AllocationResult, Outcome
 from llmscale.scaling.laws import Allocation, ScalingLaw
 from llmscale.scaling.multiplier import TARGET, Decomposition
@@ -71,14 +72,6 @@ COLUMNS = [
 ]
 
 
-def layout_text(layout: dict[str, Any]) -> str:
-    """Compact layout: sizes that are not 1, mbs and ZeRO when not 1, recompute when any, the schedule."""
-    parts = [f"tp{layout['tp']}", f"pp{layout['pp']}", f"dp{layout['dp']}"]
-    parts += [f"{k}{layout[k]}" for k in ("cp", "ep", "vpp", "mbs", "zero") if layout[k] != 1]
-    parts += [layout["recompute"]] if layout["recompute"] != "none" else []
-    return " ".join([*parts, layout["schedule"]])
-
-
 def outcome_entry(o: Outcome, rank: int) -> dict[str, Any]:
     layout = o.layout.model_dump(mode="json") if o.layout is not None else None
     keep = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
@@ -89,7 +82,7 @@ def outcome_entry(o: Outcome, rank: int) -> dict[str, Any]:
         "tokens": o.tokens if fitted else None,
         "tokens_per_param": o.tokens / o.scale.active_params if fitted else None,
         "layout": {k: layout[k] for k in keep} if layout else None,
-        "layout_text": layout_text(layout) if layout else None,
+        "layout_text": layout_text(layout_of(layout)) if layout else None,
         "gpus_per_job": o.gpus_per_job, "concurrent_jobs": o.concurrent_jobs,
         "gpus_text": f"{o.gpus_per_job:,} × {o.concurrent_jobs:,}" if fitted else None,
         "global_batch": o.global_batch, "critical_batch": o.critical_batch,

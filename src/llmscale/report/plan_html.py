@@ -18,19 +18,13 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.errors import LlmscaleError
 from llmscale.layout.rules import Reason
 from llmscale.report.svg import CSS, Bar, bar_chart, html_table, legend, num, scatter_chart, stacked_bars
+from llmscale.report.text import layout_of, layout_text
 from llmscale.search.plan import PlanResult
 from llmscale.units import GIB, SECONDS_PER_HOUR
 
 J_PER_MWH = 1e6 * SECONDS_PER_HOUR
 MEMORY_CLASSES = tuple(f.name for f in dataclasses.fields(MemoryBreakdown)
                        if f.name.endswith("_bytes") and f.name != "capacity_bytes")
-
-
-def _layout_label(layout: dict[str, Any]) -> str:
-    parts = [f"tp{layout['tp']}", f"pp{layout['pp']}", f"dp{layout['dp']}"]
-    parts += [f"{k}{layout[k]}" for k in ("cp", "ep", "vpp") if layout[k] != 1]
-    return " ".join([*parts, f"mbs{layout['mbs']}", f"zero{layout['zero']}", f"recompute {layout['recompute']}",
-                     layout["schedule"]])
 
 
 def _part_name(key: str) -> str:
@@ -64,7 +58,7 @@ def _header(document: dict[str, Any]) -> str:
 def _step_section(top: list[dict[str, Any]]) -> str:
     keys = list(top[0]["breakdown"])
     names = [_part_name(k) for k in keys]
-    bars = [Bar(f"#{rank} {_layout_label(entry['layout'])}", [entry["breakdown"][k] for k in keys],
+    bars = [Bar(f"#{rank} {layout_text(layout_of(entry['layout']))}", [entry["breakdown"][k] for k in keys],
                 f"{entry['step_time_s']:.2f} s · MFU {entry['mfu']:.1%}") for rank, entry in enumerate(top, 1)]
     rows = [[str(rank), *[f"{entry['breakdown'][k]:.3f}" for k in keys], f"{entry['step_time_s']:.3f}"]
             for rank, entry in enumerate(top, 1)]
@@ -123,7 +117,7 @@ def _rejection_section(document: dict[str, Any]) -> str:
 def _top_table(top: list[dict[str, Any]]) -> str:
     header = ["#", "layout", "step", "MFU", "throughput", "memory", "time to train", "cost", "energy"]
     units = ["", "", "s", "%", "tokens/s/GPU", "GiB", "days", "USD", "MWh"]
-    rows = [[str(rank), _layout_label(e["layout"]), f"{e['step_time_s']:.3f}", f"{e['mfu'] * 100:.1f}",
+    rows = [[str(rank), layout_text(layout_of(e["layout"])), f"{e['step_time_s']:.3f}", f"{e['mfu'] * 100:.1f}",
              num(e["tokens_per_s_per_gpu"], 1), num(e["memory_bytes"] / GIB, 1), num(e["days"], 1),
              num(e["cost_usd"]) if e["cost_usd"] is not None else "n/a",
              num(e["energy_j"] / J_PER_MWH, 1) if e["energy_j"] is not None else "n/a"]

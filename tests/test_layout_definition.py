@@ -1,0 +1,117 @@
+"""One layout definition: every layout field is declared once (specs.layout.Layout with its Knob) and the array
+struct, the CLI flags, the JSON documents, the texts and the export coverage read it from there. A field added to
+the definition reaches all of them; a per-distinct-row formula cannot read a column outside its key."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import numpy as np
+import pytest
+import typer
+from pydantic import Field, PositiveInt
+from typer.testing import CliRunner
+
+from llmscale.cli.main import app
+from llmscale.cli.options import JobFlags, with_job_flags
+from llmscale.cost.step import estimate_step
+from llmscale.export.megatron import LAYOUT_FLAGS, MEGATRON_FLAGS
+from llmscale.export.torchtitan import LAYOUT_KEYS, TORCHTITAN_KEYS
+from llmscale.io.catalog import load_cluster, load_constants, load_model
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.space import SpaceOptions, generate
+from llmscale.report.text import layout_line, layout_text
+from llmscale.specs.layout import LAYOUT_FIELDS, Knob, Layout, RankOrder, Show, spec_fields
+from llmscale.specs.train import TrainSpec
+
+
+class Extended(Layout):
+    """The layout with two fields more, declared the way every field is: the test of "declared once"."""
+
+    chunks: Annotated[PositiveInt, Knob("chunks", Show.ALWAYS)] = Field(1, description="test field: chunks")
+    turbo: Annotated[bool, Knob("turbo")] = Field(False, description="test switch: turbo")
+
+
+def test_a_new_field_reaches_the_cli_the_arrays_the_json_and_the_text() -> None:
+    seen: dict[str, Any] = {}
+
+    def command(job: JobFlags) -> None:
+        seen.update(job.layout)
+
+    cli = typer.Typer()
+    cli.command()(with_job_flags(command, Extended))
+    result = CliRunner().invoke(cli, ["--tp", "2", "--chunks", "3", "--turbo"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"tp": 2, "chunks": 3, "turbo": True}  # the flags exist, parsed into the layout given
+    assert "--chunks" in CliRunner().invoke(cli, ["--help"]).output
+
+    lay = Layouts.from_layout(Extended(**seen), num_gpus=8)
+    assert lay.chunks.tolist() == [3] and lay.turbo.tolist() == [True]  # a column of the array struct
+    row = lay.row(0)
+    assert isinstance(row, Extended) and row.chunks == 3
+    document = json.loads(json.dumps(row.model_dump(mode="json")))
+    assert document["chunks"] == 3 and document["turbo"] is True  # in the JSON documents' layout
+    assert "chunks3" in layout_text(row).split() and "turbo" in layout_text(row).split()
+    assert "chunks 3" in layout_line(row) and "turbo on" in layout_line(row)
+
+
+def test_every_job_command_takes_every_layout_field_as_a_flag() -> None:
+    command = typer.main.get_command(app)
+    assert isinstance(command, typer.core.TyperGroup)
+    for name in ("memory", "explain", "export"):
+        flags = {opt for param in command.commands[name].params for opt in param.opts}
+        assert {f.knob.cli_flag(f.name) for f in LAYOUT_FIELDS} <= flags, name
+
+
+def test_every_layout_field_is_exported_or_noted() -> None:
+    # A new field must say how each framework gets it (its flags or keys, or () and a note): never dropped silently.
+    names = {f.name for f in LAYOUT_FIELDS}
+    assert set(LAYOUT_FLAGS) == names and set(LAYOUT_KEYS) == names
+    assert all(flag in MEGATRON_FLAGS for flags in LAYOUT_FLAGS.values() for flag in flags)
+    assert all(key in TORCHTITAN_KEYS for keys in LAYOUT_KEYS.values() for key in keys)
+
+
+def test_the_array_struct_has_a_column_per_field_and_nothing_else() -> None:
+    lay = Layouts.from_columns(tp=2, pp=4, dp=8, vpp=2)
+    assert lay.names == tuple(f.name for f in LAYOUT_FIELDS)
+    # Derived fields follow their declared rule: etp = tp, sp = tp > 1, interleaved when vpp > 1.
+    assert (lay.etp[0], bool(lay.sp[0]), lay.row(0).schedule.value) == (2, True, "interleaved")
+    assert Layouts.from_columns(num_gpus=64, tp=2, pp=4).dp.tolist() == [8]
+    with pytest.raises(AttributeError, match="no column 'tpp'"):
+        _ = lay.tpp
+    # No field may shadow a property of the struct.
+    assert not {f.name for f in LAYOUT_FIELDS} & {"size", "num_gpus", "edp", "names", "fields"}
+
+
+def test_a_distinct_row_view_refuses_columns_outside_its_key() -> None:
+    lay = Layouts.from_columns(tp=[1, 2, 2], dp=[4, 2, 2], zero=[0, 1, 2])
+    rows, view = lay.distinct_view("tp", "dp")
+    assert view.size == 2 and view.tp.tolist() == [1, 2]
+    with pytest.raises(AttributeError, match="outside this view"):
+        _ = view.zero  # a formula keyed on (tp, dp) that read zero would be spread to rows with other zero stages
+    assert rows.spread(view.tp * 10).tolist() == [10, 20, 20]
+
+
+def test_the_cost_model_reads_only_its_keys_on_a_space_that_takes_every_branch() -> None:
+    # Every schedule, ZeRO stage, recompute mode and both rank orders, dense and MoE: each per-distinct-row formula
+    # runs on a view of its key's columns, so a read outside its key would raise here.
+    options = SpaceOptions(zero=(0, 1, 2, 3), rank_orders=tuple(RankOrder), offload_optimizer=(False, True))
+    for name, cluster, gpus, batch in (("llama3-70b", "eos-h100", 512, 1024), ("mixtral-8x22b", "eos-h100", 256, 512)):
+        model, train = load_model(name), TrainSpec(global_batch=batch)
+        space = generate(model, load_cluster(cluster, num_gpus=gpus), train, gpus, options)
+        lay = space.layouts
+        flipped = lay.replace(tp_comm_overlap=~lay.tp_comm_overlap, ep_comm_overlap=~lay.ep_comm_overlap)
+        for batch_of_layouts in (lay, flipped):
+            step = estimate_step(model, load_cluster(cluster, num_gpus=gpus), train, batch_of_layouts,
+                                 load_constants())
+            assert np.all(np.isfinite(step.step_time_s))
+
+
+def test_the_definition_declares_a_knob_for_every_field() -> None:
+    assert [f.name for f in spec_fields(Layout)] == list(Layout.model_fields)
+    with pytest.raises(TypeError, match="declares no Knob"):
+        class Bare(Layout):
+            bare: int = 1
+
+        spec_fields(Bare)
