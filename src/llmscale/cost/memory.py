@@ -3,10 +3,8 @@
 Shape legend: every array field of the results has shape (N,), one element per layout; bytes per GPU
 unless the name says otherwise.
 
-Parameter sharding (Megatron-LM parallel folding; formulas.md B4): non-expert weights of a pipeline
-rank's layers are split tp ways (norms and the router replicated); routed experts ep × etp ways; the
-input embedding lives on the first rank, the output layer on the last (both when pp = 1), vocab split tp
-ways. DualPipe ranks hold two stages (r and p−1−r).
+The parameters each pipeline rank's GPU holds (before ZeRO) and its micro-batches in flight come from
+`cost.derived` (computed once per batch of layouts).
 
 Bytes per parameter (mixed precision, Megatron `theoretical_memory_usage.py` at 00caa53: 18 B without,
 6 + 12/DP B with the distributed optimizer): weights 2 (16-bit), gradients 4 (fp32 main_grad; 2 if
@@ -24,23 +22,19 @@ dynamic part (constants in catalog/memory.yaml with their sources).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from dataclasses import fields as dataclass_fields
 
 import numpy as np
 
 from llmscale.cost.activations import (
     BYTES_16BIT,
     LayerActivations,
-    inflight_microbatches,
     layer_activations,
     stage_activation_bytes,
 )
-from llmscale.cost.params import ParamCounts, count_params
+from llmscale.cost.derived import LayoutDerived, RankParams, derive
 from llmscale.layout.arrays import Layouts
-from llmscale.layout.stages import RankOf, StageLayers, stage_layers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, MemoryConstants
-from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Optimizer, Precision, TrainSpec
 
@@ -88,40 +82,6 @@ class MemoryBreakdown:
     @property
     def fits(self) -> np.ndarray:
         return self.total_bytes <= self.capacity_bytes
-
-
-@dataclass(frozen=True)
-class RankParams:
-    """Parameters resident on one GPU of a pipeline rank, before ZeRO sharding."""
-
-    non_expert: np.ndarray
-    expert: np.ndarray
-    largest_layer: np.ndarray
-    """Largest single layer on this GPU (for ZeRO-3 / offload gather buffers)."""
-
-
-def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> RankParams:
-    """Non-expert (÷tp, norms and router replicated) and expert (÷ep·etp) parameters on one GPU."""
-    dense, moe = counts.dense_layer, counts.moe_layer
-    sharded = layers.dense * (dense.attention + dense.dense_mlp) + layers.moe * (moe.attention + moe.shared_experts)
-    replicated = layers.dense * dense.norms + layers.moe * (moe.norms + moe.router)
-    # A tied output layer still needs its own copy of the embedding on a last rank that is not also the
-    # first (Megatron keeps it and all-reduces its gradient with the first stage's).
-    output = counts.output if counts.output else np.where(layers.first > 0, 0, model.vocab * model.hidden)
-    vocab = layers.first * counts.embedding + layers.last * output
-    # The last rank also holds the final norm (replicated) and the MTP modules (DeepSeek-V3 §2.2): per module
-    # two norms, a 2h→h projection and one layer of the last layer's kind.
-    last_kind = moe if model.is_moe else dense
-    mtp = layers.last * model.mtp_layers
-    non_expert = ((sharded + vocab + mtp * (2 * model.hidden**2 + last_kind.attention + last_kind.shared_experts
-                                            + last_kind.dense_mlp)) / lay.tp
-                  + replicated + layers.last * counts.final_norm + mtp * (last_kind.norms + last_kind.router))
-    expert = (layers.moe + mtp * model.is_moe) * moe.routed_experts / (lay.ep * lay.etp)
-    biggest_dense = np.where(layers.dense > 0, dense.total / lay.tp, 0.0)
-    biggest_moe = np.where(
-        layers.moe > 0, (moe.non_expert) / lay.tp + moe.routed_experts / (lay.ep * lay.etp), 0.0
-    )
-    return RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe))
 
 
 @dataclass(frozen=True)
@@ -240,58 +200,19 @@ def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarra
     return 4.0 * tokens * (model.vocab + model.hidden) / lay.tp
 
 
-@dataclass(frozen=True)
-class RankStage:
-    """One representative pipeline rank (stages.RankOf) of every layout."""
-
-    layers: StageLayers
-    params: RankParams
-    held: np.ndarray
-    """Stage-equivalents of micro-batch activations it holds at its peak (activations.inflight_microbatches),
-    halved under DualPipe, whose two chunks share the p + 1 budget."""
-
-
-RankStages = dict[RankOf, RankStage]
-"""Per representative rank, its layers, parameters and in-flight micro-batches."""
-
-STAGE_COLUMNS = ("pp", "vpp", "schedule", "tp", "ep", "etp", "dp", "mbs")
-"""The layout columns stage_layers, rank_params and inflight_microbatches read (dp and mbs through the number of
-micro-batches)."""
-
-
-def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
-    """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
-    and spread to every layout."""
-    rows, few = lay.distinct_view(*STAGE_COLUMNS)
-    counts = count_params(model)
-    num_micro = few.num_microbatches(train.global_batch)
-    dualpipe = few.schedule == Schedule.DUALPIPE.code
-    stages: RankStages = {}
-    for which in RankOf:
-        layers = stage_layers(model, few, which)
-        if which is RankOf.BUSIEST and _same_stage(layers, stages[RankOf.SECOND].layers):
-            break  # the busiest interior rank is rank 1 in every layout: nothing new to evaluate
-        held = inflight_microbatches(few, num_micro, layers.rank)
-        held = np.where(dualpipe, held / 2, held)
-        stages[which] = RankStage(layers, rank_params(model, counts, few, layers), held)
-    return {which: rows.spread_fields(stage) for which, stage in stages.items()}
-
-
-def _same_stage(a: StageLayers, b: StageLayers) -> bool:
-    return all(np.array_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclass_fields(StageLayers))
-
-
 def memory_breakdown(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-    stages: RankStages | None = None,
+    derived: LayoutDerived | None = None,
 ) -> MemoryBreakdown:
-    """Memory of the most-loaded GPU of every layout (see module docstring). `stages` reuses the step
-    model's per-rank layers, parameters and in-flight micro-batches (`rank_stages`) instead of recomputing them."""
+    """Memory of the most-loaded GPU of every layout (see module docstring). `derived` hands over the batch's
+    micro-batch count and per-rank layers, parameters and in-flight micro-batches (`cost.derived.derive`) when the
+    caller has them."""
     const = constants.memory
+    derived = derived if derived is not None else derive(model, train, lay)
     acts = layer_activations(model, train, lay)
-    num_micro = lay.num_microbatches(train.global_batch)
+    num_micro = derived.num_microbatches
     shard = Sharding.of(lay)
-    stages = stages if stages is not None else rank_stages(model, train, lay)
+    stages = derived.stages
     logits = _logits_bytes(model, train, lay)
     shared_buffers = _comm_buffer_bytes(model, train, lay, acts)
     best_total = np.full(lay.size, -1.0)

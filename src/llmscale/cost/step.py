@@ -26,14 +26,13 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale.cost.compute import LayerTimes, RankCompute, layer_times, rank_compute
+from llmscale.cost.derived import LayoutDerived, derive, rank_params
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.cost.memory import (
     MemoryBreakdown,
     Sharding,
     memory_breakdown,
     optimizer_step_traffic_bytes_per_param,
-    rank_params,
-    rank_stages,
 )
 from llmscale.cost.params import count_params
 from llmscale.cost.pipeline import PipelineTimes, pipeline_times
@@ -184,17 +183,18 @@ class _PathShares:
         )
 
 
-def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                  constants: Constants) -> StepBreakdown:
-    """The step-time breakdown of every layout (see module docstring), with the model constants `constants`."""
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                  derived: LayoutDerived | None = None) -> StepBreakdown:
+    """The step-time breakdown of every layout (see module docstring), with the model constants `constants`;
+    `derived` hands over the batch's derived quantities (`cost.derived.derive`) when the caller has them."""
     const = constants.step
+    derived = derived if derived is not None else derive(model, train, lay)
     eff = cluster.gpu.efficiency
-    num_micro = lay.num_microbatches(train.global_batch)
+    num_micro = derived.num_microbatches
     times, comm = _per_microbatch(model, cluster, train, lay, constants.comm)
     best: tuple[_CriticalPath, StageLayers] | None = None
-    stages = rank_stages(model, train, lay)
     shares = _PathShares.of(lay, const)
-    for stage in stages.values():
+    for stage in derived.stages.values():
         layers = stage.layers
         path = _critical_path(shares, layers, rank_compute(lay, layers, times, eff), comm, eff)
         if best is None:
@@ -214,7 +214,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
                   + np.maximum(0.0, dp.param_gather_s - window * fwd)
                   # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
                   + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
-    memory = memory_breakdown(model, cluster, train, lay, constants, stages)
+    memory = memory_breakdown(model, cluster, train, lay, constants, derived)
     return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory,
                      const)
 

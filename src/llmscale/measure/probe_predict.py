@@ -53,8 +53,9 @@ import numpy as np
 from llmscale.cost.calibrate import Calibrated, apply_calibration
 from llmscale.cost.collectives import collective_time_s, group_links
 from llmscale.cost.compute import _elementwise_bytes_per_token, layer_times, rank_compute
+from llmscale.cost.derived import rank_params
 from llmscale.cost.flops import attention_core_flops_per_layer
-from llmscale.cost.memory import optimizer_step_traffic_bytes_per_param, rank_params
+from llmscale.cost.memory import optimizer_step_traffic_bytes_per_param
 from llmscale.cost.params import count_params
 from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.cost.traffic import data_parallel_comm

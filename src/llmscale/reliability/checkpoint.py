@@ -7,7 +7,7 @@ optimizer moments (Adam 8 B) = 14 B per parameter (BLOOM's '8 bytes for fp32 opt
 2.3 TB for 176B); gradients are not saved. A distributed save writes each unique shard once (Megatron-LM
 dist-checkpointing's fully parallel save, PyTorch DCP's de-duplication): tp, pp, ep and etp shard the model and the
 dp·cp (experts: edp) replicas of a shard split its write, so one GPU writes (P_ne / (d_p·c) + P_ex / e_d) · 14 B
-for the parameters of its pipeline rank (memory.rank_params), the most loaded rank setting the time.
+for the parameters of its pipeline rank (cost.derived.rank_params), the most loaded rank setting the time.
 
 Transfers (one direction): a device→host snapshot moves a GPU's bytes over its PCIe link (MegaScale §4.4, C10:
 'several seconds'); a node sends its bytes to persistent storage at most at its NIC (and PCIe) rate while all nodes
@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.memory import rank_params
+from llmscale.cost.derived import LayoutDerived, derive
 from llmscale.cost.params import count_params
 from llmscale.layout.arrays import Layouts
-from llmscale.layout.stages import RankOf, stage_layers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CheckpointConstants
 from llmscale.specs.model import ModelSpec
@@ -44,12 +43,14 @@ def bytes_per_param(train: TrainSpec) -> float:
     return BYTES_16BIT_WEIGHT + master + moments
 
 
-def layout_bytes_per_gpu(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
-    """Unique checkpoint bytes of the most loaded GPU of each layout (module docstring)."""
-    counts = count_params(model)
+def layout_bytes_per_gpu(model: ModelSpec, train: TrainSpec, lay: Layouts,
+                         derived: LayoutDerived | None = None) -> np.ndarray:
+    """Unique checkpoint bytes of the most loaded GPU of each layout (module docstring), from the parameters of
+    each representative rank (`cost.derived`)."""
+    derived = derived if derived is not None else derive(model, train, lay)
     worst = np.zeros(lay.size)
-    for which in RankOf:
-        params = rank_params(model, counts, lay, stage_layers(model, lay, which))
+    for stage in derived.stages.values():
+        params = stage.params
         unique = params.non_expert / (lay.dp * lay.cp) + params.expert / np.maximum(lay.edp, 1)
         worst = np.maximum(worst, unique)
     return worst * bytes_per_param(train)
@@ -130,9 +131,10 @@ def checkpoint_cost(cluster: ClusterSpec, total_bytes: float | np.ndarray, bytes
 
 
 def layout_checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                           const: CheckpointConstants, cluster_gpus: int | None = None) -> CheckpointCost:
+                           const: CheckpointConstants, cluster_gpus: int | None = None,
+                           derived: LayoutDerived | None = None) -> CheckpointCost:
     """checkpoint_cost of each layout's own sharding."""
-    return checkpoint_cost(cluster, state_bytes(model, train), layout_bytes_per_gpu(model, train, lay),
+    return checkpoint_cost(cluster, state_bytes(model, train), layout_bytes_per_gpu(model, train, lay, derived),
                            lay.num_gpus.astype(float), const, cluster_gpus)
 
 

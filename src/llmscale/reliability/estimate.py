@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmscale.cost.derived import LayoutDerived
 from llmscale.layout.arrays import Layouts
 from llmscale.reliability.checkpoint import even_checkpoint_cost, layout_checkpoint_cost, restart_cost
 from llmscale.reliability.goodput import (
@@ -46,12 +47,14 @@ def job_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gp
 
 def layout_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, step_time_s: np.ndarray,
                    constants: Constants, *, fast: bool = False, hot_spares: bool = True,
-                   mitigations: tuple[Mitigation, ...] = (), cluster_gpus: int | None = None) -> GoodputEstimate:
+                   mitigations: tuple[Mitigation, ...] = (), cluster_gpus: int | None = None,
+                   derived: LayoutDerived | None = None) -> GoodputEstimate:
     """Every policy for each layout: its own checkpoint shards, τ at least one training step, expectations over
     the layout's time to train; the job shares storage with the rest of a `cluster_gpus`-GPU cluster. `fast`
-    ranks with the closed-form intervals (goodput.closed_form_intervals)."""
+    ranks with the closed-form intervals (goodput.closed_form_intervals); `derived` hands over the batch's derived
+    quantities (`cost.derived.derive`) when the caller has them."""
     rates = cluster_rates(cluster, lay.num_gpus, constants, mitigations)
-    ckpt = layout_checkpoint_cost(model, cluster, train, lay, constants.checkpoint, cluster_gpus)
+    ckpt = layout_checkpoint_cost(model, cluster, train, lay, constants.checkpoint, cluster_gpus, derived)
     restart = restart_cost(ckpt, constants.checkpoint, hot_spares)
     steps = train.total_tokens / train.tokens_per_step
     return estimate_goodput(rates, ckpt, restart, steps * step_time_s, floor_s=step_time_s, fast=fast)

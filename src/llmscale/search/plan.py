@@ -21,6 +21,7 @@ from enum import Enum
 
 import numpy as np
 
+from llmscale.cost.derived import derive
 from llmscale.cost.params import count_params
 from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.errors import SpecError
@@ -172,11 +173,12 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     score = np.empty(size)
     for start in range(0, size, CHUNK_LAYOUTS):
         chunk = space.layouts.take(np.arange(start, min(start + CHUNK_LAYOUTS, size)))
-        chunk_step = estimate_step(model, job_cluster, train, chunk, constants)
+        derived = derive(model, train, chunk)  # once per chunk, for the step model and the goodput ranking
+        chunk_step = estimate_step(model, job_cluster, train, chunk, constants, derived)
         goodput = None
         if objective is Objective.EFFECTIVE_TIME:  # closed-form intervals to rank; the top rows are refined below
             goodput = layout_goodput(model, job_cluster, train, chunk, chunk_step.step_time_s, constants, fast=True,
-                                     cluster_gpus=cluster.num_gpus).goodput
+                                     cluster_gpus=cluster.num_gpus, derived=derived).goodput
         score[start:start + chunk.size] = _score(objective, chunk_step, job_cluster, train, goodput)
     feasible = int(np.isfinite(score).sum())
     if size - feasible:
@@ -184,9 +186,10 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     order = np.argsort(score, kind="stable")[:top]
     order = order[np.isfinite(score[order])]
     best_layouts = space.layouts.take(order)
-    step = estimate_step(model, job_cluster, train, best_layouts, constants)
+    derived = derive(model, train, best_layouts)
+    step = estimate_step(model, job_cluster, train, best_layouts, constants, derived)
     rows = reliability_rows(layout_goodput(model, job_cluster, train, best_layouts, step.step_time_s, constants,
-                                           cluster_gpus=cluster.num_gpus)) if best_layouts.size else []
+                                           cluster_gpus=cluster.num_gpus, derived=derived)) if best_layouts.size else []
     best = [_candidate(step, best_layouts, i, job_cluster, train, rows[i]) for i in range(best_layouts.size)]
     if objective is Objective.EFFECTIVE_TIME:
         best.sort(key=lambda c: c.days / c.reliability.goodput if c.reliability and c.reliability.goodput else np.inf)

@@ -1,0 +1,119 @@
+"""What the cost model derives from a batch of layouts before it costs anything: the micro-batch count, and for each
+representative pipeline rank (`layout.stages.RankOf`) its layers, the parameters resident on one of its GPUs and the
+micro-batches it holds in flight — computed once per batch (`derive`) and handed on to the step, memory and
+checkpoint models.
+
+Shape legend: every array has shape (N,), one element per layout.
+
+Parameter sharding (Megatron-LM parallel folding, Megatron-Core `moe` docs; Narayanan et al. 2021 §2): non-expert
+weights of a pipeline rank's layers are split tp ways (norms and the router replicated); routed experts ep × etp
+ways; the input embedding lives on the first rank, the output layer on the last (both when pp = 1), vocab split tp
+ways. DualPipe ranks hold two stages (r and p−1−r; DeepSeek-V3 §3.2.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+
+import numpy as np
+
+from llmscale.cost.activations import inflight_microbatches
+from llmscale.cost.params import ParamCounts, count_params
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf, StageLayers, stage_layers
+from llmscale.specs.layout import Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters resident on one GPU of a pipeline rank, before ZeRO sharding."""
+
+    non_expert: np.ndarray
+    expert: np.ndarray
+    largest_layer: np.ndarray
+    """Largest single layer on this GPU (for ZeRO-3 / offload gather buffers)."""
+
+
+def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> RankParams:
+    """Non-expert (÷tp, norms and router replicated) and expert (÷ep·etp) parameters on one GPU."""
+    dense, moe = counts.dense_layer, counts.moe_layer
+    sharded = layers.dense * (dense.attention + dense.dense_mlp) + layers.moe * (moe.attention + moe.shared_experts)
+    replicated = layers.dense * dense.norms + layers.moe * (moe.norms + moe.router)
+    # A tied output layer still needs its own copy of the embedding on a last rank that is not also the
+    # first (Megatron keeps it and all-reduces its gradient with the first stage's).
+    output = counts.output if counts.output else np.where(layers.first > 0, 0, model.vocab * model.hidden)
+    vocab = layers.first * counts.embedding + layers.last * output
+    # The last rank also holds the final norm (replicated) and the MTP modules (DeepSeek-V3 §2.2): per module
+    # two norms, a 2h→h projection and one layer of the last layer's kind.
+    last_kind = moe if model.is_moe else dense
+    mtp = layers.last * model.mtp_layers
+    non_expert = ((sharded + vocab + mtp * (2 * model.hidden**2 + last_kind.attention + last_kind.shared_experts
+                                            + last_kind.dense_mlp)) / lay.tp
+                  + replicated + layers.last * counts.final_norm + mtp * (last_kind.norms + last_kind.router))
+    expert = (layers.moe + mtp * model.is_moe) * moe.routed_experts / (lay.ep * lay.etp)
+    biggest_dense = np.where(layers.dense > 0, dense.total / lay.tp, 0.0)
+    biggest_moe = np.where(
+        layers.moe > 0, (moe.non_expert) / lay.tp + moe.routed_experts / (lay.ep * lay.etp), 0.0
+    )
+    return RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe))
+
+
+
+@dataclass(frozen=True)
+class RankStage:
+    """One representative pipeline rank (`layout.stages.RankOf`) of every layout."""
+
+    layers: StageLayers
+    params: RankParams
+    held: np.ndarray
+    """Stage-equivalents of micro-batch activations it holds at its peak (activations.inflight_microbatches),
+    halved under DualPipe, whose two chunks share the p + 1 budget."""
+
+
+RankStages = dict[RankOf, RankStage]
+"""Per representative rank, its layers, parameters and in-flight micro-batches."""
+
+STAGE_COLUMNS = ("pp", "vpp", "schedule", "tp", "ep", "etp", "dp", "mbs")
+"""The layout columns stage_layers, rank_params and inflight_microbatches read (dp and mbs through the number of
+micro-batches)."""
+
+
+@dataclass(frozen=True)
+class LayoutDerived:
+    """What the cost model derives from a batch of layouts before any cost, shape (N,): computed once per batch
+    (`derive`) and handed to every consumer (step time, memory, checkpoint size) instead of recomputed by each."""
+
+    num_microbatches: np.ndarray
+    """Micro-batches per step and pipeline, global batch / (dp · mbs) (`Layouts.num_microbatches`)."""
+    stages: RankStages
+    """Layers, resident parameters and in-flight micro-batches of each representative pipeline rank."""
+
+
+def derive(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayoutDerived:
+    """The derived quantities of every layout (class docstring)."""
+    return LayoutDerived(lay.num_microbatches(train.global_batch), rank_stages(model, train, lay))
+
+
+def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
+    """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
+    and spread to every layout."""
+    rows, few = lay.distinct_view(*STAGE_COLUMNS)
+    counts = count_params(model)
+    num_micro = few.num_microbatches(train.global_batch)
+    dualpipe = few.schedule == Schedule.DUALPIPE.code
+    stages: RankStages = {}
+    for which in RankOf:
+        layers = stage_layers(model, few, which)
+        if which is RankOf.BUSIEST and _same_stage(layers, stages[RankOf.SECOND].layers):
+            break  # the busiest interior rank is rank 1 in every layout: nothing new to evaluate
+        held = inflight_microbatches(few, num_micro, layers.rank)
+        held = np.where(dualpipe, held / 2, held)
+        stages[which] = RankStage(layers, rank_params(model, counts, few, layers), held)
+    return {which: rows.spread_fields(stage) for which, stage in stages.items()}
+
+
+def _same_stage(a: StageLayers, b: StageLayers) -> bool:
+    return all(np.array_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclass_fields(StageLayers))
