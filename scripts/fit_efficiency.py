@@ -27,7 +27,7 @@ import numpy as np
 
 from llmscale.cost.step import estimate_step
 from llmscale.io.catalog import load_constants
-from llmscale.io.resolve import JobInputs
+from llmscale.io.resolve import Job
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.validation.runs import PublishedRun, load_runs
 from llmscale.validation.validate import job_from_run
@@ -63,7 +63,7 @@ def generation_of(cluster: ClusterSpec) -> str | None:
     return None
 
 
-def initial_params(jobs: list[tuple[PublishedRun, JobInputs]]) -> dict[str, float]:
+def initial_params(jobs: list[tuple[PublishedRun, Job]]) -> dict[str, float]:
     params: dict[str, float] = {}
     for _, job in jobs:
         gen = generation_of(job.cluster)
@@ -79,7 +79,7 @@ def initial_params(jobs: list[tuple[PublishedRun, JobInputs]]) -> dict[str, floa
     return params
 
 
-def predict(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]) -> np.ndarray:
+def predict(jobs: list[tuple[PublishedRun, Job]], params: dict[str, float]) -> np.ndarray:
     # The trial's step constants are handed to the cost model, as every caller hands its constants: no patching.
     constants = load_constants().with_overrides({"step": {k: params[k] for k in STEP_KEYS}})
     out = []
@@ -94,7 +94,7 @@ def predict(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]
     return np.array(out)
 
 
-def loss(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]) -> float:
+def loss(jobs: list[tuple[PublishedRun, Job]], params: dict[str, float]) -> float:
     published = np.array([run.tokens_per_s_per_gpu or 1.0 for run, _ in jobs])
     return float(np.mean(np.minimum(np.abs(np.log(predict(jobs, params) / published)), 0.5)))
 
@@ -104,7 +104,7 @@ def bounds(key: str) -> tuple[float, float]:
     return BOUNDS["gemm"] if name in ("gemm_bf16", "gemm_fp8", "gemm_fp4") else BOUNDS[name]
 
 
-def fit(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float], rounds: int) -> dict[str, float]:
+def fit(jobs: list[tuple[PublishedRun, Job]], params: dict[str, float], rounds: int) -> dict[str, float]:
     """Coordinate descent with shrinking multiplicative steps, each value kept inside its bounds."""
     best = loss(jobs, params)
     step = 0.2
@@ -123,7 +123,7 @@ def fit(jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float], ro
     return params
 
 
-def report(label: str, jobs: list[tuple[PublishedRun, JobInputs]], params: dict[str, float]) -> None:
+def report(label: str, jobs: list[tuple[PublishedRun, Job]], params: dict[str, float]) -> None:
     published = np.array([run.tokens_per_s_per_gpu or 1.0 for run, _ in jobs])
     errors = np.abs(predict(jobs, params) / published - 1) * 100
     print(f"{label:<10}{len(jobs):>6}{np.median(errors):>10.1f}{np.percentile(errors, 90):>10.1f}{errors.max():>10.1f}")

@@ -149,7 +149,7 @@ def test_memory_flags_are_frozen() -> None:
         "--gbs", "--seq-len", "--zero", "--recompute", "--sp", "--no-sp", "--schedule", "--precision",
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
         "--flash-attention", "--no-flash-attention",
-        "--json", "--expect-sha256",
+        "--json", "--expect-sha256", "--calibration", "--from-plan",
     }  # fmt: skip
 
 

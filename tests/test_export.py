@@ -20,7 +20,7 @@ from llmscale.export.document import ExportFormat
 from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args, moe_layer_pattern, pipeline_layout
 from llmscale.export.torchtitan import TORCHTITAN_KEYS, torchtitan_toml
 from llmscale.io.catalog import load_model
-from llmscale.io.resolve import JobInputs, resolve_job
+from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 
@@ -99,14 +99,15 @@ DSV3: dict[str, Any] = {"model": "deepseek-v3", "cluster": "deepseek-v3-h800",
 
 
 def job(model: str = "gpt3-175b", cluster: str = "selene", train: dict[str, Any] | None = None,
-        **layout: Any) -> JobInputs:
+        **layout: Any) -> Job:
     base = {"tp": 8, "pp": 8, "dp": 24, "vpp": 4, "recompute": "selective"} if model == "gpt3-175b" else {}
     train = train or ({"global_batch": 1536, "seq_len": 2048} if model == "gpt3-175b" else {})
-    return resolve_job(model, cluster, None, train, {**base, **layout})
+    return resolve(JobRequest(model=model, cluster=cluster, train=train, layout={**base, **layout}))
 
 
-def dsv3(**layout: Any) -> JobInputs:
-    return resolve_job(DSV3["model"], DSV3["cluster"], None, DSV3["train"], {**DSV3["layout"], **layout})
+def dsv3(**layout: Any) -> Job:
+    return resolve(JobRequest(model=DSV3["model"], cluster=DSV3["cluster"], train=DSV3["train"],
+                              layout={**DSV3["layout"], **layout}))
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -312,7 +313,7 @@ def test_from_explain_json_round_trips(fmt: str, tmp_path: Path, capsys: pytest.
     path = tmp_path / "explain.json"
     path.write_text(explained, encoding="utf-8")
     _, direct, _ = run(capsys, "export", "--format", fmt, *GPT3)
-    # explain records tokens_per_step = 1536 × 2048: with --seq-len the batch follows.
+    # explain records its train spec; a flag that agrees with it (--seq-len 2048) is allowed.
     code, via_file, err = run(capsys, "export", "--format", fmt, "--from-plan", str(path), "--seq-len", "2048")
     assert code == 0 and err == ""
     assert via_file == direct
@@ -325,10 +326,12 @@ def test_from_plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
                                                   "schedule": "interleaved"}}]}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan), encoding="utf-8")
-    code, out, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--tp", "4")
+    code, out, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path))
     assert code == 0
     assert body(out).replace(" \\\n", " ").split() == GPT3_MEGATRON
-    assert err.startswith("warning: --tp ignored")  # the file's layout wins, and the user is told
+    # A layout flag that contradicts the file would be silently overridden by one of them: it is an error.
+    code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--tp", "4")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--tp" in err
 
 
 def test_bad_format_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -341,13 +344,13 @@ def test_bad_format_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_explain_batch_mismatch_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # 1536 × 2048 tokens per step cannot be 1000 sequences of 2048: the document and the flags disagree.
+    # The document was made for 1536 sequences of 2048: --gbs 1000 disagrees with it (--seq-len 2048 agrees).
     _, explained, _ = run(capsys, "explain", *GPT3, "--json")
     path = tmp_path / "explain.json"
     path.write_text(explained, encoding="utf-8")
     code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--gbs", "1000",
                        "--seq-len", "2048")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "tokens_per_step" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--gbs" in err and "--seq-len" not in err
 
 
 def test_document_without_layout_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -373,7 +376,8 @@ def test_torchtitan_v_schedule_keeps_its_default_split_when_stages_are_uneven(tm
     model = tmp_path / "m62.json"
     model.write_text(json.dumps({"name": "m62", "layers": 62, "hidden": 1024, "ffn_hidden": 4096, "heads": 8,
                                  "vocab": 1000}), encoding="utf-8")
-    job62 = resolve_job(str(model), "eos-h100", 64, {"global_batch": 64, "seq_len": 2048},
-                        {"pp": 8, "dp": 8, "schedule": "zbv"})
+    train = {"global_batch": 64, "seq_len": 2048}
+    job62 = resolve(JobRequest(model=str(model), cluster="eos-h100", gpus=64, train=train,
+                               layout={"pp": 8, "dp": 8, "schedule": "zbv"}))
     text = torchtitan_toml(job62)
     assert "pipeline_parallel_layers_per_stage" not in load_toml(text)["parallelism"] and "default split" in text

@@ -190,7 +190,7 @@ def test_plan_gpus_larger_than_cluster_is_one_line_exit_2(capsys: pytest.Capture
     code, out, err = _run(capsys, "plan", "--model", "gpt3-175b", "--cluster", "selene", "--gpus", "4096")
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "gpus" in lines[0] and "3072" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "gpus" in lines[0] and "3,072" in lines[0]
     assert "Traceback" not in out + err
 
 

@@ -20,10 +20,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from llmscale.cli import options as o
-from llmscale.cli.render import console
 from llmscale.errors import SpecError
-from llmscale.io.catalog import load_cluster, load_constants, load_model
+from llmscale.io.catalog import load_constants
+from llmscale.io.resolve import DEFAULT_MODEL, resolve_cluster, resolve_model
 from llmscale.report.allocate_html import COLUMNS, allocation_document, pure_document, write_allocate_html
+from llmscale.report.tables import console
 from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
 from llmscale.scaling.family import Family, candidates
 from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
@@ -32,6 +33,7 @@ from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
 
 DEFAULT_DAYS = 90.0
+AllocPrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
 DENSE_ONLY = (ScalingLaw.CHINCHILLA, ScalingLaw.BESIROGLU)
 
 ClusterArg = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster or file (default seed-500k)")]
@@ -62,7 +64,7 @@ def resolve_law(family: Family | None, law: ScalingLaw | None, pure: bool) -> tu
 def allocate_cmd(
     cluster: ClusterArg = None, gpus: o.GpusOpt = None, days: DaysOpt = None, flops: FlopsOpt = None,
     family: FamilyOpt = None, law: LawOpt = None, unique_tokens: UniqueOpt = None, model: ModelsOpt = None,
-    precision: o.PrecisionOpt = Precision.BF16, seq_len: o.SeqOpt = None, job_size: PolicyOpt = JobPolicy.FASTEST,
+    precision: AllocPrecisionOpt = Precision.BF16, seq_len: o.SeqOpt = None, job_size: PolicyOpt = JobPolicy.FASTEST,
     top: TopOpt = None, explain_3x: Explain3xOpt = False, as_json: o.JsonOpt = False, html: HtmlOpt = None,
 ) -> None:
     """Which model and how many tokens for a cluster and deadline: candidates → best layout → tokens → loss."""
@@ -78,8 +80,8 @@ def allocate_cmd(
             raise SpecError("flops", flops, "must be a positive number of FLOPs")
         _pure(chosen_law, flops, fam is not Family.DENSE, as_json)
         return
-    cluster_spec = load_cluster(cluster or o.DEFAULT_CLUSTER)
-    extras = tuple(model) if model else ((o.DEFAULT_MODEL,) if fam is not Family.DENSE else ())
+    cluster_spec = resolve_cluster(cluster)
+    extras = tuple(model) if model else ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     models = candidates(fam, extras)
     request = Request(cluster_spec, chosen_law, load_constants(),
                       days=None if flops is not None else (DEFAULT_DAYS if days is None else days), flops=flops,
@@ -118,9 +120,9 @@ def _run(models: list[Any], request: Request, quiet: bool) -> AllocationResult:
 
 def _decompose(result: AllocationResult, extras: tuple[str, ...], request: Request) -> Decomposition | None:
     """The 3× levers for the first compared model (default the flagship), at the tokens it reached."""
-    name = extras[0] if extras else o.DEFAULT_MODEL
+    name = extras[0] if extras else DEFAULT_MODEL
     outcome = result.outcome(name)
-    spec = outcome.model if outcome is not None else load_model(name)
+    spec = outcome.model if outcome is not None else resolve_model(name)
     tokens = outcome.tokens if outcome is not None and outcome.feasible else 0.0
     return decompose(spec, request.cluster, tokens or 20.0 * ModelScale.of(spec).active_params, request.constants,
                      request.seq_len)

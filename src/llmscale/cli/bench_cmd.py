@@ -76,11 +76,11 @@ def gemm(
     from llmscale.measure import require_torch
 
     require_torch()
-    from llmscale.io.catalog import load_model
+    from llmscale.io.resolve import resolve_model
     from llmscale.measure import gemm as g
     from llmscale.measure import table
 
-    spec = load_model(model)
+    spec = resolve_model(model)
     tp, cp, ep, etp, mbs = (layout[k] for k in ("tp", "cp", "ep", "etp", "mbs"))
     seq = _check_layout(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, seq_len=seq_len)
     dev = resolve_device(device)

@@ -9,26 +9,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import numpy as np
 import typer
-from rich.table import Table
 
-from llmscale import __version__
 from llmscale.cli import options as o
-from llmscale.cli.render import console
-from llmscale.errors import LlmscaleError, SpecError
-from llmscale.io.catalog import load_cluster, load_constants, load_model
-from llmscale.reliability.estimate import at_interval, job_goodput, simulate_job
-from llmscale.reliability.goodput import CheckpointPolicy, GoodputEstimate, Tier
-from llmscale.reliability.montecarlo import MonteCarloResult
+from llmscale.errors import SpecError
+from llmscale.io.resolve import JobRequest, resolve
+from llmscale.reliability.estimate import job_goodput, simulate_job
+from llmscale.reliability.rates import failures_of
+from llmscale.report.goodput_output import goodput_document, goodput_table
 from llmscale.specs.failures import Mitigation
-from llmscale.specs.fingerprint import sha256_of
-from llmscale.specs.train import TrainSpec
-from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
-
-MINUTE = 60.0
+from llmscale.units import SECONDS_PER_DAY
 
 DaysOpt = Annotated[float, typer.Option("--days", help="wall-clock days of the run")]
 IntervalOpt = Annotated[
@@ -45,9 +37,9 @@ PlotOpt = Annotated[Path | None, typer.Option("--plot", help="write charts (good
 
 
 def goodput(
-    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
+    cluster: o.ClusterOpt = None,
     gpus: o.GpusOpt = None,
-    model: o.ModelOpt = o.DEFAULT_MODEL,
+    model: o.ModelOpt = None,
     days: DaysOpt = 90.0,
     interval_min: IntervalOpt = None,
     trials: TrialsOpt = 10_000,
@@ -59,22 +51,19 @@ def goodput(
     expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
     """Job MTBF, expected interruptions, the best checkpoint policy per tier, goodput and its Monte Carlo spread."""
-    cluster_spec, model_spec = load_cluster(cluster), load_model(model)
-    num_gpus = _check_inputs(cluster_spec.num_gpus, gpus, days, interval_min or [], trials)
-    train, constants = TrainSpec(), load_constants()
-    digest = sha256_of(model=model_spec, cluster=cluster_spec, train=train)
-    if expect_sha256 is not None and expect_sha256.lower() != digest:
-        raise LlmscaleError(f"--expect-sha256 {expect_sha256} does not match the inputs' SHA256 {digest}: "
-                            "refusing to run")
+    job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256))
+    _check_inputs(days, interval_min or [], trials)
+    model_spec, cluster_spec, train, constants = job.model, job.cluster, job.train, job.constants
+    num_gpus = job.num_gpus
     mitigations = tuple(dict.fromkeys(mitigation or []))
     est = job_goodput(model_spec, cluster_spec, train, num_gpus, days * SECONDS_PER_DAY, constants,
                       hot_spares=hot_spares, mitigations=mitigations)
     nodes = -(-num_gpus // cluster_spec.node.gpus_per_node)
     mc = simulate_job(est, 0, nodes, trials=trials, seed=seed) if trials else None
-    document = goodput_document(est, mc, interval_min or [], days=days, digest=digest)
+    document = goodput_document(est, mc, interval_min or [], days=days, digest=job.input_sha256)
     document.update({"cluster": cluster_spec.name, "model": model_spec.name, "num_gpus": num_gpus,
                      "num_nodes": nodes, "hot_spares": hot_spares, "mitigations": [m.value for m in mitigations],
-                     "failure_profile": est_profile(cluster_spec)})
+                     "failure_profile": failures_of(cluster_spec, constants.failures).name})
     if plot is not None:
         from llmscale.report.goodput_charts import write_charts
 
@@ -82,16 +71,10 @@ def goodput(
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:
-        _render(document)
+        goodput_table(document)
 
 
-def est_profile(cluster: Any) -> str:
-    return cluster.failures.name if cluster.failures is not None else "default"
-
-
-def _check_inputs(cluster_gpus: int, gpus: int | None, days: float, intervals: list[float], trials: int) -> int:
-    if gpus is not None and not 0 < gpus <= cluster_gpus:
-        raise SpecError("gpus", gpus, f"must be in 1..{cluster_gpus:,} (the cluster's GPUs)")
+def _check_inputs(days: float, intervals: list[float], trials: int) -> None:
     if not days > 0:
         raise SpecError("days", days, "must be a positive number of days")
     bad = next((v for v in intervals if not v > 0), None)
@@ -99,99 +82,3 @@ def _check_inputs(cluster_gpus: int, gpus: int | None, days: float, intervals: l
         raise SpecError("interval_min", bad, "must be a positive number of minutes")
     if not 0 <= trials <= 1_000_000:
         raise SpecError("trials", trials, "must be in 0..1,000,000")
-    return gpus if gpus is not None else cluster_gpus
-
-
-def _minutes(values: dict[Tier, np.ndarray]) -> dict[str, float]:
-    return {tier.value: float(v[0]) / MINUTE for tier, v in values.items()}
-
-
-def goodput_document(est: GoodputEstimate, mc: MonteCarloResult | None, intervals_min: list[float], *, days: float,
-                     digest: str) -> dict[str, Any]:
-    """The JSON of `llmscale goodput` (one job: element 0 of the estimate)."""
-    best = est.best_policy[0]
-    value = float(est.goodput[0])
-    unplanned, planned = float(est.expected_unplanned[0]), float(est.expected_planned[0])
-    doc: dict[str, Any] = {
-        "llmscale_version": __version__, "input_sha256": digest, "days": days,
-        "job_mtbf_hours": float(est.rates.job_mtbf_s[0]) / SECONDS_PER_HOUR,
-        "job_mtbi_hours": 1.0 / float(est.rates.total_per_s[0]) / SECONDS_PER_HOUR,
-        "expected_interruptions": unplanned + planned,
-        "expected_interruptions_by_kind": {"unplanned": unplanned, "planned": planned},
-        "interruptions_per_day_by_cause": {name: float(r[0]) * SECONDS_PER_DAY
-                                           for name, r in est.rates.by_cause_per_s.items()},
-        "best_policy": best.value, "goodput": value,
-        "checkpoint_interval_min": {tier.value: float(est.interval_s(tier)[0]) / MINUTE
-                                    for tier in Tier if np.isfinite(est.interval_s(tier)[0])},
-        "effective_time_to_train_days": days / value if value > 0 else None,
-        "policies": {p.value: _policy_entry(est, p) for p in est.policies},
-        "checkpoint": {name: _scalar(getattr(est.ckpt, name)) for name in (
-            "state_bytes", "bytes_per_gpu", "bytes_per_node", "snapshot_s", "replicate_s", "storage_write_s",
-            "storage_limited", "load_memory_s", "load_storage_s", "host_tier_fits", "storage_assumed")},
-        "restart": {"detection_s": est.restart.detection_s, "reschedule_s": est.restart.reschedule_s,
-                    "startup_s": est.restart.startup_s, "from_memory_s": float(est.restart.from_memory_s[0]),
-                    "from_storage_s": float(est.restart.from_storage_s[0])},
-        "at_intervals": [{"interval_min": m, "goodput": {p.value: float(at_interval(est, p, m * MINUTE)[0])
-                                                          for p in est.policies}} for m in intervals_min],
-        "monte_carlo": None,
-    }
-    if mc is not None:
-        doc["monte_carlo"] = {**mc.percentiles(mc.goodput), "stderr": mc.stderr, "trials": int(mc.goodput.size),
-                              "seed": mc.seed, "policy": best.value,
-                              "interruptions": mc.percentiles(mc.interruptions)}
-    return doc
-
-
-def _scalar(value: Any) -> Any:
-    item = np.asarray(value).reshape(-1)[0] if not isinstance(value, bool) else value
-    return bool(item) if isinstance(item, np.bool_ | bool) else float(item)
-
-
-def _policy_entry(est: GoodputEstimate, policy: CheckpointPolicy) -> dict[str, Any]:
-    r = est.policies[policy]
-    return {"goodput": float(r.goodput[0]), "feasible": bool(r.terms.feasible[0]),
-            "checkpoint_interval_min": _minutes(r.interval_s), "young_min": _minutes(r.young_s),
-            "daly_min": _minutes(r.daly_s), "blocking_s": float(r.terms.blocking_s[0]),
-            "restart_memory_s": float(r.terms.restart_memory_s[0]),
-            "restart_storage_s": float(r.terms.restart_storage_s[0]),
-            "storage_share": float(r.terms.storage_share[0])}
-
-
-def _render(doc: dict[str, Any]) -> None:
-    console.print(f"# llmscale {doc['llmscale_version']} goodput · cluster {doc['cluster']} · {doc['num_gpus']:,} GPUs "
-                  f"({doc['num_nodes']:,} nodes) · model {doc['model']} · {doc['days']:g} days · failures "
-                  f"{doc['failure_profile']} · input_sha256 {doc['input_sha256'][:16]}…")
-    ck = doc["checkpoint"]
-    console.print(f"# checkpoint {ck['state_bytes'] / 1e12:,.1f} TB, {ck['bytes_per_gpu'] / 1e9:,.2f} GB per GPU "
-                  f"(evenly sharded); snapshot {ck['snapshot_s']:.3g} s, storage write {ck['storage_write_s']:.3g} s"
-                  + (" (storage bandwidth assumed: catalog/checkpoint.yaml)" if ck["storage_assumed"] else ""))
-    console.print(f"job MTBF {doc['job_mtbf_hours']:.3g} h · expected interruptions "
-                  f"{doc['expected_interruptions']:,.0f} "
-                  f"({doc['expected_interruptions_by_kind']['unplanned']:,.0f} unplanned, "
-                  f"{doc['expected_interruptions_by_kind']['planned']:,.0f} planned)")
-    table = Table(title="checkpoint policies at their best intervals", title_justify="left")
-    for column in ("policy", "goodput", "tier", "interval min", "Young min", "Daly min", "blocks s", "restart s"):
-        table.add_column(column, justify="left" if column in ("policy", "tier") else "right")
-    for name, p in doc["policies"].items():
-        for i, (tier, minutes) in enumerate(p["checkpoint_interval_min"].items()):
-            value = f"{p['goodput']:.4f}" if p["feasible"] else "no fit"
-            table.add_row(name if i == 0 else "", value if i == 0 else "", tier, f"{minutes:.3g}",
-                          f"{p['young_min'][tier]:.3g}", f"{p['daly_min'][tier]:.3g}",
-                          f"{p['blocking_s']:.3g}" if i == 0 else "",
-                          f"{p['restart_' + tier + '_s']:.0f}")
-    console.print(table)
-    if not all(p["feasible"] for p in doc["policies"].values()):
-        console.print("no fit: a node's snapshot and its peer's replica exceed the host memory a tier may use")
-    for row in doc["at_intervals"]:
-        values = " · ".join(f"{k} {v:.4f}" for k, v in row["goodput"].items())
-        console.print(f"at {row['interval_min']:g} min: {values}")
-    console.print(f"[bold]best[/bold]: {doc['best_policy']} · goodput {doc['goodput']:.4f} · intervals "
-                  + ", ".join(f"{k} {v:.3g} min" for k, v in doc["checkpoint_interval_min"].items())
-                  + f" · {doc['days']:g} days of work take "
-                  f"{doc['effective_time_to_train_days'] or float('inf'):,.1f} days")
-    mc = doc["monte_carlo"]
-    if mc is not None:
-        console.print(f"Monte Carlo ({mc['trials']:,} trials, seed {mc['seed']}): goodput p5 {mc['p5']:.4f} "
-                      f"p50 {mc['p50']:.4f} p95 {mc['p95']:.4f} (mean {mc['mean']:.4f} ± {mc['stderr']:.1g}); "
-                      f"interruptions p5 {mc['interruptions']['p5']:,.0f} p50 {mc['interruptions']['p50']:,.0f} "
-                      f"p95 {mc['interruptions']['p95']:,.0f}")

@@ -1,4 +1,5 @@
-"""`llmscale` commands. Thin: parse flags, resolve specs, call the estimate functions, render.
+"""`llmscale` commands. Thin: parse flags, resolve them with the one resolver (`io.resolve`), call the estimate
+functions, hand the results to `llmscale.report`.
 
 Every user error (bad value, unknown key, missing file, unknown catalog name) becomes one line on
 stderr and exit code 2 — never a traceback (DESIGN principle 3).
@@ -16,11 +17,10 @@ import typer
 
 from llmscale import __version__
 from llmscale.cli import options as o
-from llmscale.cli import render
 from llmscale.cli.heap import keep_freed_memory
+from llmscale.cli.plan_cmd import plan_cmd
 from llmscale.errors import LlmscaleError
 from llmscale.io.catalog import Kind
-from llmscale.search.plan import Objective
 
 app = typer.Typer(
     name="llmscale",
@@ -55,7 +55,9 @@ def _root(
 @app.command()
 def catalog(kind: Annotated[Kind | None, typer.Argument(help="models, gpus or clusters")] = None) -> None:
     """List the built-in models, GPUs and clusters."""
-    render.catalog_tables([kind] if kind else list(Kind))
+    from llmscale.report.tables import catalog_tables
+
+    catalog_tables([kind] if kind else list(Kind))
 
 
 @app.command()
@@ -66,89 +68,62 @@ def show(
 ) -> None:
     """Describe a model (parameter counts by class), a GPU or a cluster."""
     from llmscale.cost.params import count_params
-    from llmscale.io.catalog import load_cluster, load_gpu, load_model
+    from llmscale.io.catalog import load_gpu
+    from llmscale.io.resolve import resolve_cluster, resolve_model
+    from llmscale.report.tables import spec_table
     from llmscale.specs.fingerprint import sha256_of
 
     if kind is ShowKind.MODEL:
-        model = load_model(name)
+        model = resolve_model(name)
         document = {"input_sha256": sha256_of(model=model), "spec": model.model_dump(mode="json"),
                     **count_params(model).as_dict()}
     elif kind is ShowKind.GPU:
         gpu = load_gpu(name)
         document = {"input_sha256": sha256_of(gpu=gpu), "spec": gpu.model_dump(mode="json")}
     else:
-        cluster = load_cluster(name)
+        cluster = resolve_cluster(name)
         document = {"input_sha256": sha256_of(cluster=cluster), "spec": cluster.model_dump(mode="json")}
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:
-        render.spec_document(kind.value, name, document)
+        spec_table(kind.value, name, document)
 
 
 @app.command()
 @o.with_job_flags
-def memory(job: o.JobFlags, as_json: o.JsonOpt = False, expect_sha256: o.ExpectShaOpt = None) -> None:
+def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
     from llmscale.cost.memory import memory_breakdown
-    from llmscale.io.resolve import resolve_job
+    from llmscale.io.resolve import resolve
+    from llmscale.report.documents import memory_document
+    from llmscale.report.tables import memory_table
 
-    inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout)
-    _check_sha(inputs.input_sha256, expect_sha256)
+    inputs = resolve(job.request())
     result = memory_breakdown(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
     if as_json:
-        typer.echo(json.dumps(render.memory_document(inputs, result), indent=2))
+        typer.echo(json.dumps(memory_document(inputs, result), indent=2))
     else:
-        render.memory_table(inputs, result)
+        memory_table(inputs, result)
 
 
 @app.command()
 @o.with_job_flags
-def explain(
-    job: o.JobFlags,
-    as_json: o.JsonOpt = False,
-    expect_sha256: o.ExpectShaOpt = None,
-    calibration: o.CalibrationOpt = None,
-) -> None:
+def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
     from llmscale.cost.step import estimate_step
-    from llmscale.io.resolve import resolve_job
+    from llmscale.io.resolve import resolve
+    from llmscale.report.documents import explain_document
+    from llmscale.report.tables import explain_table
 
-    inputs = resolve_job(job.model, job.cluster, job.gpus, job.train, job.layout, calibration=calibration)
-    _check_sha(inputs.input_sha256, expect_sha256)
+    inputs = resolve(job.request())
     step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
     if as_json:
-        typer.echo(json.dumps(render.explain_document(inputs, step), indent=2))
+        typer.echo(json.dumps(explain_document(inputs, step), indent=2))
     else:
-        render.explain_table(inputs, step)
+        explain_table(inputs, step)
 
 
-@app.command()
-def plan(
-    model: o.ModelOpt = o.DEFAULT_MODEL,
-    cluster: o.ClusterOpt = o.DEFAULT_CLUSTER,
-    gpus: o.GpusOpt = None,
-    tokens: Annotated[float | None, typer.Option("--tokens", help="tokens to train (default 10T)")] = None,
-    objective: Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")] = (
-        Objective.THROUGHPUT
-    ),
-    top: Annotated[int, typer.Option("--top", min=1, help="layouts to show")] = 5,
-    gbs: o.GbsOpt = None,
-    max_global_batch_tokens: Annotated[
-        float | None, typer.Option("--max-global-batch-tokens", help="global batch cap (default: critical batch law)")
-    ] = None,
-    seq_len: o.SeqOpt = None,
-    precision: o.PrecisionOpt = o.Precision.BF16,
-    as_json: o.JsonOpt = False,
-    html: Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")] = None,
-    expect_sha256: o.ExpectShaOpt = None,
-    calibration: o.CalibrationOpt = None,
-) -> None:
-    """Search every layout (and job size) for the model on the cluster; recommend the best."""
-    from llmscale.cli.plan_view import run_plan
-
-    run_plan(model=model, cluster=cluster, gpus=gpus, tokens=tokens, objective=objective, top=top, gbs=gbs,
-             max_global_batch_tokens=max_global_batch_tokens, seq_len=seq_len, precision=precision,
-             as_json=as_json, html=html, expect_sha256=expect_sha256, calibration=calibration)
+app.command("plan")(plan_cmd)
 
 
 @app.command()
@@ -158,58 +133,43 @@ def validate(
     calibration: o.CalibrationOpt = None,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
+    from llmscale.report.documents import validation_document
+    from llmscale.report.tables import validation_table
     from llmscale.validation.runs import load_rows
     from llmscale.validation.validate import validate_rows
 
     report = validate_rows(*load_rows(runs), calibration=calibration)
     if as_json:
-        typer.echo(json.dumps(render.validation_document(report), indent=2))
+        typer.echo(json.dumps(validation_document(report), indent=2))
     else:
-        render.validation_table(report)
+        validation_table(report)
 
 
 @app.command("hash")
 def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster files (YAML/JSON/HF config)")]) -> None:
     """SHA256 of each file's canonical resolved spec (the value `--expect-sha256` checks)."""
     from llmscale.io.files import read_document
+    from llmscale.io.resolve import resolve_cluster, resolve_model
     from llmscale.specs.fingerprint import sha256_of
 
     for path in files:
         data = read_document(path)
-        if "tiers" in data:
-            from llmscale.io.catalog import load_cluster
-
-            digest = sha256_of(cluster=load_cluster(str(path)))
-        else:
-            from llmscale.io.catalog import load_model
-
-            digest = sha256_of(model=load_model(str(path)))
+        digest = sha256_of(cluster=resolve_cluster(path)) if "tiers" in data else sha256_of(model=resolve_model(path))
         typer.echo(f"{digest}  {path}")
 
 
-def _check_sha(actual: str, expected: str | None) -> None:
-    if expected is not None and expected.lower() != actual:
-        raise LlmscaleError(
-            f"--expect-sha256 {expected} does not match the inputs' SHA256 {actual}: refusing to run"
-        )
-
-
-# `llmscale export` lives in its own module (cli/export_cmd.py); registered here, after the commands above.
-from llmscale.cli.export_cmd import export  # noqa: E402
-
-app.command("export")(export)
-from llmscale.cli.goodput_cmd import goodput  # noqa: E402
-
-app.command("goodput")(goodput)
+# The larger commands live in their own modules; registered here, after the commands above.
 from llmscale.cli.allocate_cmd import allocate_cmd  # noqa: E402
-
-app.command("allocate")(allocate_cmd)
-from llmscale.cli.probe_cmd import probe  # noqa: E402
-
-app.command("probe")(probe)
 from llmscale.cli.bench_cmd import bench_app  # noqa: E402
 from llmscale.cli.calibrate_cmd import calibrate  # noqa: E402
+from llmscale.cli.export_cmd import export  # noqa: E402
+from llmscale.cli.goodput_cmd import goodput  # noqa: E402
+from llmscale.cli.probe_cmd import probe  # noqa: E402
 
+app.command("export")(export)
+app.command("goodput")(goodput)
+app.command("allocate")(allocate_cmd)
+app.command("probe")(probe)
 app.add_typer(bench_app, name="bench")
 app.command("calibrate")(calibrate)
 

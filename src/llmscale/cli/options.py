@@ -17,20 +17,27 @@ from typing import Annotated, Any, get_type_hints
 import typer
 from rich.markup import escape
 
+from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
 from llmscale.specs.train import Precision
 
-DEFAULT_MODEL = "seed-10t-moe"
-DEFAULT_CLUSTER = "seed-500k"
-
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF config.json")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="catalog cluster name or YAML/JSON file")]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF "
+                                              "config.json" + escape(f" [default: {DEFAULT_MODEL}]"))]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster name or YAML/JSON file"
+                                                + escape(f" [default: {DEFAULT_CLUSTER}]"))]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs of the job (default tp·cp·pp·dp, else the cluster)")]
 GbsOpt = Annotated[int | None, typer.Option("--gbs", help="global batch (sequences)")]
-SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="sequence length (tokens)")]
-PrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
-FlashOpt = Annotated[bool, typer.Option("--flash-attention/--no-flash-attention",
-                                        help="fused attention (off: unfused s×s scores, as before 2022)")]
+SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="sequence length (tokens)" + escape(" [default: 4096]"))]
+PrecisionOpt = Annotated[Precision | None, typer.Option("--precision", case_sensitive=False,
+                                                        help="GEMM precision" + escape(" [default: bf16]"))]
+FlashOpt = Annotated[bool | None, typer.Option("--flash-attention/--no-flash-attention",
+                                               help="fused attention (off: unfused s×s scores, as before 2022; "
+                                                    "default: on)")]
+FromPlanOpt = Annotated[
+    Path | None,
+    typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
+                 "a model, cluster, GPU or layout flag beside it must agree with the file"),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 ExpectShaOpt = Annotated[
     str | None, typer.Option("--expect-sha256", help="refuse to run unless the inputs hash to this value")
@@ -78,6 +85,12 @@ def given_layout(values: dict[str, Any], spec: type[Layout] = Layout) -> dict[st
             if values.get(f.name) is not None and not (f.is_flag and values[f.name] is False)}
 
 
+def train_fields(**flags: Any) -> dict[str, Any]:
+    """The TrainSpec fields given as run flags (None: not given)."""
+    return {"global_batch": flags.get("gbs"), "seq_len": flags.get("seq_len"), "precision": flags.get("precision"),
+            "flash_attention": flags.get("flash_attention")}
+
+
 @dataclass(frozen=True)
 class JobFlags:
     """The model, cluster, GPU, layout and run flags one command received (see `with_job_flags`)."""
@@ -87,40 +100,29 @@ class JobFlags:
     """The layout definition the layout flags came from."""
 
     @property
-    def model(self) -> str:
-        return str(self.values["model"])
-
-    @property
-    def cluster(self) -> str:
-        return str(self.values["cluster"])
-
-    @property
-    def gpus(self) -> int | None:
-        gpus: int | None = self.values["gpus"]
-        return gpus
-
-    @property
     def layout(self) -> dict[str, Any]:
         """The layout fields given on the command line (the spec's defaults fill the rest)."""
         return given_layout(self.values, self.spec)
 
-    @property
-    def train(self) -> dict[str, Any]:
-        return {"global_batch": self.values["gbs"], "seq_len": self.values["seq_len"],
-                "precision": self.values["precision"], "flash_attention": self.values["flash_attention"]}
+    def request(self) -> JobRequest:
+        """What these flags ask the resolver for (`io.resolve.resolve`)."""
+        v = self.values
+        return JobRequest(model=v["model"], cluster=v["cluster"], gpus=v["gpus"], train=train_fields(**v),
+                          layout=self.layout, calibration=v["calibration"], from_plan=v["from_plan"],
+                          expect_sha256=v["expect_sha256"])
 
 
-_RUN_FLAGS: tuple[tuple[str, Any, Any], ...] = (
-    ("model", ModelOpt, DEFAULT_MODEL), ("cluster", ClusterOpt, DEFAULT_CLUSTER), ("gpus", GpusOpt, None),
-    ("gbs", GbsOpt, None), ("seq_len", SeqOpt, None), ("precision", PrecisionOpt, Precision.BF16),
-    ("flash_attention", FlashOpt, True),
+_RUN_FLAGS: tuple[tuple[str, Any], ...] = (
+    ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
+    ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("from_plan", FromPlanOpt),
+    ("calibration", CalibrationOpt), ("expect_sha256", ExpectShaOpt),
 )
 
 
 def job_parameters(spec: type[Layout] = Layout) -> list[inspect.Parameter]:
-    """The shared flags: model, cluster and GPUs, the layout's fields, then the run's."""
-    run = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-           for name, annotation, default in _RUN_FLAGS]
+    """The shared flags: model, cluster and GPUs, the layout's fields, then the run's and the inputs'."""
+    run = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+           for name, annotation in _RUN_FLAGS]
     return run[:3] + layout_parameters(spec) + run[3:]
 
 

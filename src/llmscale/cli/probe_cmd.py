@@ -45,10 +45,10 @@ def probe(
     from llmscale.measure import require_torch
 
     require_torch()
-    from llmscale.measure.probe import ProbeConfig, resolve_model, run_probe
+    from llmscale.measure.probe import ProbeConfig, probe_model, run_probe
     from llmscale.measure.probe_predict import ProbeSetup
 
-    spec = resolve_model(model)
+    spec = probe_model(model)
     ep_size = ep if ep is not None else (nproc if spec.is_moe else 1)
     config = ProbeConfig(ProbeSetup(spec, nproc, ep_size, seq_len, layout["mbs"], micro_batches), steps, warmup, seed,
                          calibration)

@@ -73,11 +73,8 @@ class StepBreakdown:
 
     @property
     def step_time_s(self) -> np.ndarray:
-        total: np.ndarray = (
-            self.compute_s + self.recompute_s + self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
-            + self.pp_exposed_s + self.dp_exposed_s + self.bubble_s + self.optimizer_s + self.overhead_s
-            + self.offload_s
-        )
+        """The sum of the parts (`STEP_PARTS`)."""
+        total: np.ndarray = sum((getattr(self, part) for part in STEP_PARTS[1:]), self.compute_s)
         return total
 
     @property
@@ -99,6 +96,11 @@ class StepBreakdown:
     def hfu(self) -> np.ndarray:
         result: np.ndarray = self.hardware_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_s)
         return result
+
+
+STEP_PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
+              "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")
+"""The fields of StepBreakdown that add up to the step time, in the order reports list them."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The document `llmscale export` prints: one layout as a training framework's own launch arguments (Megatron-LM
 flags or a torchtitan TOML) under a `#` preamble naming the inputs and the framework commit the names were checked at.
 
-Pure functions of a validated job (`JobInputs`); nothing is imported from either framework. What a framework cannot
+Pure functions of a validated job (`Job`); nothing is imported from either framework. What a framework cannot
 express (a schedule it does not have, a ZeRO stage it maps differently, an offload it lacks) becomes a `#` note in
 the output — the export never silently drops a planned setting.
 
@@ -16,7 +16,7 @@ from enum import Enum
 from llmscale import __version__
 from llmscale.export.megatron import MEGATRON_SOURCE, megatron_args, megatron_notes, shell_lines
 from llmscale.export.torchtitan import TORCHTITAN_SOURCE, torchtitan_toml
-from llmscale.io.resolve import JobInputs
+from llmscale.io.resolve import Job
 
 
 class ExportFormat(str, Enum):
@@ -28,7 +28,7 @@ class ExportFormat(str, Enum):
     """torchtitan JobConfig TOML sections ([training], [parallelism], [activation_checkpoint], fp8)."""
 
 
-def export_text(job: JobInputs, fmt: ExportFormat) -> str:
+def export_text(job: Job, fmt: ExportFormat) -> str:
     """The text `llmscale export` prints: a `#` preamble (version, inputs, source verified), then the body."""
     preamble = [f"# llmscale {__version__} export {fmt.value} · model {job.model.name} · cluster {job.cluster.name} "
                 f"· {job.num_gpus:,} GPUs · input_sha256 {job.input_sha256}"]

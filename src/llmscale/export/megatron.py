@@ -11,7 +11,7 @@ import shlex
 
 import numpy as np
 
-from llmscale.io.resolve import JobInputs
+from llmscale.io.resolve import Job
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec, Norm
@@ -62,12 +62,12 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
 _NO_SCHEDULE_FLAG = (Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE)
 
 
-def megatron_args(job: JobInputs) -> list[str]:
+def megatron_args(job: Job) -> list[str]:
     """The job as Megatron-LM argv tokens (flag, then its values), in the order a launch script groups them."""
     return _megatron_parallel(job) + _megatron_memory(job) + _megatron_precision(job) + _megatron_model(job)
 
 
-def _megatron_parallel(job: JobInputs) -> list[str]:
+def _megatron_parallel(job: Job) -> list[str]:
     lay, train = job.resolved_layout, job.train
     args = ["--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp)]
     if lay.pp > 1 and job.model.layers % (lay.pp * lay.vpp):
@@ -90,7 +90,7 @@ def _megatron_parallel(job: JobInputs) -> list[str]:
     return args
 
 
-def _megatron_memory(job: JobInputs) -> list[str]:
+def _megatron_memory(job: Job) -> list[str]:
     """Recompute, ZeRO, overlap and offload. ZeRO-1 is Megatron's distributed optimizer; ZeRO-2/3 are
     Megatron-FSDP with the flags its user guide requires (docs/discussions/megatron-fsdp-user-guide,
     NVIDIA/Megatron-LM @ f6f94c70974acffa8141a1886fbc076a68e44190)."""
@@ -118,7 +118,7 @@ def _megatron_memory(job: JobInputs) -> list[str]:
     return args
 
 
-def _megatron_precision(job: JobInputs) -> list[str]:
+def _megatron_precision(job: Job) -> list[str]:
     train = job.train
     args = ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
     if train.precision is Precision.FP8:
@@ -134,7 +134,7 @@ def _megatron_precision(job: JobInputs) -> list[str]:
     return args
 
 
-def _megatron_model(job: JobInputs) -> list[str]:
+def _megatron_model(job: Job) -> list[str]:
     m, seq_len = job.model, job.train.seq_len
     args = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
             "--num-attention-heads", str(m.heads)]
@@ -218,7 +218,7 @@ def moe_layer_pattern(m: ModelSpec) -> str:
     return "(" + "+".join(parts) + ")"
 
 
-def megatron_notes(job: JobInputs) -> list[str]:
+def megatron_notes(job: Job) -> list[str]:
     """What the flags cannot say, one line each."""
     lay, m = job.resolved_layout, job.model
     notes = [f"launch on {job.num_gpus:,} GPUs: Megatron derives data-parallel size {lay.dp} = "

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from llmscale.io.resolve import JobInputs
+from llmscale.io.resolve import Job
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.train import Optimizer, Precision
@@ -67,7 +67,7 @@ _TORCHTITAN_SCHEDULES = {
 }
 
 
-def torchtitan_toml(job: JobInputs) -> str:
+def torchtitan_toml(job: Job) -> str:
     """The job as torchtitan JobConfig TOML: [training], [parallelism], [activation_checkpoint] and, for
     fp8, the float8 converters. Notes on what does not map are `#` comments at the top."""
     sections = {"training": _titan_training(job), "parallelism": _titan_parallelism(job),
@@ -88,7 +88,7 @@ def _toml_value(value: object) -> str:
     return str(value)
 
 
-def _titan_training(job: JobInputs) -> dict[str, object]:
+def _titan_training(job: Job) -> dict[str, object]:
     """torchtitan's local_batch_size is per data-parallel rank. Without PP it is one micro-batch and
     global_batch_size / (local · dp) sets gradient accumulation; with PP all micro-batches of a step go
     through the pipeline at once, as in Megatron, so local = gbs / dp split into mbs-sized micro-batches."""
@@ -104,7 +104,7 @@ def _titan_training(job: JobInputs) -> dict[str, object]:
     return table
 
 
-def _titan_parallelism(job: JobInputs) -> dict[str, object]:
+def _titan_parallelism(job: Job) -> dict[str, object]:
     # torchtitan shards with FSDP2 only: ZeRO-1/2 map to FSDP with parameters kept gathered from forward
     # through backward ("never" reshard), ZeRO-3 to FSDP's default resharding; ZeRO-0 is DDP (replicate).
     lay = job.resolved_layout
@@ -136,7 +136,7 @@ def _titan_stages_per_rank(lay: Layout) -> int:
     return 1 if name == "1F1B" else 2 if name in _TITAN_V_SCHEDULES else lay.vpp
 
 
-def _titan_stage_split(job: JobInputs) -> dict[str, object]:
+def _titan_stage_split(job: Job) -> dict[str, object]:
     """Layers per virtual stage and the first/last stage's shortfall, so that torchtitan builds the stages of
     llmscale's split (stages.chunk_bounds; torchtitan counts ceil((L + first_less + last_less) /
     layers_per_stage) stages, interior stages equal). Empty when the interior stages differ, and for V-shaped
@@ -163,7 +163,7 @@ def _titan_recompute(lay: Layout) -> dict[str, object]:
     return {"mode": lay.recompute.value}
 
 
-def _titan_fp8(job: JobInputs) -> dict[str, dict[str, object]]:
+def _titan_fp8(job: Job) -> dict[str, dict[str, object]]:
     """fp8 through torchao float8 converters (tensorwise scaling, float8 all-gather under FSDP)."""
     if job.train.precision is not Precision.FP8:
         return {}
@@ -179,7 +179,7 @@ def _titan_fp8(job: JobInputs) -> dict[str, dict[str, object]]:
     return sections
 
 
-def _titan_compile(job: JobInputs) -> dict[str, dict[str, object]]:
+def _titan_compile(job: Job) -> dict[str, dict[str, object]]:
     """torch.compile is what makes float8 fast and what async TP runs under."""
     lay = job.resolved_layout
     if job.train.precision is Precision.FP8 or (lay.tp_comm_overlap and lay.tp > 1):
@@ -187,7 +187,7 @@ def _titan_compile(job: JobInputs) -> dict[str, dict[str, object]]:
     return {}
 
 
-def torchtitan_notes(job: JobInputs) -> list[str]:
+def torchtitan_notes(job: Job) -> list[str]:
     """What the TOML cannot say, one line each."""
     lay, train = job.resolved_layout, job.train
     notes = [f"launch on {job.num_gpus:,} GPUs; set [model] name/flavor, data and optimizer in your own config"]
@@ -219,7 +219,7 @@ def torchtitan_notes(job: JobInputs) -> list[str]:
     return notes
 
 
-def _titan_pipeline_notes(job: JobInputs) -> list[str]:
+def _titan_pipeline_notes(job: Job) -> list[str]:
     lay = job.resolved_layout
     if lay.pp == 1:
         return []

@@ -27,8 +27,9 @@ from llmscale import __version__
 from llmscale.cost.params import count_params
 from llmscale.errors import SpecError
 from llmscale.io.calibration import load_profile
-from llmscale.io.catalog import load_constants, load_model
+from llmscale.io.catalog import load_constants
 from llmscale.io.files import parse_spec
+from llmscale.io.resolve import resolve_model
 from llmscale.layout.rules import validate_one
 from llmscale.measure.probe_predict import (
     ProbeSetup,
@@ -53,12 +54,12 @@ STATE_BYTES_PER_PARAM = 16
 """fp32 weight, gradient and two Adam moments: what one rank keeps per parameter it holds."""
 
 
-def resolve_model(ref: str) -> ModelSpec:
+def probe_model(ref: str) -> ModelSpec:
     """A preset name, a catalog model or a model file; refused when the probe cannot build it."""
     if ref in PRESETS:
         model = parse_spec(ModelSpec, {"name": ref, **PRESETS[ref]}, where=f"probe preset {ref}")
     else:
-        model = load_model(ref)
+        model = resolve_model(ref)
     from llmscale.measure.probe_model import unsupported_fields
 
     for field, value, allowed in unsupported_fields(model):

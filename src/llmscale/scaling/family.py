@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from llmscale.io.catalog import load_model
+from llmscale.io.resolve import resolve_model
 from llmscale.specs.model import ModelSpec
 
 HEAD_DIM = 128
@@ -109,7 +109,7 @@ def candidates(family: Family, extra: tuple[str, ...] = (), options: FamilyOptio
                    for x in opts.expansions for layers in opts.moe_layers]
     names = {m.name for m in models}
     for ref in extra:
-        model = load_model(ref)
+        model = resolve_model(ref)
         if model.name not in names:
             models.append(model)
             names.add(model.name)

@@ -1,15 +1,16 @@
 """Whole-space layout search: the best layouts of a model on a cluster, by objective, and — on clusters
 larger than one job can use — the best GPUs per job and how many jobs run at once.
 
-For each candidate job size G the layout space (space.py) is scored with the one cost model
-(step.estimate_step, the same code `explain` runs), layouts that do not fit in memory are masked, and the
+For each candidate job size G the layout space (layout.space) is scored with the one cost model
+(cost.step.estimate_step, the same code `explain` runs), layouts that do not fit in memory are masked, and the
 objective ranks the rest. Without `--gpus`, G runs over powers of two from the smallest that can hold the
-model's training state up to the cluster. The global batch is the TrainSpec's, or — when the user gives
-none — the critical batch of DeepSeek LLM's law B_opt = 0.292·C^0.3271 tokens (arXiv:2401.02954;
-formulas.md A4) for C = 6·N_active·D, rounded down to a multiple of 1,024 sequences; `--max-global-batch-tokens`
-overrides it. A larger job only helps while its data parallelism fits under that batch, so the job size is
-the largest G whose best layout keeps ≥ the scaling floor (`SearchConstants.scaling_floor`, 0.9) of the best
-per-GPU throughput over all G; the cluster then runs ⌊N / G⌋ such jobs at once.
+model's training state up to the cluster. The global batch is the TrainSpec's; when the user gives none, the
+resolver (io.resolve, `BatchDefault.CRITICAL`) sets it to the critical batch of `critical_batch_sequences`:
+DeepSeek LLM's B_opt = 0.292·C^0.3271 tokens (arXiv:2401.02954 §3.1, Eq. 1) for C = 6·N_active·D, rounded down
+to a multiple of 1,024 sequences; `--max-global-batch-tokens` caps it instead. A larger job only helps while its
+data parallelism fits under that batch, so the job size is the largest G whose best layout keeps ≥ the scaling
+floor (`SearchConstants.scaling_floor`, 0.9) of the best per-GPU throughput over all G; the cluster then runs
+⌊N / G⌋ such jobs at once.
 """
 
 from __future__ import annotations
@@ -88,7 +89,6 @@ class PlanResult:
     sizes: list[JobSizeResult]
     objective: Objective
     global_batch: int
-    batch_from_law: bool
     seconds: float
     gpus_per_job: int
     concurrent_jobs: int
@@ -219,15 +219,12 @@ def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
 
 
 def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants, *, gpus: int | None = None,
-         objective: Objective = Objective.THROUGHPUT, top: int = 5, batch_given: bool = True,
-         options: SpaceOptions | None = None, on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
-    """Search every job size (or the one given) and choose the job size and the number of jobs.
-    `on_size(i, n, num_gpus)` is called before each job size is searched (progress reporting)."""
+         objective: Objective = Objective.THROUGHPUT, top: int = 5, options: SpaceOptions | None = None,
+         on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
+    """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
+    jobs. `on_size(i, n, num_gpus)` is called before each job size is searched (progress reporting)."""
     check_objective(objective, cluster)
     start = time.perf_counter()
-    batch_from_law = not batch_given
-    if batch_from_law:
-        train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, constants.search)})
     sizes = [gpus] if gpus is not None else job_sizes(model, cluster, constants.search)
     results = []
     for i, size in enumerate(sizes):
@@ -236,7 +233,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
         results.append(search_job_size(model, cluster, train, size, objective, top, constants, options))
     chosen = _choose_job_size(results, objective, constants.search.scaling_floor)
     return PlanResult(
-        sizes=results, objective=objective, global_batch=train.global_batch, batch_from_law=batch_from_law,
+        sizes=results, objective=objective, global_batch=train.global_batch,
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
         concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
     )

@@ -30,27 +30,26 @@ key, a layout that breaks a rule) is skipped with its reason — never a crash. 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from llmscale.cost.calibrate import apply_calibration, calibrates
+from llmscale.cost.calibrate import calibrates
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
 from llmscale.errors import LlmscaleError
 from llmscale.io.calibration import load_profile
 from llmscale.io.catalog import catalog_file, dataset_file, load_cluster, load_constants
 from llmscale.io.files import parse_spec
-from llmscale.io.resolve import JobInputs, check_precision
-from llmscale.layout.rules import Reason, check, explain_rejection
+from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Layout, RankOrder, Recompute
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Precision, TrainSpec
+from llmscale.specs.train import Precision
 from llmscale.validation.runs import PublishedRun, model_from_run, run_from_row
 
 
@@ -184,38 +183,28 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
     return parse_spec(Layout, fields, where=f"published run {run.name!r}")
 
 
-def job_from_run(run: PublishedRun, constants: Constants, calibration: CalibrationProfile | None = None) -> JobInputs:
-    """The run as validated inputs; raises LlmscaleError with the reason when it cannot be built. A calibration
-    profile replaces the datasheet numbers of runs on its GPU (every run when it names none)."""
+def job_from_run(run: PublishedRun, constants: Constants, calibration: CalibrationProfile | None = None) -> Job:
+    """The run as a resolved job (through the one resolver, io.resolve); raises LlmscaleError with the reason when it
+    cannot be built. A calibration profile replaces the datasheet numbers of runs on its GPU (every run when it
+    names none)."""
     if run.tokens_per_s_per_gpu is None:
         raise LlmscaleError("no throughput target (tokens_per_s_per_gpu is null)")
     for key in ("num_gpus", "global_batch", "seq_len", "dp"):
         if getattr(run, key) is None:
             raise LlmscaleError(f"{key} is null")
     model = model_from_run(run)
-    cluster = reference_cluster(run)
-    if calibration is not None and calibrates(calibration, run.gpu):
-        calibrated = apply_calibration(cluster, constants, calibration)
-        cluster, constants = calibrated.cluster, calibrated.constants
     facts = run_facts(run)
-    train = parse_spec(TrainSpec, {"seq_len": run.seq_len, "global_batch": run.global_batch,
-                                   "precision": run.precision or Precision.BF16,
-                                   "flash_attention": bool(facts.get("flash_attention", True))},
-                       where=f"published run {run.name!r}")
-    check_precision(cluster, train)
+    train = {"seq_len": run.seq_len, "global_batch": run.global_batch, "precision": run.precision or Precision.BF16,
+             "flash_attention": bool(facts.get("flash_attention", True))}
+    request = JobRequest(model=model, cluster=reference_cluster(run), gpus=run.num_gpus, train=train,
+                         calibration=calibration if calibration is not None and calibrates(calibration, run.gpu)
+                         else None, constants=constants, origin=f"published run {run.name!r}")
     given = run.recompute or (Recompute(facts["recompute"]) if "recompute" in facts else None)
-    candidates = [given] if given is not None else list(Recompute)
-    last: JobInputs | None = None
-    for recompute in candidates:
-        assert recompute is not None
-        job = JobInputs(model, cluster, train, _layout(run, model, recompute, facts), int(run.num_gpus or 0),
-                        constants)
-        lay = job.layouts
-        reason = Reason(int(check(model, train, job.num_gpus, lay)[0]))
-        if reason is not Reason.OK:
-            raise explain_rejection(reason, model, train, job.num_gpus, lay)
+    last: Job | None = None
+    for recompute in [given] if given is not None else list(Recompute):
+        job = resolve(replace(request, layout=_layout(run, model, recompute, facts)))
         last = job
-        if bool(memory_breakdown(model, cluster, train, lay, job.constants).fits[0]):
+        if bool(memory_breakdown(job.model, job.cluster, job.train, job.layouts, job.constants).fits[0]):
             return job
     assert last is not None
     return last
@@ -251,7 +240,7 @@ def validate_runs(runs: list[PublishedRun], constants: Constants,
             name=run.name, gpu=run.gpu or "", model_type="moe" if job.model.is_moe else "dense",
             num_gpus=job.num_gpus, predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[0]),
             published_tokens_per_s_per_gpu=float(run.tokens_per_s_per_gpu or 0.0),
-            recompute=job.layout.recompute.value,
+            recompute=job.resolved_layout.recompute.value,
         ))
     return ValidationReport(tuple(rows), tuple(skipped))
 

@@ -1,9 +1,9 @@
-"""Terminal tables and JSON documents. Human units (GiB, B params) exist only here."""
+"""Terminal tables of the job commands (memory, explain, validate) and of the catalog, read from the same results
+the JSON documents (`report.documents`) are built from. Human units (GiB, B params) exist only in llmscale.report."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 from typing import Any
 
 from rich.console import Console
@@ -11,17 +11,14 @@ from rich.table import Table
 
 from llmscale import __version__
 from llmscale.cost.memory import MemoryBreakdown
-from llmscale.cost.step import StepBreakdown
+from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind, entry, names
-from llmscale.io.resolve import JobInputs
+from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-
-_SCALAR_FIELDS = ("capacity_bytes",)
-
 
 def _gib(value: float) -> str:
     return f"{value / GIB:,.2f}"
@@ -37,7 +34,8 @@ def catalog_tables(kinds: list[Kind]) -> None:
         console.print(table)
 
 
-def spec_document(kind: str, name: str, document: dict[str, Any]) -> None:
+def spec_table(kind: str, name: str, document: dict[str, Any]) -> None:
+    """`llmscale show`: a spec's fields, then the figures derived from it."""
     table = Table(title=f"{kind} {name} · input_sha256 {document['input_sha256'][:16]}…", title_justify="left",
                   show_header=False)
     for key, value in document["spec"].items():
@@ -48,33 +46,7 @@ def spec_document(kind: str, name: str, document: dict[str, Any]) -> None:
     console.print(table)
 
 
-def job_header(job: JobInputs) -> dict[str, Any]:
-    """Provenance every one-layout document starts with: version, input hash, model, cluster, GPUs, layout and
-    training run (sequence, batch, precision, attention kernel, ...)."""
-    return {
-        "llmscale_version": __version__,
-        "input_sha256": job.input_sha256,
-        "model": job.model.name,
-        "cluster": job.cluster.name,
-        "num_gpus": job.num_gpus,
-        "layout": job.resolved_layout.model_dump(mode="json"),
-        "train": job.train.model_dump(mode="json"),
-    }
-
-
-def memory_document(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:
-    """The JSON of `llmscale memory`: every breakdown field of layout i, totals, and provenance."""
-    document = job_header(job)
-    for f in fields(result):
-        value = getattr(result, f.name)
-        document[f.name] = float(value) if f.name in _SCALAR_FIELDS else value[i].item()
-    document["other_bytes"] = float(result.other_bytes[i])
-    document["total_bytes"] = float(result.total_bytes[i])
-    document["fits"] = bool(result.fits[i])
-    return document
-
-
-def memory_table(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> None:
+def memory_table(job: Job, result: MemoryBreakdown, i: int = 0) -> None:
     console.print(
         f"# llmscale {__version__} memory · model {job.model.name} · cluster {job.cluster.name} · "
         f"{job.num_gpus:,} GPUs · input_sha256 {job.input_sha256[:16]}…"
@@ -115,47 +87,26 @@ def memory_table(job: JobInputs, result: MemoryBreakdown, i: int = 0) -> None:
         )
 
 
-_STEP_PARTS = (
-    ("compute", "compute_s"),
-    ("recompute", "recompute_s"),
-    ("TP exposed", "tp_exposed_s"),
-    ("CP exposed", "cp_exposed_s"),
-    ("EP exposed", "ep_exposed_s"),
-    ("PP exposed", "pp_exposed_s"),
-    ("DP exposed", "dp_exposed_s"),
-    ("pipeline bubble", "bubble_s"),
-    ("optimizer", "optimizer_s"),
-    ("overhead", "overhead_s"),
-    ("offload (PCIe)", "offload_s"),
-)
+PART_LABELS = {"compute_s": "compute", "recompute_s": "recompute", "tp_exposed_s": "TP exposed",
+               "cp_exposed_s": "CP exposed", "ep_exposed_s": "EP exposed", "pp_exposed_s": "PP exposed",
+               "dp_exposed_s": "DP exposed", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer",
+               "overhead_s": "overhead", "offload_s": "offload (PCIe)"}
+"""How the terminal names a step part; a part without a label is named after its field."""
 
 
-def explain_document(job: JobInputs, step: StepBreakdown, i: int = 0) -> dict[str, Any]:
-    """The JSON of `llmscale explain`: the step breakdown, the rates, and the memory document."""
-    document: dict[str, Any] = {
-        **job_header(job),
-        "step_time_s": float(step.step_time_s[i]),
-        "breakdown": {field: float(getattr(step, field)[i]) for _, field in _STEP_PARTS},
-        "mfu": float(step.mfu[i]),
-        "hfu": float(step.hfu[i]),
-        "tflops_per_gpu": float(step.tflops_per_gpu[i]),
-        "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),
-        "tokens_per_step": step.tokens_per_step,
-    }
-    document["memory"] = {k: v for k, v in memory_document(job, step.memory, i).items()
-                          if k.endswith("_bytes") or k in ("fits", "pipeline_rank")}
-    return document
+def part_label(part: str) -> str:
+    return PART_LABELS.get(part, part.removesuffix("_s").replace("_", " "))
 
 
-def explain_table(job: JobInputs, step: StepBreakdown, i: int = 0) -> None:
+def explain_table(job: Job, step: StepBreakdown, i: int = 0) -> None:
     total = float(step.step_time_s[i])
     table = Table(title="step breakdown", title_justify="left")
     table.add_column("part")
     table.add_column("s", justify="right")
     table.add_column("share", justify="right")
-    for label, field in _STEP_PARTS:
-        value = float(getattr(step, field)[i])
-        table.add_row(label, f"{value:,.3f}", f"{value / total:.1%}")
+    for part in STEP_PARTS:
+        value = float(getattr(step, part)[i])
+        table.add_row(part_label(part), f"{value:,.3f}", f"{value / total:.1%}")
     table.add_row("step", f"{total:,.3f}", "100.0%", style="bold")
     memory_table(job, step.memory, i)
     console.print(table)
@@ -164,27 +115,6 @@ def explain_table(job: JobInputs, step: StepBreakdown, i: int = 0) -> None:
         f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "
         f"{float(step.tokens_per_s_per_gpu[i]):,.0f} tokens/s per GPU · {step.tokens_per_step:,.0f} tokens per step"
     )
-
-
-def validation_document(report: ValidationReport) -> dict[str, Any]:
-    return {
-        "llmscale_version": __version__,
-        "rows": [
-            {
-                "name": row.name,
-                "gpu": row.gpu,
-                "model_type": row.model_type,
-                "num_gpus": row.num_gpus,
-                "recompute": row.recompute,
-                "predicted_tokens_per_s_per_gpu": row.predicted_tokens_per_s_per_gpu,
-                "published_tokens_per_s_per_gpu": row.published_tokens_per_s_per_gpu,
-                "error_pct": row.error_pct,
-            }
-            for row in report.rows
-        ],
-        "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
-        "summary": report.summary(),
-    }
 
 
 def validation_table(report: ValidationReport) -> None:

@@ -1,0 +1,85 @@
+"""`llmscale plan`: resolve the inputs (the critical batch when none is given), search with a progress bar, write
+the document, the HTML page or the terminal view."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+
+from llmscale.cli import options as o
+from llmscale.errors import SpecError
+from llmscale.io.resolve import BatchDefault, Job, JobRequest, resolve
+from llmscale.report.documents import plan_document
+from llmscale.report.plan_table import plan_table
+from llmscale.report.tables import console
+from llmscale.search.plan import Objective, PlanResult, plan
+from llmscale.specs.train import TrainSpec
+
+TokensOpt = Annotated[float | None, typer.Option("--tokens", help="tokens to train (default 10T)")]
+ObjectiveOpt = Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, help="layouts to show")]
+BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens",
+                                                   help="global batch cap (default: critical batch law)")]
+HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
+
+
+def plan_cmd(
+    model: o.ModelOpt = None,
+    cluster: o.ClusterOpt = None,
+    gpus: o.GpusOpt = None,
+    tokens: TokensOpt = None,
+    objective: ObjectiveOpt = Objective.THROUGHPUT,
+    top: TopOpt = 5,
+    gbs: o.GbsOpt = None,
+    max_global_batch_tokens: BatchCapOpt = None,
+    seq_len: o.SeqOpt = None,
+    precision: o.PrecisionOpt = None,
+    as_json: o.JsonOpt = False,
+    html: HtmlOpt = None,
+    expect_sha256: o.ExpectShaOpt = None,
+    calibration: o.CalibrationOpt = None,
+) -> None:
+    """Search every layout (and job size) for the model on the cluster; recommend the best."""
+    train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision)
+    job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
+                             calibration=calibration, expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
+    result = _search(job, objective, top, gpus, quiet=as_json)
+    document = plan_document(result, job)
+    if html is not None:
+        from llmscale.report.plan_html import write_plan_html
+
+        write_plan_html(html, result, document)
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        plan_table(result, document, job)
+
+
+def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> int | None:
+    """--gbs, or the largest batch of sequences under --max-global-batch-tokens (None: the critical batch)."""
+    if gbs is not None or cap_tokens is None:
+        return gbs
+    if cap_tokens <= 0:
+        raise SpecError("max_global_batch_tokens", cap_tokens, "must be a positive number of tokens")
+    return max(1, int(cap_tokens // (seq_len or TrainSpec().seq_len)))
+
+
+def _search(job: Job, objective: Objective, top: int, gpus: int | None, quiet: bool) -> PlanResult:
+    """search.plan.plan with a progress bar over job sizes; Ctrl-C stops cleanly."""
+    try:
+        with Progress(console=console, transient=True, disable=quiet) as progress:
+            task = progress.add_task("searching layouts", total=None)
+
+            def on_size(i: int, n: int, size: int) -> None:
+                progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
+
+            return plan(job.model, job.cluster, job.train, job.constants, gpus=gpus, objective=objective, top=top,
+                        on_size=on_size)
+    except KeyboardInterrupt:
+        console.print("interrupted: no plan written")
+        raise typer.Exit(130) from None
+

@@ -1,0 +1,153 @@
+"""The JSON documents of the job commands — one builder each, which `--json`, the terminal tables and the HTML pages
+all read, so they never disagree. Every job document starts with its provenance (`job_header`): the llmscale
+version, the SHA256 of the resolved inputs, and the resolved inputs themselves (`inputs`: model, cluster and train
+specs), so `--from-plan` can run the same job again from the document alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from llmscale import __version__
+from llmscale.cost.memory import MemoryBreakdown
+from llmscale.cost.step import STEP_PARTS, StepBreakdown
+from llmscale.io.resolve import Job
+from llmscale.search.plan import Candidate, PlanResult
+from llmscale.validation.validate import ValidationReport
+
+_SCALAR_FIELDS = ("capacity_bytes",)
+BATCH_LAW = "DeepSeek LLM B_opt(C) = 0.292·C^0.3271 tokens"
+"""How plan documents name the critical-batch law (search.plan.critical_batch_sequences)."""
+
+
+def job_header(job: Job) -> dict[str, Any]:
+    """Provenance every one-layout document starts with: version, input hash, model, cluster, GPUs, layout and
+    training run (sequence, batch, precision, attention kernel, ...), and the resolved inputs."""
+    return {
+        "llmscale_version": __version__,
+        "input_sha256": job.input_sha256,
+        "model": job.model.name,
+        "cluster": job.cluster.name,
+        "num_gpus": job.num_gpus,
+        "layout": job.resolved_layout.model_dump(mode="json"),
+        "train": job.train.model_dump(mode="json"),
+        "inputs": job.inputs_document(),
+    }
+
+
+def memory_document(job: Job, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:
+    """The JSON of `llmscale memory`: every breakdown field of layout i, totals, and provenance."""
+    document = job_header(job)
+    for f in fields(result):
+        value = getattr(result, f.name)
+        document[f.name] = float(value) if f.name in _SCALAR_FIELDS else value[i].item()
+    document["other_bytes"] = float(result.other_bytes[i])
+    document["total_bytes"] = float(result.total_bytes[i])
+    document["fits"] = bool(result.fits[i])
+    return document
+
+
+def step_parts(step: StepBreakdown, i: int) -> dict[str, float]:
+    """Layout i's step breakdown, part by part (`cost.step.STEP_PARTS`, which add up to the step time)."""
+    return {name: float(getattr(step, name)[i]) for name in STEP_PARTS}
+
+
+def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any]:
+    """The JSON of `llmscale explain`: the step breakdown, the rates, and the memory document."""
+    document: dict[str, Any] = {
+        **job_header(job),
+        "step_time_s": float(step.step_time_s[i]),
+        "breakdown": step_parts(step, i),
+        "mfu": float(step.mfu[i]),
+        "hfu": float(step.hfu[i]),
+        "tflops_per_gpu": float(step.tflops_per_gpu[i]),
+        "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),
+        "tokens_per_step": step.tokens_per_step,
+    }
+    document["memory"] = {k: v for k, v in memory_document(job, step.memory, i).items()
+                          if k.endswith("_bytes") or k in ("fits", "pipeline_rank")}
+    return document
+
+
+def validation_document(report: ValidationReport) -> dict[str, Any]:
+    """The JSON of `llmscale validate`: every evaluated row, every skipped one with its reason, the summary."""
+    return {
+        "llmscale_version": __version__,
+        "rows": [
+            {
+                "name": row.name,
+                "gpu": row.gpu,
+                "model_type": row.model_type,
+                "num_gpus": row.num_gpus,
+                "recompute": row.recompute,
+                "predicted_tokens_per_s_per_gpu": row.predicted_tokens_per_s_per_gpu,
+                "published_tokens_per_s_per_gpu": row.published_tokens_per_s_per_gpu,
+                "error_pct": row.error_pct,
+            }
+            for row in report.rows
+        ],
+        "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
+        "summary": report.summary(),
+    }
+
+
+def top_entry(c: Candidate) -> dict[str, Any]:
+    """One scored layout of a plan: the whole layout, its rates, memory, time, cost, goodput and step parts."""
+    i = c.layout_index
+    return {
+        "layout": c.layouts.row(i).model_dump(mode="json"),
+        "num_gpus": c.num_gpus,
+        "step_time_s": float(c.step.step_time_s[i]),
+        "mfu": float(c.step.mfu[i]),
+        "tokens_per_s_per_gpu": float(c.step.tokens_per_s_per_gpu[i]),
+        "memory_bytes": float(c.step.memory.total_bytes[i]),
+        "days": c.days,
+        "cost_usd": c.cost_usd,
+        "energy_j": c.energy_j,
+        **_reliability_entry(c),
+        "breakdown": step_parts(c.step, i),
+    }
+
+
+def _reliability_entry(c: Candidate) -> dict[str, Any]:
+    """Goodput, checkpoint policy and intervals per tier (minutes), effective days = days / goodput."""
+    r = c.reliability
+    if r is None:
+        return {"goodput": None, "checkpoint_policy": None, "checkpoint_interval_min": None, "effective_days": None}
+    return {"goodput": r.goodput, "checkpoint_policy": r.policy.value,
+            "checkpoint_interval_min": {tier.value: s / 60.0 for tier, s in r.interval_s.items()},
+            "job_mtbf_hours": r.job_mtbf_s / 3600.0, "expected_interruptions": r.expected_interruptions,
+            "effective_days": c.days / r.goodput if r.goodput > 0 else None}
+
+
+def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
+    """The JSON of `llmscale plan`: the search's counts, the best layouts of the chosen job size, the job sizing,
+    every job size's best, and the resolved inputs the plan was made for."""
+    chosen = result.chosen
+    best = chosen.top[0] if chosen.top else None
+    per_job = float(best.step.tokens_per_s_per_gpu[best.layout_index]) * best.num_gpus if best else 0.0
+    return {
+        "llmscale_version": __version__,
+        "input_sha256": job.input_sha256,
+        "model": job.model.name,
+        "cluster": job.cluster.name,
+        "objective": result.objective.value,
+        "generated_layouts": result.generated_layouts,
+        "evaluated_layouts": result.evaluated_layouts,
+        "feasible_layouts": result.feasible_layouts,
+        "seconds": result.seconds,
+        "global_batch": {"sequences": result.global_batch, "tokens": result.global_batch * job.train.seq_len,
+                         "source": BATCH_LAW if job.batch_from_law else "given"},
+        "top": [top_entry(c) for c in chosen.top],
+        "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,
+                 "cluster_gpus": result.cluster_gpus, "tokens_per_s_per_job": per_job,
+                 "cluster_tokens_per_s": per_job * result.concurrent_jobs},
+        "job_sizes": [
+            {"num_gpus": s.num_gpus, "generated": s.generated, "evaluated": s.evaluated, "feasible": s.feasible,
+             "rejected": {reason.name.lower(): n for reason, n in s.rejected.items()},
+             "best": top_entry(s.top[0]) if s.top else None}
+            for s in result.sizes
+        ],
+        "inputs": job.inputs_document(),
+    }
