@@ -1,8 +1,9 @@
-"""The one cost model: parameter counts, FLOPs, activation and state memory, compute time by op class,
-collectives on the network tiers, per-dimension traffic, pipeline schedules and the step breakdown — vectorized over
-layouts, shared by `explain`, `plan` and `validate`. `cost.calibrate` puts a measured calibration profile in place
-of datasheet numbers.
+"""The one cost model, vectorized over layouts and shared by `explain`, `plan` and `validate`: parameter counts
+(`params`), FLOPs (`flops`), what a batch of layouts derives before any cost (`derived`), activation and state
+memory (`activations`, `memory`), compute time by op class (`compute`), collectives on the network tiers
+(`collectives`), traffic per parallel dimension (`traffic`), pipeline schedules (`pipeline`) and the step breakdown
+(`step`); `calibrate` puts a measured profile in place of datasheet numbers. Every constant arrives as an argument
+(`specs.constants.Constants` and the specs); nothing here reads a file.
 
-Every constant arrives as an argument (`specs.constants.Constants` and the specs); nothing here reads a file.
-May import: `llmscale.layout`, `llmscale.specs`, `llmscale.errors`, `llmscale.units`.
+May import: `llmscale.layout`, `llmscale.specs`, `llmscale.errors`, `llmscale.units`, `llmscale` (the version).
 """

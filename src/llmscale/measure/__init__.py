@@ -10,9 +10,12 @@ Nothing in the planning core imports this package's torch modules; the CLI impor
   links.py        pairwise send/recv sweep and the sub-healthy ranks, pairs and nodes it finds
   table.py        nccl-tests-style text tables (`#` preamble, header and units rows, fixed widths)
   calibrate.py    the short suite behind `llmscale calibrate` and the fits that turn it into a profile
-                  (the profile itself and `apply_calibration` are torch-free: llmscale/calibration.py)
+                  (the profile and `apply_calibration` are torch-free: specs/calibration.py, cost/calibrate.py)
   timing.py       warm up, size the blocks, keep the median block
   probe*.py       `llmscale probe`: a real training run measured beside the prediction
+
+May import: `llmscale.io`, `llmscale.search`, `llmscale.reliability`, `llmscale.cost`, `llmscale.layout`,
+`llmscale.specs`, `llmscale.errors`, `llmscale.units`, `llmscale` (the version).
 """
 
 from __future__ import annotations

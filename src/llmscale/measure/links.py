@@ -100,20 +100,28 @@ def sweep_worker(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     first = sweep([[p] for r in everyone for p in r] if cfg["schedule"] == "sequential" else everyone,
                   cfg["repeats"])
     sweep_s = first.copy()
-    retested: list[tuple[int, int]] = []
-    reference: list[tuple[int, int]] = []
-    scale = 1.0
-    if cfg["confirm"]:
-        # Every rank derives the same pairs from the same matrix, then times each one alone.
-        retested, reference = _to_confirm(first, [str(h) for h in hosts], cfg)
-        alone_s = sweep([[p] for p in retested + reference], 2 * cfg["repeats"]) if retested else first
-        if retested and reference and cfg["rated_bytes_per_s"] is None:
-            scale = float(np.median([first[p] for p in reference]) / np.median([alone_s[p] for p in reference]))
-        for a, b in retested:
-            first[a, b] = first[b, a] = alone_s[a, b] * scale
+    retested, reference, scale = _confirm(first, [str(h) for h in hosts], cfg, sweep) if cfg["confirm"] else (
+        [], [], 1.0)
     return {"hosts": hosts, "seconds": first.tolist(), "sweep_seconds": sweep_s.tolist(), "size_bytes": count * 4,
             "retested": [list(p) for p in retested], "reference_pairs": [list(p) for p in reference],
             "alone_scale": scale}
+
+
+def _confirm(first: np.ndarray, hosts: list[str], cfg: dict[str, Any],
+             sweep: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]], float]:
+    """Time the suspect pairs (and reference pairs) alone and put those times into `first`, scaled to the sweep's
+    conditions by the reference pairs when no rated bandwidth is given. Every rank derives the same pairs from the
+    same matrix. Returns (retested, reference, scale)."""
+    retested, reference = _to_confirm(first, hosts, cfg)
+    if not retested:
+        return retested, reference, 1.0
+    alone_s = sweep([[p] for p in retested + reference], 2 * cfg["repeats"])
+    scale = 1.0
+    if reference and cfg["rated_bytes_per_s"] is None:
+        scale = float(np.median([first[p] for p in reference]) / np.median([alone_s[p] for p in reference]))
+    for a, b in retested:
+        first[a, b] = first[b, a] = alone_s[a, b] * scale
+    return retested, reference, scale
 
 
 def bandwidth_matrix(seconds: np.ndarray, size_bytes: int) -> np.ndarray:

@@ -1,23 +1,8 @@
-"""Validated, frozen input specifications: model, cluster, training run and parallel layout."""
+"""Validated, frozen inputs: the model (`model`), the cluster with its GPU, node, network tiers, storage and power
+(`cluster`), its failure profile (`failures`), the training run (`train`), the parallel layout and the one
+definition of its fields (`layout`), the model constants (`constants`), a measured calibration profile
+(`calibration`), the collective operations (`collective`), and the canonical form and SHA256 of specs
+(`fingerprint`). Pydantic models with the shared strictness of `base`; nothing here reads a file.
 
-from llmscale.specs.cluster import ClusterSpec, GPUSpec, NetworkTier, NodeSpec, StorageSpec
-from llmscale.specs.layout import Layout, Recompute, Schedule
-from llmscale.specs.model import MLASpec, ModelSpec, Norm
-from llmscale.specs.train import Optimizer, Precision, TrainSpec
-
-__all__ = [
-    "ClusterSpec",
-    "GPUSpec",
-    "Layout",
-    "MLASpec",
-    "ModelSpec",
-    "NetworkTier",
-    "NodeSpec",
-    "Norm",
-    "Optimizer",
-    "Precision",
-    "Recompute",
-    "Schedule",
-    "StorageSpec",
-    "TrainSpec",
-]
+May import: `llmscale.errors`, `llmscale.units`, `llmscale` (the version).
+"""
