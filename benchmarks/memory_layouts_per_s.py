@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--one-at-a-time", type=int, default=2000, help="layouts scored one by one for the ratio")
     args = parser.parse_args()
-    print(f"# heap: thresholds raised (as the llmscale command, llmscale.heap): {keep_freed_memory()}")
+    print(f"# heap: thresholds raised (as the llmscale command, llmscale.cli.heap): {keep_freed_memory()}")
     model, train, cluster = load_model(args.model), TrainSpec(global_batch=8192), _cluster(500_000)
     lay = random_layouts(args.layouts)
     memory_breakdown(model, cluster, train, lay.take(np.arange(10)), CONSTANTS)  # warm caches

@@ -210,8 +210,8 @@ def test_fastest_policy_takes_the_smallest_job_within_slack_of_the_most_tokens()
 
 
 def test_goodput_falls_with_job_size() -> None:
-    # More GPUs and nodes, more interruptions (series system, reliability.md formula 1): each doubling of the job
-    # can only lower the best layout's goodput on the same cluster.
+    # More GPUs and nodes, more interruptions (a series system: every component's failure rate adds): each
+    # doubling of the job can only lower the best layout's goodput on the same cluster.
     model, cluster = dense_model(16), small_cluster(1024)
     train = TrainSpec(total_tokens=1e11)
     train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
@@ -276,7 +276,7 @@ def test_three_x_decomposition_multiplies_its_factors() -> None:
 
 @pytest.mark.parametrize("model_name", ["llama3-70b", "mixtral-8x7b"])
 def test_hourly_sync_baseline_reproduces_kokolis(model_name: str) -> None:
-    # T13: Kokolis et al. (HPCA'25, arXiv:2410.21680): E[ETTR] ≈ 0.7 for a 16k-GPU job checkpointing every 60
+    # Kokolis et al. (HPCA'25, arXiv:2410.21680): E[ETTR] ≈ 0.7 for a 16k-GPU job checkpointing every 60
     # minutes at RSC-1's failure rate (catalog/failures.yaml meta-rsc1), 5-minute restarts; issue 5 asks within
     # 0.03. The goodput lever's baseline is that setting, so the model must reproduce it on such a job.
     cluster = with_failures(load_cluster("llama3-16k"), "meta-rsc1")
@@ -304,7 +304,8 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 
 def test_cli_pure_compute_optimal_is_besiroglu(capsys: pytest.CaptureFixture[str]) -> None:
-    # Issue 6: "1e25 FLOPs → ≈312B params, ≈5.33T tokens" (Besiroglu et al. 2024 constants; formulas.md A1).
+    # Issue 6: "1e25 FLOPs → ≈312B params, ≈5.33T tokens": Hoffmann et al. 2022 Eq. 4 closed form (C = 6ND)
+    # evaluated with Besiroglu et al. 2024's refit constants (arXiv:2404.10102).
     doc = run_json(capsys, "--flops", "1e25")
     opt = doc["compute_optimal"]
     assert doc["law"] == "besiroglu"
@@ -349,8 +350,8 @@ def test_cli_default_answers_the_seed_scenario(capsys: pytest.CaptureFixture[str
     assert compared["model"] == "seed-10t-moe" and compared["loss_gap"] >= 0
     three = doc["compute_3x"]
     assert three["product"] == pytest.approx(math.prod(f["gain"] for f in three["factors"]))
-    # Seed 000 §4.1: hourly checkpoints are 'completely insufficient' at this scale — the one big job checkpointing
-    # hourly keeps less goodput than plan's job at its best policy.
+    # Hourly checkpoints lose too much at this scale (Kokolis et al., arXiv:2410.21680: E[ETTR] ≈ 0.7 already at
+    # 16k GPUs) — the one big job checkpointing hourly keeps less goodput than plan's job at its best policy.
     goodput = next(f for f in three["factors"] if f["name"] == "goodput")
     assert goodput["baseline"] < goodput["planned"] <= 1
     # Every candidate's tokens are throughput × its own goodput × the deadline.

@@ -86,7 +86,8 @@ def test_h100_nvlink_is_one_direction() -> None:
 
 
 def test_seed_500k_is_the_flagship_size() -> None:
-    # seed 000 §1.1/§2.1: 500k cards, 8 per node (62,500 nodes), NDR 400G InfiniBand, multi-plane fat-tree.
+    # The project's target cluster (hypothetical, not a published system): 500k GPUs, 8 per node (62,500 nodes),
+    # NDR 400G InfiniBand, multi-plane fat-tree.
     cluster = load_cluster("seed-500k")
     assert cluster.num_gpus == 500_000
     assert cluster.num_nodes == 62_500

@@ -1,5 +1,5 @@
 """Bad input on the CLI: one line on stderr naming the field and the value, exit code 2, never a
-traceback (DESIGN principle 3). One test per case; each comment says why the value is bad.
+traceback (docs/architecture.md principle 3). One test per case; each comment says why the value is bad.
 
 A few cases run the real `python -m llmscale.cli.main` in a subprocess, to prove that nothing
 reaches stderr but the one line; the rest call `main(argv)` in-process (typer's CliRunner on `app`

@@ -1,5 +1,5 @@
-"""Tests of the communication model (src/llmscale/comm.py): nccl-tests definitions, golden times from
-../shared/research/formulas.md B1/B2 (line numbers of that file beside each), placement on catalog clusters,
+"""Tests of the communication model (src/llmscale/cost/collectives.py): nccl-tests definitions, golden times derived
+from published bandwidths (the formula, its inputs and their sources beside each), placement on catalog clusters,
 and properties (size 1, monotonicity, oversubscription, vectorized == one at a time)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from llmscale.units import GB, MB, MS
 
 CONSTANTS = load_constants()
 
-ONE_GB = 1 * GB  # formulas.md's worked examples use 1 GB = 1e9 B
+ONE_GB = 1 * GB  # decimal GB (1e9 B), as in the worked examples below
 
 
 @cache
@@ -57,12 +57,13 @@ def links_of(cluster: ClusterSpec, size: int, stride: int) -> GroupLinks:
     return group_links(cluster, np.array([size]), np.array([stride]), CONSTANTS.comm)
 
 
-# ---------------------------------------------------------------- nccl-tests definitions (formulas.md 288-303)
+# ------------------------------------------- nccl-tests definitions (NVIDIA/nccl-tests@03a204a doc/PERFORMANCE.md)
 
 
 @pytest.mark.parametrize("n", [2, 4, 8, 64, 1024])
 def test_bus_factors_are_nccl_tests_definitions(n: int) -> None:
-    # formulas.md 296-298: AllReduce 2(n-1)/n; ReduceScatter, AllGather, AlltoAll (n-1)/n; point-to-point 1.
+    # Bus-bandwidth factors of nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n; ReduceScatter, AllGather,
+    # AlltoAll (n-1)/n; point-to-point 1.
     assert bus_factor(Collective.ALL_REDUCE, n) == pytest.approx(2 * (n - 1) / n)
     for op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
         assert bus_factor(op, n) == pytest.approx((n - 1) / n)
@@ -72,9 +73,10 @@ def test_bus_factors_are_nccl_tests_definitions(n: int) -> None:
 @pytest.mark.parametrize("op", list(Collective))
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_time_slope_is_bus_factor_over_busbw(op: Collective, n: int) -> None:
-    # Inside one NVLink domain with NVLS off: t = α-terms + S·f(n)/busbw (formulas.md 303), so the time added by
-    # one more GB is f(n)/busbw exactly; busbw is the achievable NVLink ring figure 0.82 × 450 (370 GB/s,
-    # formulas.md 354-357), the all-to-all figure for all-to-all.
+    # Inside one NVLink domain with NVLS off: t = α-terms + S·f(n)/busbw (from nccl-tests' definitions
+    # algbw = S/t, busbw = algbw·f(n)), so the time added by one more GB is f(n)/busbw exactly; busbw is the
+    # achievable NVLink ring figure 0.82 × 450 (370 GB/s, NCCL maintainer in NVIDIA/nccl-tests issue #212), the
+    # all-to-all figure for all-to-all.
     cluster = without_nvls(catalog("llama3-16k"))
     links = links_of(cluster, n, 1)
     busbw = links.all_to_all_bandwidth_bytes_per_s if op is Collective.ALL_TO_ALL else links.bandwidth_bytes_per_s
@@ -85,46 +87,52 @@ def test_time_slope_is_bus_factor_over_busbw(op: Collective, n: int) -> None:
     assert links.bandwidth_bytes_per_s[0] == pytest.approx(0.82 * 450 * GB)
 
 
-# ---------------------------------------------------------------- golden (formulas.md 595-601)
+# ---------------------------------------------------------------- golden: S·f(n)/busbw with published busbw
 
 
 def test_allreduce_1gb_8x_h100_ring() -> None:
-    # formulas.md 595: 1 GB all-reduce, 8 ranks, H100 NVL8, ring at ~370 GB/s busbw: 4.73 ms.
+    # 1 GB all-reduce, 8 ranks, H100 NVL8, ring: 1e9·2·7/8 B / 370 GB/s busbw = 4.73 ms (ring busbw 370 GB/s:
+    # NCCL maintainer in NVIDIA/nccl-tests issue #212).
     got = time_s(without_nvls(catalog("llama3-16k")), Collective.ALL_REDUCE, ONE_GB, 8, 1)
     assert got == pytest.approx(4.73 * MS, rel=0.05)
 
 
 def test_allreduce_1gb_8x_h100_nvls() -> None:
-    # formulas.md 596: the same with NVLS at ~480 GB/s busbw (nccl-tests#212): 3.65 ms. NVLS is the fastest
-    # algorithm here, so the model picks it as NCCL's tuner does.
+    # The same with NVLS: 1.75e9 B / 480 GB/s = 3.65 ms (peak NVLS busbw on 8 GPUs, NVIDIA/nccl-tests issue #212;
+    # nccl-tests keeps the ring factor 2(n-1)/n for NVLS, issue #366). NVLS is the fastest algorithm here, so
+    # the model picks it as NCCL's tuner does.
     got = time_s(catalog("llama3-16k"), Collective.ALL_REDUCE, ONE_GB, 8, 1)
     assert got == pytest.approx(3.65 * MS, rel=0.05)
 
 
 def test_allreduce_8x_h800_nvls_busbw() -> None:
-    # formulas.md 363: 8x H800 all-reduce busbw 215 GB/s with NVLS (NVIDIA/nccl#1374); busbw = S·2(n-1)/n / t.
+    # 8x H800 all-reduce busbw 215 GB/s with NVLS (a user's measurement, NVIDIA/nccl issue #1374);
+    # busbw = S·2(n-1)/n / t.
     t = time_s(catalog("deepseek-v3-h800"), Collective.ALL_REDUCE, 4 * ONE_GB, 8, 1)
     assert 4 * ONE_GB * 2 * 7 / 8 / t == pytest.approx(215 * GB, rel=0.05)
 
 
 def test_allreduce_1gb_16_ranks_two_nodes() -> None:
-    # formulas.md 597 (and 380): 16 ranks on 2 nodes, SimAI ring busbw min(20.6·18, 48.5·8) = 370.8 GB/s: 5.06 ms.
+    # 16 ranks on 2 nodes: 1e9·2·15/16 B / 370.8 GB/s = 5.06 ms, with SimAI's multi-node ring busbw
+    # min(nvlink, nic·nics) = min(20.6·18, 48.5·8) = 370.8 GB/s (aliyun/SimAI
+    # astra-sim-alibabacloud/astra-sim/system/calbusbw.{h,cc}).
     # With NVLS on, the hierarchical NVLS + inter-node path is slower and the ring is kept.
     for cluster in (catalog("llama3-16k"), without_nvls(catalog("llama3-16k"))):
         assert time_s(cluster, Collective.ALL_REDUCE, ONE_GB, 16, 1) == pytest.approx(5.06 * MS, rel=0.10)
 
 
 def test_allreduce_1gb_one_gpu_per_node() -> None:
-    # formulas.md 598: 2 ranks, one GPU per node, one NDR NIC at ~47 GB/s: 21.28 ms.
+    # 2 ranks, one GPU per node, one NDR NIC: 1e9·2·1/2 B / 47 GB/s = 21.28 ms (NDR 400G: 46-48 GB/s per NIC,
+    # NVIDIA staff in NVIDIA/nccl-tests issue #290).
     assert time_s(catalog("llama3-16k"), Collective.ALL_REDUCE, ONE_GB, 2, 8) == pytest.approx(21.28 * MS, rel=0.05)
 
 
 @pytest.mark.parametrize(("nodes", "simai_gb_per_s"), [(2, 90.9), (4, 62.6), (8, 54.6)])
 def test_all_to_all_busbw_reproduces_simai(nodes: int, simai_gb_per_s: float) -> None:
-    # formulas.md 382-384, 599-601: SimAI calbusbw.cc all-to-all busbw = nic·nics/g · (n−1)/((nodes−1)·g) with
-    # CX7 at 48.5 GB/s. Ours is the same model (bytes that leave the node over each GPU's own NIC); with SimAI's
-    # NIC figure (0.97 of 50) it matches exactly; the catalog's 0.87 (SimAI's measured large-message ratios)
-    # gives 0.87/0.97 of it.
+    # SimAI calbusbw.cc multi-node all-to-all busbw = nic·nics/g · (n−1)/((nodes−1)·g) with CX7 at 48.5 GB/s,
+    # evaluated for 8×H100 + 8×CX7 nodes: 90.9 / 62.6 / 54.6 GB/s at 2 / 4 / 8 nodes. Ours is the same model
+    # (bytes that leave the node over each GPU's own NIC); with SimAI's NIC figure (0.97 of 50) it matches
+    # exactly; the catalog's 0.87 (SimAI's measured large-message ratios) gives 0.87/0.97 of it.
     n = 8 * nodes
     simai_eff = CONSTANTS.comm.model_copy(update={"network_all_to_all": 48.5 / 50})
     links = group_links(catalog("llama3-16k"), np.array([n]), np.array([1]), simai_eff)
@@ -182,7 +190,7 @@ def test_tp16_straddles_nvl72_racks() -> None:
 def test_members_share_their_nodes_nics() -> None:
     # 16 ranks at stride 2 on 8-GPU nodes: 4 members per node own 4 of its 8 NICs (the other 4 serve the
     # node's other group), so the ring's node-crossing edges get 4 × 47 GB/s; at stride 1 the group owns all 8
-    # and NVLink (369) binds: SimAI min(nvlink, nic·nics) (formulas.md 371-372, 380).
+    # and NVLink (369) binds: SimAI calbusbw.cc's multi-node ring rule min(nvlink, nic·nics).
     cluster = catalog("llama3-16k")
     assert links_of(cluster, 16, 2).bandwidth_bytes_per_s[0] == pytest.approx(4 * 47 * GB)
     assert links_of(cluster, 16, 1).bandwidth_bytes_per_s[0] == pytest.approx(min(369, 8 * 47) * GB)
@@ -190,7 +198,7 @@ def test_members_share_their_nodes_nics() -> None:
 
 def test_ring_latency_is_a_per_hop_sum() -> None:
     # 16 ranks on 2 nodes: 14 NVLink edges at 2.0 us, 2 node-crossing edges at the ToR's 3.5 us (clusters.yaml);
-    # NCCL tuning.cc charges intra and inter steps separately (formulas.md 333-335).
+    # NCCL charges intra and inter steps separately (ring latency in NVIDIA/nccl@b6475625 src/graph/tuning.cc).
     links = links_of(catalog("llama3-16k"), 16, 1)
     assert links.ring_step_latency_s[0] == pytest.approx((14 * 2.0 + 2 * 3.5) / 16 * 1e-6)
     assert links.latency_s[0] == pytest.approx(3.5e-6)
@@ -198,7 +206,8 @@ def test_ring_latency_is_a_per_hop_sum() -> None:
 
 def test_small_allreduce_at_scale_uses_a_tree_across_nodes() -> None:
     # 1 MB over 8,192 ranks (1,024 nodes): a flat ring pays 2(n-1) steps of latency (~35 ms); the hierarchical
-    # path (NVLS inside nodes, double binary tree across, formulas.md 325-331) pays log2 of the node count.
+    # path (NVLS inside nodes, double binary tree across) pays log2 of the node count, as NCCL's NVLSTree
+    # latency intraLat + 2·log2(nNodes)·interLat does (NVIDIA/nccl@b6475625 src/graph/tuning.cc).
     cluster = catalog("seed-500k")
     links = links_of(cluster, 8192, 1)
     flat_latency = 2 * 8191 * links.ring_step_latency_s[0]

@@ -1,6 +1,8 @@
-"""Golden and consistency tests of the FLOP counts (llmscale.flops) and the published-runs loader
-(llmscale.runs). Sources: ../shared/research/formulas.md B5 (worked values) and
-../shared/data/README.md §3 (each convention and how well it reproduces the printed numbers)."""
+"""Golden and consistency tests of the FLOP counts (llmscale.cost.flops) and the published-runs loader
+(llmscale.validation.runs). Sources: the per-token formulas of Kaplan et al. 2020 (arXiv:2001.08361) Table 1,
+Chowdhery et al. 2022 (PaLM, arXiv:2204.02311) App. B and Narayanan et al. 2021 (arXiv:2104.04473) Eq. 3, evaluated
+here, and the paper or code each FlopsFormula convention names (each convention must reproduce the numbers its
+source printed)."""
 
 from __future__ import annotations
 
@@ -43,12 +45,13 @@ def rel(a: float, b: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------
-# (a) formulas.md B5 worked values
+# (a) worked values of the published per-token formulas
 # ---------------------------------------------------------------------------------------------------
 
-# GPT-3 175B per-token check (formulas.md B5, s = 2048): 6N = 1.0437e12; Kaplan-style 1.0582e12 (+1.4%,
-# attention core causally halved); PaLM-style 1.0727e12 (+2.8%, not halved); Narayanan with recompute
-# 1.434e12. Tolerance 0.5%: the catalog GPT-3 has biases and a 50257 vocabulary.
+# GPT-3 175B per-token check, evaluated at s = 2048 with N = 12·l·h² = 1.7395e11: 6N = 1.0437e12; Kaplan-style
+# (Table 1: + 6·l·s·h) 1.0582e12 (+1.4%, attention core causally halved); PaLM-style (App. B: + 12·l·s·h)
+# 1.0727e12 (+2.8%, not halved); Narayanan Eq. 3 with recompute, V = 51,200: 1.434e12. Tolerance 0.5%: the
+# catalog GPT-3 has biases and a 50257 vocabulary.
 def test_gpt3_six_n_kaplan_and_palm_styles() -> None:
     full = forward_flops_per_token(GPT3, 2048)
     causal = forward_flops_per_token(GPT3, 2048, causal=True)
@@ -71,9 +74,9 @@ def _palm_model(name: str) -> ModelSpec:
     return model_from_run(run, {key: 1 for key in ("ffn_hidden", "vocab") if run.raw.get(key) is None})
 
 
-# PaLM App. B (formulas.md B5): PaLM 540B, 238.3K tok/s on 6144 TPU v4 at 275 TFLOP/s -> MFU 45.7%
-# (6N only) and 46.2% with attention; MT-NLG 530B, 65.43K tok/s on 2240 A100 at 312 -> 29.7% / 30.2%.
-# Within 0.5% (MT-NLG's 6N share computes to 29.77%: PaLM's N or rounding differs slightly).
+# PaLM App. B (Chowdhery et al. 2022, arXiv:2204.02311) prints these MFUs: PaLM 540B, 238.3K tok/s on 6144 TPU v4
+# at 275 TFLOP/s -> MFU 45.7% (6N only) and 46.2% with attention; MT-NLG 530B, 65.43K tok/s on 2240 A100 at 312
+# -> 29.7% / 30.2%. Within 0.5% (MT-NLG's 6N share computes to 29.77%: PaLM's N or rounding differs slightly).
 @pytest.mark.parametrize(
     ("name", "n_params", "tokens_per_s", "chips", "peak_tflops", "mfu_6n", "mfu"),
     [
@@ -95,7 +98,8 @@ def test_palm_mfu_worked_examples(
 # (b) every published row: FLOPs/token x tokens/s/GPU reproduces the printed TFLOP/s/GPU
 # ---------------------------------------------------------------------------------------------------
 
-# Max |error| per formula as data/README.md §3's table states it (rounded up).
+# Max |error| per formula when each convention recomputes the printed numbers of its rows, rounded up: the
+# dataset's own check, not a published figure (the sources' rounding of their tables sets it).
 TFLOPS_TOLERANCE = {
     FlopsFormula.MEG2021: 0.012,  # Table 2 days column 1.19%; the row's formula 0.00%
     FlopsFormula.MEG2024: 0.015,  # TFLOP/s / 989 vs a 2-digit MFU: 1.12%
@@ -110,7 +114,7 @@ FROM_TFLOPS_TOLERANCE = 1e-4
 
 SKIP_REASONS = {
     "GPT-3 175B on V100 (as analysed in PaLM)": (
-        "data/README.md §5: GPT-3's target comes from '24.6 non-attention TFLOP/s' divided by 6N "
+        "PaLM (arXiv:2204.02311) MFU table: GPT-3's target comes from '24.6 non-attention TFLOP/s' divided by 6N "
         "(architecture not read); checked by test_gpt3_v100_non_attention_tflops"
     ),
 }
@@ -154,14 +158,16 @@ def test_published_tflops_roundtrip_summary(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_gpt3_v100_non_attention_tflops() -> None:
-    # PaLM Table: GPT-3's "24.6 non-attention model TFLOP/s per GPU" = 6N x tokens/s (README §5).
+    # PaLM Table: GPT-3's "24.6 non-attention model TFLOP/s per GPU" = 6N x tokens/s (the row's target is
+    # derived this way).
     run = RUNS_BY_NAME["GPT-3 175B on V100 (as analysed in PaLM)"]
     assert run.total_params is not None and run.tokens_per_s_per_gpu is not None
     assert 6 * run.total_params * run.tokens_per_s_per_gpu / 1e12 == pytest.approx(24.6, rel=1e-4)
 
 
-# MFU = TFLOP/s / the source's own peak (data/README.md §4), compared with the printed MFU; max errors
-# from the README's table (MEG2021's Table 1 "% of peak" is printed to 2 digits: half a unit ≤ 1.2%).
+# MFU = TFLOP/s / the source's own stated peak (A100 312: Narayanan 2021, Korthikanti 2022; H100 989:
+# Megatron-Core r0.8, Llama 3), compared with the printed MFU; max errors from the dataset's own check of each
+# convention (MEG2021's Table 1 "% of peak" is printed to 2 digits: half a unit ≤ 1.2%).
 MFU_PEAK_TFLOPS = {
     FlopsFormula.MEG2021: (312.0, 0.012),
     FlopsFormula.KORT2022: (312.0, 0.004),
@@ -179,7 +185,7 @@ MFU_RUNS = [
 @pytest.mark.parametrize("run", MFU_RUNS, ids=[run.name for run in MFU_RUNS])
 def test_published_mfu_roundtrip(run: PublishedRun) -> None:
     assert run.flops_formula is not None and run.tokens_per_s_per_gpu is not None
-    if run.flops_formula is FlopsFormula.PALM:  # PaLM 275 (TPU v4) / MT-NLG 312: README 0.06% / 0.22%
+    if run.flops_formula is FlopsFormula.PALM:  # PaLM 275 (TPU v4) / MT-NLG 312: 0.06% / 0.22%
         peak, tolerance, model = (275.0 if run.gpu == "tpu-v4" else 312.0), 0.0025, _palm_model(run.name)
     else:
         (peak, tolerance), model = MFU_PEAK_TFLOPS[run.flops_formula], model_from_run(run)
@@ -201,7 +207,7 @@ def test_kort2022_hardware_count_reproduces_printed_hfu(run: PublishedRun) -> No
 
 
 def test_dgxc_llama31_70b_per_sequence_constant() -> None:
-    # data/README.md §3 DGXC: the README prints 3.94e15 FLOPs per sequence for Llama 3.1 70B at s = 8192.
+    # DGXC: NVIDIA's dgxc-benchmarking Llama 3.1 70B recipe README prints 3.94e15 FLOPs per sequence at s = 8192.
     flops = published_flops_per_token(FlopsFormula.DGXC, load_model("llama3-70b"), 8192)
     assert flops * 8192 == pytest.approx(3.94e15, rel=0.002)
 
@@ -216,7 +222,8 @@ GPT_RUNS = [run for run in RUNS if run.flops_formula in (FlopsFormula.KORT2022, 
 @pytest.mark.parametrize("run", GPT_RUNS, ids=[run.name for run in GPT_RUNS])
 def test_gpt_layout_model_flops_equal_kort2022_and_meg2024(run: PublishedRun) -> None:
     # GPT layout (f = 4h, MHA, 2-matrix MLP, no biases): 3 x forward is KORT2022's model count exactly,
-    # and MEG2024 equals KORT2022 (README §3) when V needs no padding (51200 and 131072 here).
+    # and MEG2024 (Megatron-LM num_floating_point_operations at f2e5db402c44) equals KORT2022 when V needs no
+    # padding (51200 and 131072 here).
     model, s = model_from_run(run), run.seq_len or 0
     kort = kort2022_flops_per_token(model, s)
     assert model_flops_per_token(model, s) == pytest.approx(kort, rel=1e-12)
@@ -236,8 +243,8 @@ def test_full_recompute_hardware_flops_equal_meg2021(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["llama3-8b", "llama3-70b", "llama3-405b"])
 def test_nemo_and_bridge_equal_model_flops_for_llama(name: str) -> None:
-    # NeMo counts the full attention core, Megatron-Bridge halves it (README §3); V = 128256 is a
-    # multiple of 128, and Llama has no biases, so both are exact.
+    # NeMo counts the full attention core (nemo/utils/flops_formulas.py), Megatron-Bridge halves it (flop_utils.py
+    # transformer_flops); V = 128256 is a multiple of 128, and Llama has no biases, so both are exact.
     model = load_model(name)
     nemo = published_flops_per_token(FlopsFormula.NEMO, model, 8192)
     bridge = published_flops_per_token(FlopsFormula.BRIDGE2025, model, 8192)
@@ -286,7 +293,9 @@ def test_hardware_flops_at_least_model_flops(name: str, causal: bool) -> None:
 @pytest.mark.parametrize("name", ["seed-10t-moe", "deepseek-v3"])
 def test_moe_model_flops_are_six_active_params_plus_attention(name: str) -> None:
     # 2 FLOPs per active linear parameter, forward, x3: exactly 6·(active − embedding − norms) + 3·core;
-    # the looser 6·N_active + attention rule (formulas.md B5) overcounts by the input embedding (< 3%).
+    # the looser 6·N_active + attention rule (shorthand for Megatron-LM's num_floating_point_operations with top-k
+    # routed experts, NVIDIA/Megatron-LM@001b00c megatron/training/training.py, which has no input-embedding term)
+    # overcounts by the input embedding (< 3%).
     model = load_model(name)
     counts = count_params(model).as_dict()
     core = 3 * model.layers * attention_core_flops_per_layer(model, 4096)
@@ -326,7 +335,7 @@ def test_unspecified_formula_has_no_count() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# llmscale.runs
+# llmscale.validation.runs
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -348,7 +357,8 @@ def test_model_from_run_deepseek_v3_mla_and_mtp() -> None:
 
 
 def test_model_from_run_names_the_null_field() -> None:
-    # Gopher's architecture was not read (README §5): building its model must say which key is missing.
+    # Gopher's row has no architecture (PaLM's re-analysis gives only its MFU): building its model must say which
+    # key is missing.
     with pytest.raises(SpecError, match="layers"):
         model_from_run(RUNS_BY_NAME["Gopher 280B on 4096 TPU v3 (as analysed in PaLM)"])
 
@@ -359,7 +369,7 @@ def test_load_runs_ignores_unknown_keys_and_rejects_bad_values(tmp_path: Path) -
     good.write_text(_yaml([{**row, "extra_column": 1}]))
     assert load_runs(good)[0].name == RUNS[0].name
     bad = tmp_path / "bad.yaml"
-    bad.write_text(_yaml([{**row, "flops_formula": "MEG2099"}]))  # not an ID of README §3
+    bad.write_text(_yaml([{**row, "flops_formula": "MEG2099"}]))  # not a FlopsFormula ID
     with pytest.raises(SpecError, match="flops_formula"):
         load_runs(bad)
     with pytest.raises(InputFileError):

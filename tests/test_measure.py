@@ -157,7 +157,7 @@ def test_apply_calibration_replaces_datasheet_numbers() -> None:
     assert eff.hbm == pytest.approx(1200 * GB / selene.gpu.memory_bandwidth_bytes_per_s)
     comm = constants.comm
     tier = cal.tiers[0]
-    # comm.py's achieved ring bandwidth B·η/o equals the measured busbw ...
+    # cost/collectives.py's achieved ring bandwidth B·η/o equals the measured busbw ...
     assert tier.bandwidth_bytes_per_s * comm.scale_up_ring / tier.oversubscription == pytest.approx(100 * GB)
     # ... and its ring formula t0 + 2(n−1)α + S·f/busbw gives back the measured small-message time.
     f = float(bus_factor(Collective.ALL_REDUCE, np.array(8)))

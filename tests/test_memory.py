@@ -23,7 +23,7 @@ GPT3_TRAIN = TrainSpec(seq_len=2048, global_batch=1536, flash_attention=False)
 
 
 # Korthikanti et al. 2022 (arXiv:2205.05198) Table 2 for GPT-3 175B (s = 2048, b = 1, h = 12288, a = 96,
-# t = 8), worked in ../shared/research/formulas.md B4: MiB of activations per layer.
+# t = 8), its formulas evaluated (5as/h = 80): MiB of activations per layer.
 @pytest.mark.parametrize(
     ("tp", "sp", "recompute", "expected_mib"),
     [
@@ -41,16 +41,17 @@ def test_korthikanti_table2_per_layer(tp: int, sp: bool, recompute: Recompute, e
 
 
 def test_korthikanti_full_recompute_keeps_layer_input() -> None:
-    # Table 2, full recompute: 2sbh per layer = 48 MiB for GPT-3 (formulas.md B4).
+    # Table 2, full recompute: 2sbh per layer = 2 · 2048 · 12288 B = 48 MiB for GPT-3.
     lay = Layouts.from_columns(tp=8, dp=1, sp=False, recompute=Recompute.FULL.code)
     assert layer_activations(GPT3, GPT3_TRAIN, lay).input_bytes[0] / MIB == pytest.approx(48.0)
 
 
 def test_first_stage_activations_match_megatron_sp_selective() -> None:
-    # formulas.md B4: Megatron compute_activation_memory (SP + selective, p = 8, t = 8, no vp) gives 9.59 GiB
-    # on the first stage, of which 96 layers × 102 MiB = 9.5625 GiB are transformer layers; the remainder is
-    # the embedding input/dropout, which llmscale leaves out (module docstring). Interleaving with vp = 4
-    # multiplies by 1 + (p − 1)/(p·v) = 1.21875 (11.68 GiB in the worked example).
+    # Megatron's compute_activation_memory (NVIDIA/Megatron-LM@00caa53 megatron/training/theoretical_memory_usage.py)
+    # evaluated for SP + selective, p = 8, t = 8, no vp: [96 · 34·sbh + 8·s·b·p + s·b·h·p]/t = 9.59 GiB on the
+    # first stage, of which 96 layers × 102 MiB = 9.5625 GiB are transformer layers; the remainder is the
+    # embedding input/dropout, which llmscale leaves out (module docstring). Interleaving with vp = 4 multiplies
+    # by 1 + (p − 1)/(p·v) = 1.21875 (11.68 GiB).
     cluster = make_cluster(num_gpus=1536)
     for vpp, factor in ((1, 1.0), (4, 1.21875)):
         schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
@@ -101,9 +102,10 @@ def test_weights_and_optimizer_match_megatron(name: str, tp: int, pp: int, dp: i
 
 
 def test_seed_state_arithmetic_for_500b_active_params() -> None:
-    # Seed 000 §3.1: 500B parameters with Adam → fp32 moments 2 × 4 B × 500B = 4 TB, fp32 master 2 TB,
-    # bf16 gradients 1 TB; with the 1 TB of bf16 weights ≈ 8 TB of state, "at least 100 cards of 80 GB just to
-    # hold it". A dense 500B model fully sharded (ZeRO-3) over N GPUs must hold exactly that in total.
+    # ZeRO's accounting of mixed-precision Adam state (Rajbhandari et al. 2019, arXiv:1910.02054: 16 B/param) for
+    # 500B parameters → fp32 moments 2 × 4 B × 500B = 4 TB, fp32 master 2 TB, bf16 gradients 1 TB; with the 1 TB
+    # of bf16 weights ≈ 8 TB of state, 8 TB / 80 GB = 100 GPUs of 80 GB just to hold it. A dense 500B model
+    # fully sharded (ZeRO-3) over N GPUs must hold exactly that in total.
     model = ModelSpec(name="dense-500b", layers=100, hidden=20480, ffn_hidden=81920, heads=160, vocab=100000,
                       gated_mlp=False)
     params = count_params(model).total

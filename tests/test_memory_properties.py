@@ -112,10 +112,11 @@ def test_more_tensor_parallelism_never_adds_memory(case: tuple[ModelSpec, TrainS
 def test_more_pipeline_stages_never_add_memory(case: tuple[ModelSpec, TrainSpec, Layouts]) -> None:
     # Under 1F1B and ZB-H1 rank 0 keeps min(m, p) micro-batches of L/p layers, so its activations never grow
     # with p while its weights shrink. (Interleaving is left out on purpose: its warm-up holds
-    # 1 + (p−1)/(p·v) stage-equivalents, which does grow with p — a real cost, formulas.md B3.) The stack must
-    # be homogeneous: with a dense prefix, doubling p can move all-MoE layers onto rank 1, which keeps p − 1
-    # micro-batches of them (hypothesis found 48 layers, 11 dense: p 2 → 4 puts 12 MoE layers × 3 in flight on
-    # rank 1 against 13 MoE + 11 dense × 2 on rank 0 before) — a real effect the model is right to show.
+    # 1 + (p−1)/(p·v) stage-equivalents, which does grow with p — a real cost, the factor Megatron-LM applies in
+    # NVIDIA/Megatron-LM@00caa53 megatron/training/theoretical_memory_usage.py.) The stack must be homogeneous:
+    # with a dense prefix, doubling p can move all-MoE layers onto rank 1, which keeps p − 1 micro-batches of
+    # them (hypothesis found 48 layers, 11 dense: p 2 → 4 puts 12 MoE layers × 3 in flight on rank 1 against
+    # 13 MoE + 11 dense × 2 on rank 0 before) — a real effect the model is right to show.
     model, train, lay = case
     assume(model.first_dense_layers == 0)
     assume(model.layers % (2 * int(lay.pp[0])) == 0)  # even stages (uneven ones put more layers on rank 1)
@@ -157,8 +158,8 @@ def test_more_recompute_never_adds_memory(case: tuple[ModelSpec, TrainSpec, Layo
 @SETTINGS
 @given(cases())
 def test_vectorized_equals_one_at_a_time(case: tuple[ModelSpec, TrainSpec, Layouts]) -> None:
-    # Explaining one layout is a search of size one (DESIGN principle 1): a batch of layouts must give each
-    # layout exactly what it gets alone.
+    # Explaining one layout is a search of size one (docs/architecture.md principle 1): a batch of layouts must give
+    # each layout exactly what it gets alone.
     model, train, lay = case
     others = _with(lay, recompute=Recompute.FULL.code, zero=3)
     batch = Layouts.concat(lay, others)

@@ -1,5 +1,6 @@
-"""Pipeline-schedule time model: closed forms of formulas.md B3, worked numbers, an independent schedule
-simulation, and properties over random layouts."""
+"""Pipeline-schedule time model: closed forms of Narayanan et al. 2021 (arXiv:2104.04473), the zero-bubble README
+(sail-sg/zero-bubble-pipeline-parallelism) and DeepSeek-V3 Table 2 (arXiv:2412.19437), worked numbers, an
+independent schedule simulation, and properties over random layouts."""
 
 from __future__ import annotations
 
@@ -24,33 +25,34 @@ def _times(schedule: Schedule, pp: int, m: int, f: float, b: float, w: float, vp
     return pipeline_times(_lay(schedule, pp, vpp), np.array([m]), f, b, w, 0.0)
 
 
-# --- formulas.md B3, "B3. Pipeline bubble fractions (p=16 stages)" table: exact ---------------------------
+# --- bubble fractions at p = 16, the closed forms evaluated for m = 16..128: exact ------------------------
 
 
 @pytest.mark.parametrize("m", [16, 32, 64, 128])
 def test_one_f_one_b_fraction_is_p_minus_1_over_m(m: int) -> None:
-    # formulas.md B3 (Narayanan et al. 2021): 1F1B/GPipe bubble fraction (p−1)/m
+    # Narayanan et al. 2021 (arXiv:2104.04473): 1F1B/GPipe bubble fraction (p−1)/m
     assert bubble_fraction(_lay(Schedule.ONE_F_ONE_B), np.array([m]))[0] == pytest.approx((P16 - 1) / m, rel=1e-12)
 
 
 @pytest.mark.parametrize("m", [16, 32, 64, 128])
 @pytest.mark.parametrize("v", [2, 4])
 def test_interleaved_fraction_is_p_minus_1_over_v_m(m: int, v: int) -> None:
-    # formulas.md B3: interleaved 1F1B bubble (1/v)·(p−1)/m
+    # Narayanan et al. 2021: interleaved 1F1B bubble (1/v)·(p−1)/m
     frac = bubble_fraction(_lay(Schedule.INTERLEAVED, vpp=v), np.array([m]))[0]
     assert frac == pytest.approx((P16 - 1) / (v * m), rel=1e-12)
 
 
 @pytest.mark.parametrize("m", [16, 32, 64, 128])
 def test_zb_h1_fraction_is_p_minus_1_over_3m(m: int) -> None:
-    # formulas.md B3 zero-bubble README table: ZB1P (p−1)/3m assuming T_F = T_B = T_W
+    # Qi et al. (ICLR 2024), sail-sg/zero-bubble-pipeline-parallelism README table: ZB1P (p−1)/3m assuming
+    # T_F = T_B = T_W
     frac = bubble_fraction(_lay(Schedule.ZB_H1), np.array([m]), fwd_s=2.0, bwd_input_s=2.0, bwd_weight_s=2.0)
     assert frac[0] == pytest.approx((P16 - 1) / (3 * m), rel=1e-12)
 
 
 @pytest.mark.parametrize("m", [32, 64, 128])
 def test_zb_v_has_no_bubble_once_the_v_can_be_filled(m: int) -> None:
-    # formulas.md B3 README table: ZBV bubble 0 (T_F = T_B = T_W); holds here for m ≥ 2p − 1
+    # Zero-bubble README table: ZBV bubble 0 (T_F = T_B = T_W); holds here for m ≥ 2p − 1
     assert bubble_fraction(_lay(Schedule.ZB_V), np.array([m]))[0] == 0.0
 
 
@@ -62,18 +64,20 @@ def test_zb_v_with_fewer_than_2p_minus_1_micro_batches_leaves_the_fill(m: int) -
     assert frac == pytest.approx((2 * P16 - 1 - m) / (6 * m), rel=1e-12)
 
 
-# --- formulas.md B3 worked numbers: PP=16, F=1, B=2 (B_in=1, W=1) ----------------------------------------
+# --- DeepSeek-V3 Table 2 formulas evaluated at PP=16, F=1, B=2 (B_in=1, W=1) -----------------------------
 
 
 def test_worked_numbers_one_f_one_b_45_and_zb1p_15() -> None:
-    # formulas.md B3 script output: 1F1B (PP−1)(F+B) = 45, ZB1P (PP−1)(F+B−2W) = 15 time units
+    # DeepSeek-V3 Table 2 (arXiv:2412.19437) evaluated: 1F1B (PP−1)(F+B) = 15·3 = 45 and ZB1P
+    # (PP−1)(F+B−2W) = 15·1 = 15 time units
     assert _times(Schedule.ONE_F_ONE_B, P16, 64, 1.0, 1.0, 1.0).bubble_s[0] == pytest.approx(45.0)
     assert _times(Schedule.ZB_H1, P16, 64, 1.0, 1.0, 1.0).bubble_s[0] == pytest.approx(15.0)
 
 
 @pytest.mark.parametrize(("overlap", "expected"), [(0.0, 14.0), (1.0, 7.0)])
 def test_worked_numbers_dualpipe_14_without_and_7_with_perfect_overlap(overlap: float, expected: float) -> None:
-    # formulas.md B3: DualPipe (PP/2−1)(F&B+B−3W) = 14 with F&B = F+B, 7 with F&B = max(F, B).
+    # DeepSeek-V3 Table 2: DualPipe (PP/2−1)(F&B+B−3W) = 7·(3+2−3) = 14 with F&B = F+B, 7·(2+2−3) = 7 with
+    # F&B = max(F, B).
     # A DualPipe rank holds two stages, so its whole-share inputs are twice the per-stage F=1, B_in=1, W=1.
     times = pipeline_times(_lay(Schedule.DUALPIPE), np.array([2 * P16]), 2.0, 2.0, 2.0, 0.0,
                            dualpipe_overlap=overlap)
@@ -82,7 +86,7 @@ def test_worked_numbers_dualpipe_14_without_and_7_with_perfect_overlap(overlap: 
 
 
 def test_dualpipe_bubble_does_not_grow_with_micro_batches() -> None:
-    # formulas.md B3 (DeepSeek-V3 §3.2.1): DualPipe bubbles do not grow with m once m ≥ 2p
+    # DeepSeek-V3 (arXiv:2412.19437 §3.2.1): DualPipe bubbles do not grow with m once m ≥ 2p
     bubbles = pipeline_times(_lay(Schedule.DUALPIPE, [P16] * 3), np.array([32, 64, 256]), 2.0, 2.0, 2.0, 0.0).bubble_s
     np.testing.assert_allclose(bubbles, 14.0)
 
@@ -123,8 +127,8 @@ def test_dualpipe_with_too_few_micro_batches_is_at_least_one_chain() -> None:
     [
         (Schedule.ONE_F_ONE_B, 1, 2 * (P16 - 1)),
         (Schedule.ZB_H1, 1, 2 * (P16 - 1)),
-        (Schedule.INTERLEAVED, 4, 2 * (4 * P16 - 1)),  # v× the transfers (formulas.md B3, Narayanan)
-        (Schedule.ZB_V, 1, 4 * (P16 - 1)),  # 2× 1F1B's volume (formulas.md B3 README table)
+        (Schedule.INTERLEAVED, 4, 2 * (4 * P16 - 1)),  # v× the transfers (Narayanan et al. 2021)
+        (Schedule.ZB_V, 1, 4 * (P16 - 1)),  # 2× 1F1B's volume (zero-bubble README table)
         (Schedule.DUALPIPE, 1, 2 * (P16 - 1)),
     ],
 )

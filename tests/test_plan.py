@@ -1,6 +1,6 @@
 """Layout space and whole-space search: every generated layout is valid, the rejection counts add up, a tiny
 space matches a hand enumeration, the search's best is the fastest feasible layout, objectives agree where
-they must, the job size follows the scaling floor, the critical batch reproduces formulas.md A4, and
+they must, the job size follows the scaling floor, the critical batch reproduces DeepSeek LLM's batch-size law, and
 `llmscale plan` has the JSON keys and exit codes the issue asks for."""
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def test_plan_picks_largest_job_size_within_scaling_floor() -> None:
 
 
 def test_critical_batch_reproduces_deepseek_law_worked_number() -> None:
-    # formulas.md A4 (DeepSeek LLM, arXiv:2401.02954): C = 1e25 FLOPs → B_opt = 0.292·C^0.3271 ≈ 44M tokens.
+    # DeepSeek LLM's batch-size law (arXiv:2401.02954) evaluated: C = 1e25 FLOPs → B_opt = 0.292·C^0.3271 =
+    # 43.9M ≈ 44M tokens.
     # total_tokens D is chosen so 6·N_active·D = 1e25. The result is rounded down to a multiple of 1,024
     # sequences; at seq_len 256 that step is 262K tokens (0.6%), so 2% holds after rounding.
     model = load_model("gpt3-175b")

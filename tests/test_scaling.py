@@ -1,4 +1,4 @@
-"""Scaling laws (src/llmscale/scaling.py) against the numbers their papers print: Chinchilla Table 3, the
+"""Scaling laws (src/llmscale/scaling/laws.py) against the numbers their papers print: Chinchilla Table 3, the
 Besiroglu-constant optima, Krajewski Table 2, Muennighoff's README check value — each with its citation and
 tolerance — plus the properties every law must have."""
 
@@ -31,7 +31,7 @@ def rel(got: float, expected: float) -> float:
     return abs(got / expected - 1.0)
 
 
-# Hoffmann et al. 2022 (arXiv:2203.15556) Table 3, Approach-1 projections (formulas.md A1): params, FLOPs, tokens.
+# Hoffmann et al. 2022 (arXiv:2203.15556) Table 3, Approach-1 projections: params, FLOPs, tokens.
 CHINCHILLA_TABLE_3 = [
     (400e6, 1.92e19, 8.0e9), (1e9, 1.21e20, 20.2e9), (10e9, 1.23e22, 205.1e9), (67e9, 5.76e23, 1.5e12),
     (175e9, 3.85e24, 3.7e12), (280e9, 9.90e24, 5.9e12), (520e9, 3.43e25, 11.0e12), (1e12, 1.27e26, 21.2e12),
@@ -54,7 +54,9 @@ def test_chinchilla_frontier_exponent_matches_approach_1() -> None:
     assert 0.488 <= laws().chinchilla_frontier.exponent <= 0.502
 
 
-# formulas.md A1 worked numbers (script output, C = 6ND): fit → {C: (N, D)}.
+# Hoffmann et al. 2022 Eq. 4 closed form (C = 6ND) evaluated with each fit's constants: Chinchilla's rounded
+# App. D.2 Eq. 10 fit and Besiroglu et al. 2024's refit (arXiv:2404.10102; epoch-research/analyzing-chinchilla
+# data_analysis.ipynb): fit → {C: (N, D)}.
 PARAMETRIC_OPTIMA = {
     ScalingLaw.BESIROGLU: {5.76e23: (72.3e9, 1.33e12), 1e25: (312e9, 5.33e12), 1e26: (1.02e12, 16.4e12)},
     ScalingLaw.CHINCHILLA: {5.76e23: (32.2e9, 2.98e12), 1e25: (117e9, 14.3e12), 1e26: (331e9, 50.4e12)},
@@ -62,7 +64,7 @@ PARAMETRIC_OPTIMA = {
 
 
 @pytest.mark.parametrize(("law", "flops"), [(law, c) for law, rows in PARAMETRIC_OPTIMA.items() for c in rows])
-def test_parametric_optimum_matches_formulas_md(law: ScalingLaw, flops: float) -> None:
+def test_parametric_optimum_matches_the_fits_worked_values(law: ScalingLaw, flops: float) -> None:
     params, tokens = PARAMETRIC_OPTIMA[law][flops]
     got = dense_law(law).optimum(flops)
     assert rel(got.params, params) < 0.02
@@ -75,7 +77,7 @@ def test_besiroglu_optimum_at_1e25_is_the_issues_figure() -> None:
     assert rel(got.params, 312e9) < 0.02 and rel(got.tokens, 5.33e12) < 0.02
 
 
-# Krajewski et al. 2024 (arXiv:2402.07871) Table 2 (formulas.md A3): N_active (the "64×N" column), D, G, FLOPs, loss.
+# Krajewski et al. 2024 (arXiv:2402.07871) Table 2: N_active (the "64×N" column), D, G, FLOPs, loss.
 KRAJEWSKI_TABLE_2 = [
     (100e6, 4.37e9, 8, 2.95e18, 3.133), (1e9, 28.94e9, 16, 1.93e20, 2.491), (3e9, 72.90e9, 16, 1.41e21, 2.245),
     (7e9, 137.60e9, 32, 6.46e21, 2.076), (70e9, 941.07e9, 32, 4.16e23, 1.694), (300e9, 2.96e12, 64, 5.69e24, 1.503),
@@ -102,14 +104,15 @@ def test_krajewski_flops_of_table_2_configurations(active: float, tokens: float,
 
 
 def test_muennighoff_readme_check_value() -> None:
-    # huggingface/datablations README: L(N = 6.34e9, D = 242e9, U = 25e9) = 2.2256… (formulas.md A5).
+    # huggingface/datablations README: L(N = 6.34e9, D = 242e9, U = 25e9) = 2.2256….
     rep = laws().muennighoff
     assert repeated_loss(rep.law, 6.34e9, 242e9, 25e9, rep) == pytest.approx(2.2256, abs=1e-4)
 
 
 @pytest.mark.parametrize(("epochs", "multiplier"), [(2, 1.97), (4, 3.73), (8, 6.62), (16, 10.58), (40, 15.17)])
 def test_muennighoff_effective_data_multiplier(epochs: int, multiplier: float) -> None:
-    # formulas.md A5 script: D′/U after `epochs` passes over U unique tokens.
+    # Muennighoff et al. 2023 (arXiv:2305.16264) D′ = U + U·R_D*·(1 − e^(−R_D/R_D*)) with R_D = epochs − 1 and
+    # R_D* = 15.39 (datablations README fit), evaluated: D′/U after `epochs` passes over U unique tokens.
     assert effective_tokens(epochs * 1e9, 1e9) / 1e9 == pytest.approx(multiplier, abs=0.01)
 
 

@@ -44,7 +44,9 @@ def test_deepseek_v3_gpu_hours_per_trillion_tokens() -> None:
     # DeepSeek-V3 report (arXiv:2412.19437) §1: 180K H800 GPU-hours per trillion tokens on 2048 H800 (PP16
     # DualPipe, EP64, ZeRO-1 DP, FP8). That is a whole-run average: it includes the batch-size ramp (3072 → 15360
     # sequences over the first 469B tokens), checkpoints and restarts, so the steady-state step llmscale predicts
-    # must not be slower, and the ramp and a goodput of ~0.8-0.9 (reliability.md) bound how much faster it can be.
+    # must not be slower, and the ramp and a goodput of ~0.8-0.9 bound how much faster it can be (published
+    # ETTRs: Llama 3 "higher than 90 %", arXiv:2407.21783 §3.3.4; Kokolis et al.'s model 0.7-0.93 for a 16k-GPU
+    # job, arXiv:2410.21680).
     run = next(r for r in load_runs() if r.name == "DeepSeek-V3 671B pre-training on 2048 H800")
     job = job_from_run(run, CONSTANTS)
     step = estimate_step(job.model, job.cluster, job.train, job.layouts, CONSTANTS)
@@ -116,7 +118,7 @@ def test_adding_replicas_costs_at_most_the_added_data_parallel_communication(
 
 
 def test_vectorized_equals_one_at_a_time() -> None:
-    # Explaining one layout is a search of size one (DESIGN principle 1).
+    # Explaining one layout is a search of size one (docs/architecture.md principle 1).
     lay, train = _sample_layouts(50)
     together = estimate_step(GPT3, SELENE, train, lay, CONSTANTS)
     for i in range(lay.size):
@@ -156,7 +158,7 @@ def test_rank_orders_coincide_without_data_parallelism() -> None:
 
 
 def test_keeping_freed_memory_is_harmless_and_works_on_glibc() -> None:
-    # llmscale.heap raises glibc's malloc thresholds (64K-layout chunks of seed-10t-moe scored after one 1M-layout
+    # llmscale.cli.heap raises glibc's malloc thresholds (64K-layout chunks of seed-10t-moe scored after one 1M-layout
     # call: 1.8 M layouts/s without, 2.3 M/s with); on other C libraries it must do nothing rather than fail.
     import platform
 

@@ -1,10 +1,11 @@
-"""`llmscale allocate`: which model, how many tokens, for this cluster and deadline (src/llmscale/allocate.py).
+"""`llmscale allocate`: which model, how many tokens, for this cluster and deadline (src/llmscale/scaling/allocate.py).
 
 Defaults: the flagship cluster (seed-500k) for 90 days, dense and MoE candidates plus the flagship model
 (seed-10t-moe), Krajewski et al.'s law (the one that scores dense and MoE on one scale). `--flops F` with no
 `--cluster`/`--gpus` answers the pure compute-optimal question (the classic dense one unless --family/--law say
-otherwise: Besiroglu et al.'s constants, as formulas.md A1 recommends). `--explain-3x` adds the "3× compute"
-decomposition (src/llmscale/multiplier.py) for the first `--model` (default the flagship) on the cluster.
+otherwise: Besiroglu et al.'s constants, arXiv:2404.10102, whose refit agrees with Hoffmann et al.'s Approaches 1-2
+where Hoffmann's own Approach-3 constants do not). `--explain-3x` adds the "3× compute" decomposition
+(src/llmscale/scaling/multiplier.py) for the first `--model` (default the flagship) on the cluster.
 """
 
 from __future__ import annotations

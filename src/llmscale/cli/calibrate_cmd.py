@@ -1,5 +1,6 @@
 """`llmscale calibrate`: a short bench suite (GEMM sweep, device copy, collectives per scope) written as a calibration
-profile (llmscale/calibration.py) that `explain`, `plan` and `validate` take with `--calibration FILE`."""
+profile (specs/calibration.py, read by io/calibration.py) that the job commands and `validate` take with
+`--calibration FILE`."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 functions, hand the results to `llmscale.report`.
 
 Every user error (bad value, unknown key, missing file, unknown catalog name) becomes one line on
-stderr and exit code 2 — never a traceback (DESIGN principle 3).
+stderr and exit code 2 — never a traceback (docs/architecture.md principle 3).
 """
 
 from __future__ import annotations

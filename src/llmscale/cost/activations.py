@@ -13,18 +13,19 @@ t = tp, and σ = t when sequence parallelism is on (else 1):
                                   removed by selective recompute or flash attention (which keeps an fp32
                                   log-sum-exp 4·s·b·n instead)
 
-For GPT-3 (f = 4h, MHA, dropout) this is exactly Korthikanti's sbh·(34 + 5·a·s/h), 10 + 24/t with TP,
-34/t with TP+SP. MoE layers (a term Megatron's estimator lacks, formulas.md B4): router input 2sbh and
-fp32 probabilities 4·s·b·E (÷σ); per GPU the expert part handles tok_e = s_c·b·k·etp/t routed token copies
-(× capacity factor when tokens are dropped), storing the permuted input 2·tok_e·h, fc1 output
-2·tok_e·(m−1)·f_e/etp, activation output 2·tok_e·f_e/etp and the expert output 2·tok_e·h; shared experts are
-dense MLPs of S·f_s (÷t). Full recompute keeps only each layer's input, 2sbh/σ. FP8/FP4 recipes keep every
-saved GEMM input (QKV, output-projection, fc1, fc2 and expert inputs) quantised at 1 byte
-(`gemm_input_bytes`).
+For GPT-3 (f = 4h, MHA, dropout) this is exactly Korthikanti's sbh·(34 + 5·a·s/h), 10 + 24/t with TP, 34/t with
+TP+SP. MoE layers (a term Megatron's estimator lacks: NVIDIA/Megatron-LM@00caa53
+megatron/training/theoretical_memory_usage.py has no MoE activation term): router input 2sbh and fp32 probabilities
+4·s·b·E (÷σ); per GPU the expert part handles tok_e = s_c·b·k·etp/t routed token copies (× capacity factor when
+tokens are dropped), storing the permuted input 2·tok_e·h, fc1 output 2·tok_e·(m−1)·f_e/etp, activation output
+2·tok_e·f_e/etp and the expert output 2·tok_e·h; shared experts are dense MLPs of S·f_s (÷t). Full recompute keeps
+only each layer's input, 2sbh/σ. FP8/FP4 recipes keep every saved GEMM input (QKV, output-projection, fc1, fc2 and
+expert inputs) quantised at 1 byte (`gemm_input_bytes`).
 
-In-flight micro-batches on pipeline rank r (formulas.md B3): 1F1B, ZB-H1, ZB-V keep min(m, p − r);
-interleaved keeps min(m·v, 2(p−1−r) + (v−1)·p + 1)/v stage-equivalents (Megatron's warm-up count; on rank 0
-this is p·(1 + (p−1)/(p·v)), the factor in theoretical_memory_usage.py); DualPipe keeps p + 1 of its two
+In-flight micro-batches on pipeline rank r (Narayanan et al. 2021, arXiv:2104.04473: 1F1B stashes at most p;
+sail-sg/zero-bubble-pipeline-parallelism README: ZB-H1 and ZB-V store as much as 1F1B): 1F1B, ZB-H1, ZB-V keep
+min(m, p − r); interleaved keeps min(m·v, 2(p−1−r) + (v−1)·p + 1)/v stage-equivalents (Megatron's warm-up count; on
+rank 0 this is p·(1 + (p−1)/(p·v)), the factor in theoretical_memory_usage.py); DualPipe keeps p + 1 of its two
 half-size chunks (DeepSeek-V3 Table 2). Left out: the embedding's int64 token ids and attention masks (small),
 activation offload, and activations of the MTP module.
 """

@@ -16,8 +16,9 @@ fraction from catalog/comm.yaml, o_j the oversubscription of tier j, which throt
 between tier j−1 domains, as clusters.yaml places it). Every group of a layout runs the collective at once, so a
 tier-i domain's uplinks (R_i·b_{i+1}) are shared by the R_i/m_i groups inside it: each gets m_i·b_{i+1}.
 
-Time, α–β (formulas.md B1, B2), S the total buffer as nccl-tests defines it, f(n) its bus factor, t_0 the
-fixed cost of a call (NCCL baseLat), α_max the slowest hop's latency:
+Time, α–β (Hockney's model; ring costs of Thakur, Rabenseifner & Gropp as MPICH's source comments write them),
+S the total buffer as nccl-tests defines it, f(n) its bus factor (both NVIDIA/nccl-tests@03a204a
+doc/PERFORMANCE.md), t_0 the fixed cost of a call (NCCL baseLat), α_max the slowest hop's latency:
 
   ring (AR, RS, AG)  t = t_0 + steps·ᾱ + S·f(n)/β_ring,  f = 2(n−1)/n (AR), (n−1)/n (RS, AG), steps = 2(n−1), n−1
                      β_ring = min(b_0 [m_0 > 1], min over crossed i of m_i·b_{i+1})
@@ -40,7 +41,7 @@ send/recv and trees.
 
 Left out: message-size efficiency curves (small messages reach less than the asymptotic bandwidth; SimAI's
 ratio tables), protocol choice (LL/LL128/Simple), NCCL's channel and per-channel caps, PAT / NVLS algorithms
-for reduce-scatter and all-gather, pipelining of hierarchical phases (summed, as formulas.md B2 writes them),
+for reduce-scatter and all-gather, pipelining of hierarchical phases (summed here, phase after phase),
 congestion from concurrent collectives of other dimensions, adaptive routing and ECMP collisions, rail and
 plane effects beyond the tier sizes (NCCL's PXN routes cross-rail traffic over NVLink first, so rail-optimized
 fabrics behave as their tier sizes say), stragglers and jitter.
@@ -193,7 +194,8 @@ def group_links(
     members per node has one edge per channel leaving each node, carrying S·f(n) in all, over the m_0 NICs the
     group owns (the node's other NICs serve the node's other groups), so β = min(b_0, m_0·b_1): SimAI calbusbw.cc
     `min(nvlink_bw, nic_bw·nics_per_node)` for whole nodes (m_0 = g). With stride ≥ the domain size, m_0 = 1 and
-    each member drives its own NIC. Source: formulas.md B2 (SimAI, NCCL tuning.cc, nccl-tests issues).
+    each member drives its own NIC. Sources: aliyun/SimAI astra-sim-alibabacloud/astra-sim/system/calbusbw.cc,
+    NVIDIA/nccl@b6475625 src/graph/tuning.cc, NVIDIA/nccl-tests issues #212 and #290.
     """
     n_arr, s_arr = np.broadcast_arrays(np.atleast_1d(np.asarray(size, dtype=np.int64)),
                                        np.atleast_1d(np.asarray(stride, dtype=np.int64)))
@@ -239,10 +241,11 @@ def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommCo
 
 def _all_reduce_s(bytes_total: np.ndarray, n: np.ndarray, links: GroupLinks) -> np.ndarray:
     """Fastest of a flat ring and a hierarchical all-reduce, as NCCL's tuner picks the fastest algorithm
-    (tuning.cc). Hierarchical (formulas.md B2, "2D all-reduce"): reduce inside each scale-up domain (ring, or
-    NVLS at the measured 480 GB/s busbw ≡ 274 GB/s algbw on 8×H100: nccl-tests#212, #366), all-reduce S/m_0
-    across the k = n/m_0 domains (ring, NCCL double binary tree, or SHARP where every scale-out tier has it),
-    all-gather back inside (the intra reduce-scatter + all-gather cost one intra all-reduce); phases summed.
+    (tuning.cc). Hierarchical (the "2D all-reduce" of Huawei HCCL's and mscclpp's docs): reduce inside each
+    scale-up domain (ring, or NVLS at the measured 480 GB/s busbw ≡ 274 GB/s algbw on 8×H100: nccl-tests#212,
+    #366), all-reduce S/m_0 across the k = n/m_0 domains (ring, NCCL double binary tree, or SHARP where every
+    scale-out tier has it), all-gather back inside (the intra reduce-scatter + all-gather cost one intra
+    all-reduce); phases summed.
     Left out: pipelining the phases (NCCL's NVLSTree overlaps them)."""
     s = np.asarray(bytes_total, dtype=float)
     base = links.comm.base_latency_s(Collective.ALL_REDUCE)

@@ -5,7 +5,7 @@ d head_dim, q = n·d, V vocab, s sequence length, E routed experts, k top_k, S s
 f_e / f_s routed / shared expert ffn size, N parameters. Every count is per token; 2 FLOPs per
 multiply-add; multiply by global_batch · seq_len for a step.
 
-llmscale's count (`forward_flops_per_token`) is built from `llmscale.params`: every linear layer costs
+llmscale's count (`forward_flops_per_token`) is built from `llmscale.cost.params`: every linear layer costs
 2 FLOPs per parameter a token uses, so parameter counts and FLOPs cannot drift apart. On top of that:
     attention core = 2·s·n·(d_qk + d_v) per layer (QKᵀ and AV), halved only when causal=True
     logits         = 2·h·V
@@ -95,7 +95,7 @@ def _mtp_forward_flops(model: ModelSpec, counts: ParamCounts, core_per_layer: fl
 def forward_flops_per_token(
     model: ModelSpec, seq_len: int, causal: bool = False, include_mtp: bool = False
 ) -> ForwardFlops:
-    """Forward FLOPs per token by op class: 2 × the linear parameters a token uses (llmscale.params)
+    """Forward FLOPs per token by op class: 2 × the linear parameters a token uses (llmscale.cost.params)
     plus the attention core (see `attention_core_flops_per_layer`). `include_mtp` adds DeepSeek-V3's
     multi-token-prediction modules (model.mtp_layers); off by default, as in DeepSeek's 671B/37B counts."""
     counts = count_params(model)

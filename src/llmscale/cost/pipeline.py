@@ -12,7 +12,7 @@ which each micro-batch passes one. Bubble = idle time of the critical rank withi
 (first to last operation), which is the step's idle time when each rank steps its optimizer as soon as it
 is done (zero-bubble "optimizer post-validation"; for 1F1B and interleaved rank 0 spans the whole flush).
 
-Bubble per schedule (../shared/research/formulas.md B3; [D] = derived here, checked against list-scheduling
+Bubble per schedule (sources per line; [D] = derived here, checked against list-scheduling
 simulations of each schedule's operation order, exact for 1F1B, interleaved and ZB-H1):
 
     1F1B, interleaved   (T_F+T_B+T_W)·[(p−m_b)⁺ + (min(m_b,p)−1)/v]
@@ -178,6 +178,7 @@ def bubble_fraction(
 ) -> np.ndarray:
     """Bubble over ideal (busy) time, t_pb / t_id of Narayanan et al. 2021, without send/recv. The default
     T_F = T_B = T_W is the zero-bubble README's assumption, under which 1F1B gives (p−1)/m_b, interleaved
-    (p−1)/(v·m_b) and ZB-H1 (p−1)/(3m_b) exactly (formulas.md B3)."""
+    (p−1)/(v·m_b) and ZB-H1 (p−1)/(3m_b) exactly (Narayanan et al. 2021; sail-sg/zero-bubble-pipeline-parallelism
+    README)."""
     times = pipeline_times(lay, num_micro, fwd_s, bwd_input_s, bwd_weight_s, 0.0)
     return times.bubble_s / times.busy_s

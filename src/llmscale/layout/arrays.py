@@ -1,4 +1,4 @@
-"""Layouts: many candidate parallel layouts as a struct of numpy arrays (DESIGN principle 1).
+"""Layouts: many candidate parallel layouts as a struct of numpy arrays (docs/architecture.md principle 1).
 
 Shape legend: every column is a 1-D array of shape (N,), one element per candidate layout. Integer fields are
 int64, enum fields (`recompute`, `schedule`, `rank_order`) hold the `.code` of their members, flags are bool.

@@ -1,4 +1,4 @@
-"""The layout space of a model on a number of GPUs, generated as arrays (DESIGN principle 1).
+"""The layout space of a model on a number of GPUs, generated as arrays (docs/architecture.md principle 1).
 
 Every combination of the candidate values below is built with one Cartesian product of index arrays and
 then masked by `rules.check` (divisibility, batch, schedule) — no Python loop over layouts:

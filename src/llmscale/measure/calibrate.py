@@ -1,6 +1,6 @@
 """The short suite behind `llmscale calibrate`: a GEMM sweep over the narrow dimension, one large device copy, and
 the five collectives at a small and a large size per network scope, turned into a CalibrationProfile
-(llmscale/calibration.py says what each number replaces).
+(cost/calibrate.py says what each number replaces).
 
 GEMM fit: throughput(d) = P·d/(d + d_half) (compute.py's roll-off) is linear in 1/d after inverting,
 1/throughput = 1/P + (d_half/P)·(1/d); least squares over the sweep gives P and d_half (d_half clipped at 0 when

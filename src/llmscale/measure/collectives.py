@@ -1,10 +1,10 @@
 """Collective bench (`llmscale bench collectives`): nccl-tests' quantities for all_reduce, all_gather,
 reduce_scatter, all_to_all and send_recv, with a plain torch.distributed loop of the same call timed beside it.
 
-Per (scope, op, size): S is the buffer nccl-tests sizes (doc/PERFORMANCE.md; formulas.md B1) — the all-reduced
+Per (scope, op, size): S is the buffer nccl-tests sizes (NVIDIA/nccl-tests@03a204a doc/PERFORMANCE.md) — the all-reduced
 array, the gathered output, the reduce-scattered input, each rank's all-to-all send buffer, one send/recv
 message. time = median over `repeats` blocks of the seconds per call, each block the slowest rank's; algbw = S /
-time; busbw = algbw · f(n) with llmscale.comm.bus_factor (2(n−1)/n, (n−1)/n, 1 for send/recv). #wrong: elements
+time; busbw = algbw · f(n) with specs.collective.bus_factor (2(n−1)/n, (n−1)/n, 1 for send/recv). #wrong: elements
 that differ from the exact expected result after one checked call (small integers, exact in float32; 1% in 16-bit
 types), summed over ranks. The plain loop (`_PLAIN`) is the textbook `barrier; t0; for: dist.op(...); t1` of the
 same call and iterations, interleaved with the bench's blocks; ratio = bench busbw / plain busbw.

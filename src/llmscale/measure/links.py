@@ -1,6 +1,6 @@
 """Link health sweep (`llmscale bench links`): every pair of ranks exchanges S bytes both ways (isend + irecv), and
-ranks, pairs and nodes far below the others are named sub-healthy (seed 000 §4.2: pairs below rated speed leave
-the pool).
+ranks, pairs and nodes far below the others are named sub-healthy (a rule of thumb, no published source: a pair
+well below rated link speed points to a faulty link, and its nodes leave the pool).
 
 Schedule: `rounds` — the circle method pairs every rank with every other once in n − 1 rounds (n even; a bye when
 odd), the pairs of a round at once, as a sweep over a cluster must to finish in O(n) rounds; `sequential` — one

@@ -1,6 +1,6 @@
 """`llmscale probe`: train a real transformer for a few steps under torch.distributed (CPU, gloo), measure
-where each step goes — compute, communication, idle (seed 000 §4.3: "take one card and run a profile yourself")
-— and put llmscale's prediction for the same model, layout and hardware beside it, with the error.
+where each step goes — compute, communication, idle (a measured profile, so that the model is checked rather
+than trusted) — and put llmscale's prediction for the same model, layout and hardware beside it, with the error.
 
   ModelSpec ──► probe_model (plain torch, built from the spec)  ──► probe_worker: ranks train, time every step
       │                                                                    │ and micro-benchmark the host

@@ -19,7 +19,7 @@ whose every number was measured in the same run (probe_host), each put where the
                       probe's are fp32, and eager torch runs many small kernels — both land in this fraction.
                       layer_overhead_us 0: the eager dispatch cost is inside those times. expert_half_tokens 0.
   one network tier    `gloo-loopback`, all ranks: bandwidth and latency fitted (least squares on relative error)
-                      so that comm.py's own formulas — with the catalog's efficiencies and base latency — give the
+                      so that collectives.py's formulas — with the catalog's efficiencies and base latency — give the
                       gloo all_reduce / all_to_all times measured at the probe's message sizes.
 With a calibration profile (`llmscale calibrate`), `apply_calibration` then puts the profile's numbers in place of
 the in-run ones (calibrated_cluster), and the output lists every field it changed.
@@ -27,7 +27,7 @@ the in-run ones (calibrated_cluster), and the output lists every field it change
 The comparison. Measured: per step, every part averaged over the ranks (the step model predicts one rank of a
 symmetric layout; taking the rank with the most compute instead would pick noise); the step whose time is the
 median over the timed steps, and its split — compute = forward + backward + optimizer, comm = the collectives'
-transfer time, idle = step − compute − comm (seed 000 §4.3). Every call's
+transfer time, idle = step − compute − comm. Every call's
 entry and exit are on the host's one monotonic clock, so a call is split into the wait until the last member of
 its group entered (idle: routing imbalance, a slower peer) and the transfer after it (comm). Predicted:
 `estimate_step` for the same ModelSpec, TrainSpec and Layout on the cpu-host cluster, with two terms matched to
@@ -156,8 +156,8 @@ def _model_time(gpu: GPUSpec, nproc: int, sample: dict[str, Any], bandwidth: flo
 
 
 def fit_tier(gpu: GPUSpec, nproc: int, samples: list[dict[str, Any]], comm: CommConstants) -> tuple[float, float]:
-    """(bandwidth B/s, latency s) of the one tier that makes comm.py's times closest, in relative error, to the
-    measured ones. comm.py's time is base + a·latency + b/bandwidth for each sample (one tier): a and b are read
+    """(bandwidth B/s, latency s) of the one tier that makes collectives.py's times closest, in relative error, to the
+    measured ones. collectives.py's time is base + a·latency + b/bandwidth for each sample (one tier): a and b are read
     off the model itself by evaluating it at three (bandwidth, latency) points, so the fit cannot drift from it."""
     rows, targets = [], []
     for s in samples:

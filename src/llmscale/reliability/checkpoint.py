@@ -2,20 +2,21 @@
 
 Shape legend: every array field has shape (N,), one element per job (layout or job size); bytes and seconds.
 
-Checkpoint state (research/reliability.md formula 9, C2): 16-bit weights (2 B) + fp32 master weights (4 B) +
-optimizer moments (Adam 8 B) = 14 B per parameter (BLOOM's '8 bytes for fp32 optim, 4+2 bytes for weights';
-2.3 TB for 176B); gradients are not saved. A distributed save writes each unique shard once (Megatron-LM
-dist-checkpointing's fully parallel save, PyTorch DCP's de-duplication): tp, pp, ep and etp shard the model and the
-dp·cp (experts: edp) replicas of a shard split its write, so one GPU writes (P_ne / (d_p·c) + P_ex / e_d) · 14 B
-for the parameters of its pipeline rank (cost.derived.rank_params), the most loaded rank setting the time.
+Checkpoint state (BLOOM-176B: bigscience-workshop/bigscience train/tr11-176B-ml/README.md): 16-bit weights (2 B) +
+fp32 master weights (4 B) + optimizer moments (Adam 8 B) = 14 B per parameter (BLOOM's '8 bytes for fp32 optim, 4+2
+bytes for weights'; 2.3 TB for 176B); gradients are not saved. A distributed save writes each unique shard once
+(Megatron-LM dist-checkpointing's fully parallel save, PyTorch DCP's de-duplication): tp, pp, ep and etp shard the
+model and the dp·cp (experts: edp) replicas of a shard split its write, so one GPU writes
+(P_ne / (d_p·c) + P_ex / e_d) · 14 B for the parameters of its pipeline rank (cost.derived.rank_params), the most
+loaded rank setting the time.
 
-Transfers (one direction): a device→host snapshot moves a GPU's bytes over its PCIe link (MegaScale §4.4, C10:
-'several seconds'); a node sends its bytes to persistent storage at most at its NIC (and PCIe) rate while all nodes
-together get at most the storage system's aggregate rate, so a write takes max(B_node / min(NIC, PCIe),
-B_total / BW_storage) (Llama 3's Tectonic: 2 TB/s sustained, C5); replication to a peer node's host memory
-(Gemini, SOSP'23, C11) crosses the NIC. Leaves out: file-system metadata and small-file overheads, storage NICs
-separate from the compute NICs, other jobs writing at the same time, compression or differential checkpoints
-(Check-N-Run, C13).
+Transfers (one direction): a device→host snapshot moves a GPU's bytes over its PCIe link (MegaScale,
+arXiv:2402.15627 §4.4: 'several seconds'); a node sends its bytes to persistent storage at most at its NIC (and
+PCIe) rate while all nodes together get at most the storage system's aggregate rate, so a write takes max(B_node /
+min(NIC, PCIe), B_total / BW_storage) (Llama 3's Tectonic: 2 TB/s sustained, arXiv:2407.21783 §3.3.1); replication
+to a peer node's host memory (Gemini, Wang et al. SOSP'23) crosses the NIC. Leaves out: file-system metadata and
+small-file overheads, storage NICs separate from the compute NICs, other jobs writing at the same time, compression
+or differential checkpoints (Check-N-Run, Eisenman et al. NSDI'22, arXiv:2010.08679).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def layout_bytes_per_gpu(model: ModelSpec, train: TrainSpec, lay: Layouts,
 
 
 def state_bytes(model: ModelSpec, train: TrainSpec) -> float:
-    """The whole checkpoint: every parameter once, P · 14 B (BLOOM-176B: 2.46 TB vs 2.3 TB measured, T24)."""
+    """The whole checkpoint: every parameter once, P · 14 B (BLOOM-176B: 176e9 · 14 B = 2.46 TB vs 2.3 TB measured)."""
     return count_params(model).total * bytes_per_param(train)
 
 
@@ -149,7 +150,8 @@ def even_checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, train: TrainSpe
 
 @dataclass(frozen=True)
 class RestartCost:
-    """Downtime of one restart after an interruption (reliability.md §4 restart components)."""
+    """Downtime of one restart after an interruption (detection, reschedule, start-up and checkpoint load;
+    catalog/checkpoint.yaml gives each constant its source)."""
 
     detection_s: float
     reschedule_s: float

@@ -1,4 +1,4 @@
-"""A job's goodput from its specs — the glue between the failure model (reliability.py), the checkpoint costs
+"""A job's goodput from its specs — the glue between the failure model (rates.py), the checkpoint costs
 (checkpoint.py), the policy optimizer (goodput.py) and the simulation (montecarlo.py).
 
 Shape legend: job sizes, layouts and results have shape (N,).

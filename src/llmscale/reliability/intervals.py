@@ -3,12 +3,12 @@ under Poisson failures (the model goodput.py optimizes).
 
 Shape legend: arguments broadcast; every result has the broadcast shape.
 
-Notation (research/reliability.md §3): λ = 1/M unplanned interruptions per second; τ compute time between memory
-checkpoints; C blocking time per checkpoint; k memory checkpoints per storage checkpoint (1 for one tier); q share
-of interruptions the memory tier cannot recover; R_m, R_s restart from memory / storage. Failures strike in any
-phase — compute, checkpoint, restart (Daly 2006's complete model).
+Notation: λ = 1/M unplanned interruptions per second; τ compute time between memory checkpoints; C blocking time per
+checkpoint; k memory checkpoints per storage checkpoint (1 for one tier); q share of interruptions the memory tier
+cannot recover; R_m, R_s restart from memory / storage. Failures strike in any phase — compute, checkpoint, restart
+(the complete model of Daly 2006, FGCS 22(3), doi:10.1016/j.future.2004.11.016).
 
-Two-tier expected time (derived here; with q = 1, k = 1 it is Daly's complete model, reliability.md formula 5,
+Two-tier expected time (derived here; with q = 1, k = 1 it is Daly's complete model,
 E(τ) = τ / [M e^{R/M} (e^{(τ+C)/M} − 1)]). A storage period is k segments of length L = τ + C. An interruption in
 a segment loses that segment (memory tier, probability 1 − q) or the whole period (storage tier, q); a failure of
 the storage type during a memory restart escalates it, any failure during a storage restart restarts it. Solving
@@ -29,12 +29,13 @@ Num = np.ndarray | float
 
 
 def young_interval_s(blocking_s: Num, mtbf_s: Num) -> np.ndarray:
-    """Young (1974): τ = √(2 C M) (reliability.md formula 2)."""
+    """Young (1974, CACM 17(9)): τ = √(2 C M), as in LLNL/scr scripts/common/scr_ckpt_interval.py."""
     return np.sqrt(2.0 * blocking_s * mtbf_s)
 
 
 def daly_interval_s(blocking_s: Num, mtbf_s: Num) -> np.ndarray:
-    """Daly (2006) eq. 37, as in LLNL/scr scr_ckpt_interval.py (reliability.md formula 4):
+    """Daly (2006, FGCS 22(3), doi:10.1016/j.future.2004.11.016) eq. 37, as in LLNL/scr
+    scripts/common/scr_ckpt_interval.py:
     τ = √(2CM) · [1 + ⅓ √(C/2M) + ⅑ (C/2M)] − C when C < 2M, else M."""
     x = blocking_s / (2.0 * mtbf_s)
     tau = np.sqrt(2.0 * blocking_s * mtbf_s) * (1.0 + np.sqrt(x) / 3.0 + x / 9.0) - blocking_s

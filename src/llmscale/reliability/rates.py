@@ -3,12 +3,12 @@
 Shape legend: `num_gpus` and every array field of the results have shape (N,), one element per job (size or
 layout); rates are per second of wall time.
 
-Model (research/reliability.md §3 formula 1, §4): each cause interrupts the job as a Poisson process whose rate is
-its per-unit rate × the job's units (GPUs, nodes, or 1 for the job), the job failing when any part fails (series
-system); Meta's MTTF = (N_nodes · r_f)⁻¹ is the one-cause case. Unplanned interruptions lose the work since the
-last checkpoint; planned ones (maintenance) and predicted ones (migration) only pause the job. What it leaves
-out: wear-in/wear-out (rates are constant in time), bursts beyond the lemon-node mixture, failures of the
-storage system itself, and interruptions while the job is queued.
+Model: each cause interrupts the job as a Poisson process whose rate is its per-unit rate × the job's units (GPUs,
+nodes, or 1 for the job), the job failing when any part fails (series system); Meta's MTTF = (N_nodes · r_f)⁻¹
+(Kokolis et al. arXiv:2410.21680) is the one-cause case. Unplanned interruptions lose the work since the last
+checkpoint; planned ones (maintenance) and predicted ones (migration) only pause the job. What it leaves out:
+wear-in/wear-out (rates are constant in time), bursts beyond the lemon-node mixture, failures of the storage system
+itself, and interruptions while the job is queued.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from llmscale.specs.constants import Constants
 from llmscale.specs.failures import FailureSpec, InterruptionKind, Mitigation, MitigationSpec, Scope
 
 SECONDS_PER_YEAR = 365.0 * 86400.0
-"""Catalog rates are per 365-day year (reliability.md's derivations use 54 d / 365)."""
+"""Catalog rates are per 365-day year (Llama 3's 54-day snapshot, arXiv:2407.21783 §3.3.4, counts as 54/365 of a
+year)."""
 
 
 def failures_of(cluster: ClusterSpec, default: FailureSpec) -> FailureSpec:
@@ -59,7 +60,7 @@ class InterruptionRates:
 
     @property
     def job_mtbf_s(self) -> np.ndarray:
-        """Mean time between unplanned interruptions, 1 / λ (reliability.md formula 1)."""
+        """Mean time between unplanned interruptions, 1 / λ (series system: the causes' rates add)."""
         with np.errstate(divide="ignore"):
             return 1.0 / self.unplanned_per_s
 
@@ -122,7 +123,7 @@ def lemon_rate_factors(rates: InterruptionRates, num_nodes: int, trials: int,
 
     The catalog rate r̄ is a fleet average, so a healthy node fails at r̄ / (1 − f + f·m) and a lemon at m times
     that; a job draws K ~ Binomial(n, f) lemons and fails at r̄ · (n − K + K·m) / (n · (1 − f + f·m)), whose mean is
-    r̄. Kokolis et al. (arXiv:2410.21680, F18): 1.2 % of RSC-1's nodes were lemons. Treats every cause as node-borne
+    r̄. Kokolis et al. (arXiv:2410.21680): 1.2 % of RSC-1's nodes were lemons. Treats every cause as node-borne
     (job-scope causes are planned and not scaled)."""
     f, m = rates.lemon_node_fraction, rates.lemon_rate_multiplier
     if f <= 0 or m <= 1:

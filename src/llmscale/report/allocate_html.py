@@ -2,7 +2,7 @@
 and the self-contained HTML page with an inline-SVG chart of predicted loss vs training compute.
 
 Table columns come from `COLUMNS`, keyed by the candidate entries' JSON keys, so the terminal, JSON and HTML
-never disagree. The HTML reuses report.py's CSS and drawing helpers; no scripts, fonts or external files.
+never disagree. The HTML reuses report/svg.py's CSS and drawing helpers; no scripts, fonts or external files.
 """
 
 from __future__ import annotations

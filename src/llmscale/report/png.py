@@ -1,9 +1,10 @@
 """Line charts written as PNG with numpy, zlib and struct only — no plotting library.
 
-Why a rasterizer of our own: the core depends on numpy + pydantic + a CLI library only (DESIGN principle 7), and a
-chart of a few curves needs lines, axes, ticks and text, not matplotlib. Pixels are a numpy array (rows × columns
-× RGB); lines are sampled densely along each segment; text uses a 5×7 bitmap font (upper case, digits, a few signs)
-scaled 2×; the PNG is one IDAT chunk of zlib-compressed rows with filter 0 (PNG spec, ISO/IEC 15948 §11).
+Why a rasterizer of our own: the core depends on numpy + pydantic + a CLI library only (docs/architecture.md
+principle 7), and a chart of a few curves needs lines, axes, ticks and text, not matplotlib. Pixels are a numpy
+array (rows × columns × RGB); lines are sampled densely along each segment; text uses a 5×7 bitmap font (upper case,
+digits, a few signs) scaled 2×; the PNG is one IDAT chunk of zlib-compressed rows with filter 0 (PNG spec, ISO/IEC
+15948 §11).
 """
 
 from __future__ import annotations

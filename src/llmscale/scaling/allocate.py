@@ -1,16 +1,16 @@
-"""Which model, how many tokens, for this cluster and deadline: seed 000 §3.3's three-step deduction.
+"""Which model, how many tokens, for this cluster and deadline, deduced in three steps.
 
 For every candidate model (family.py):
   1. memory — `plan.plan` masks the layouts that do not fit; a candidate with none at any job size is infeasible;
   2. time — the best layout of each job size (plan's effective-time objective: tokens/s × goodput) gives tokens/s
      per job and its goodput; the job size follows `JobPolicy`; tokens by the deadline D = tokens/s · goodput ·
      deadline (or, for a FLOP budget F, D = F / (6·N_active) and the days it takes, D / (tokens/s · goodput));
-  3. capability — the predicted loss of the selected law (scaling.py), with Muennighoff's repetition when the
+  3. capability — the predicted loss of the selected law (laws.py), with Muennighoff's repetition when the
      unique tokens U < D. Candidates are ranked by loss; "capability per unit of compute" is the compute a
      compute-optimal dense model of the same law needs for that loss over the compute spent, C = 6·N_active·D.
 
 Global batch: plan's critical batch, DeepSeek LLM's B_opt(C) = 0.292·C^0.3271 tokens with C = 6·N_active·D
-(arXiv:2401.02954; formulas.md A4), which depends on D while D depends on the throughput at that batch: the search
+(arXiv:2401.02954), which depends on D while D depends on the throughput at that batch: the search
 repeats (at most MAX_PASSES) until D moves by < 10% and the batch stays at or under the critical batch of the D
 it reaches.
 
@@ -327,5 +327,6 @@ def pure_optimum(law: ScalingLaw, flops: float, moe: bool) -> dict[str, Allocati
 
 
 def default_law(moe: bool) -> ScalingLaw:
-    """Besiroglu for dense-only comparisons (formulas.md A1's recommendation), Krajewski when MoE is in."""
+    """Besiroglu for dense-only comparisons (its refit, arXiv:2404.10102, agrees with Hoffmann et al.'s Approaches
+    1-2), Krajewski when MoE is in."""
     return ScalingLaw.KRAJEWSKI if moe else ScalingLaw.BESIROGLU

@@ -35,7 +35,7 @@ FFN_MULTIPLE = 512
 EXPERT_FFN_MULTIPLE = 128
 KV_HEADS = 8
 VOCAB = 128256
-RULE_SOURCE = "llmscale shape rule (src/llmscale/family.py)"
+RULE_SOURCE = "llmscale shape rule (src/llmscale/scaling/family.py)"
 
 DENSE_LAYERS = (32, 48, 64, 80, 96, 128, 160, 192, 256)
 """≈ 8B, 25B, 57B, 109B, 187B, 438B, 851B, 1.5T, 3.4T parameters."""

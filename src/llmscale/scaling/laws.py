@@ -2,8 +2,8 @@
 
 Notation: N parameters (which ones: each law says), D training tokens, C training FLOPs, U unique tokens,
 G granularity (fine-grained experts each token is routed to), X expansion rate (routed-expert parameters
-over the ones a token uses: experts / top_k). Constants live in catalog/scaling_laws.yaml with sources
-(../shared/research/formulas.md A1, A3, A5).
+over the ones a token uses: experts / top_k). Constants live in catalog/scaling_laws.yaml with their sources
+(Hoffmann et al. 2022; Besiroglu et al. 2024; Krajewski et al. 2024; Muennighoff et al. 2023).
 
 Laws (`ScalingLaw`):
     chinchilla  L(N, D) = E + A/N^α + B/D^β            Hoffmann et al. 2022 Eq. 2 with the Eq. 10 constants;
@@ -18,11 +18,12 @@ Compute-optimal allocation under C = 6·N·D (Hoffmann Eq. 4), closed form for t
 The MoE law has no closed form: for each G the loss is minimised over log N_active on a grid, with D set by
 Krajewski's FLOPs (Eq. 10/11): F = (12·h²·c_f + h·X·G·c_r)·D·n_blocks and their shape rule h = 64·n_blocks.
 
-Data-constrained repetition (Muennighoff et al. 2023, formulas.md A5): with R_D = D/U − 1 repetitions,
+Data-constrained repetition (Muennighoff et al. 2023, arXiv:2305.16264; huggingface/datablations README):
+with R_D = D/U − 1 repetitions,
     D′ = U + U·R_D*·(1 − e^{−R_D/R_D*}),   U_N = min(N, N_opt(U)),  R_N = N/U_N − 1,
     N′ = U_N + U_N·R_N*·(1 − e^{−R_N/R_N*}),   L = E + A/N′^α + B/D′^β.
 
-Left out: Kaplan et al. 2020 (formulas.md A2, contrast only); Clark 2022, Ludziejewski 2025 and Abnar 2025
+Left out: Kaplan et al. 2020 (arXiv:2001.08361, contrast only); Clark 2022, Ludziejewski 2025 and Abnar 2025
 MoE laws (their constants were not read); the MoE law's N′ term for repeated data (no frontier inverse).
 """
 

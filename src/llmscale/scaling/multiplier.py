@@ -1,4 +1,4 @@
-"""What "3× compute" can mean on one cluster (seed 000 §1.3): the levers that multiply the useful model FLOPs a
+"""What a "3× compute" goal can mean on one cluster: the levers that multiply the useful model FLOPs a
 fixed cluster delivers in a fixed time, each measured with the one cost model, and their product.
 
 For one model on one cluster, useful model FLOPs per GPU-second = tokens/s per GPU · goodput · 6·N_active, and the
@@ -6,9 +6,9 @@ For one model on one cluster, useful model FLOPs per GPU-second = tokens/s per G
 plan.critical_batch_sequences for the tokens given; plan's job size is its effective-time choice, per-GPU
 tokens/s × goodput):
 
-    layout   MFU of the rule-of-thumb layouts (seed 000 §3.2: tp = GPUs per node, 1F1B without interleaving,
-             full recompute, ZeRO-1, mbs 1; pp and ep searched only to fit) → MFU of the best layout of the whole
-             space (space.py), both BF16 at plan's job size
+    layout   MFU of the rule-of-thumb layouts (the usual habit: tp = GPUs per node so tensor traffic stays on
+             NVLink, 1F1B without interleaving, full recompute, ZeRO-1, mbs 1; pp and ep searched only to fit) →
+             MFU of the best layout of the whole space (space.py), both BF16 at plan's job size
     FP8      tokens/s per GPU of the best BF16 layout → of the best FP8 layout (FP8 doubles the GEMM peak, but its
              GEMMs reach a lower fraction of it and memory-bound and communication time does not shrink)
     goodput  the reliability model's goodput (resilience.layout_goodput) of plan's job size with synchronous
@@ -19,10 +19,11 @@ tokens/s × goodput):
     batch    tokens/s per GPU of the largest job size that fits → of plan's job size. The critical batch caps
              data parallelism, so one job spanning the cluster feeds each GPU fewer micro-batches; jobs of plan's
              size (⌊N/G⌋ of them at once) keep per-GPU throughput. Growing the batch instead costs data
-             efficiency: McCandlish et al. 2018 (formulas.md A4) E/E_min = 1 + B/B_crit, so B = k·B_crit is
-             worth 2/(1 + k) of B_crit's tokens (reported in the notes).
+             efficiency: McCandlish et al. 2018 (arXiv:1812.06162, as restated in Kaplan et al. 2020,
+             arXiv:2001.08361 §5.1) E/E_min = 1 + B/B_crit, so B = k·B_crit is worth 2/(1 + k) of B_crit's tokens
+             (reported in the notes).
 
-Left out: the seed's third lever, data quality and curriculum (no model of it), and hardware generations.
+Left out: a third kind of lever, data quality and curriculum (no model of it), and hardware generations.
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ from llmscale.specs.train import Precision, TrainSpec
 from llmscale.units import SECONDS_PER_HOUR
 
 TARGET = 3.0
-"""The seed's "算力 3 倍"."""
+"""The goal: three times the useful model FLOPs of the baseline ("3× compute")."""
 BASELINE_CHECKPOINT_INTERVAL_S = SECONDS_PER_HOUR
-"""Kokolis et al.'s (arXiv:2410.21680) setting, and seed 000 §4.1's thousand-GPU habit: a checkpoint every hour."""
+"""Kokolis et al.'s (arXiv:2410.21680) setting, where hourly checkpointing is the typical practice: a checkpoint
+every hour."""
 SECONDS_PER_MINUTE = SECONDS_PER_HOUR / 60.0
 
 
 def rule_of_thumb_space(cluster: ClusterSpec) -> SpaceOptions:
-    """Seed 000 §3.2's habit: TP fills the node, plain 1F1B, full recompute, ZeRO-1, micro-batch 1."""
+    """The usual habit: TP fills the node, plain 1F1B, full recompute, ZeRO-1, micro-batch 1."""
     return SpaceOptions(tp=(cluster.node.gpus_per_node,), vpp=(1,), mbs=(1,), zero=(1,),
                         recompute=(Recompute.FULL,), schedules=(Schedule.ONE_F_ONE_B,))
 

@@ -25,7 +25,7 @@ def _is_number_type(annotation: Any) -> bool:
 
 
 class Spec(BaseModel):
-    """A frozen spec. Unknown keys are errors (STYLE habit 6), values are validated once, and a number
+    """A frozen spec. Unknown keys are errors, values are validated once, and a number
     field takes only a number: `layers: true` or `layers: "4"` is refused rather than read as 1 or 4
     (nothing the user gave is silently altered)."""
 

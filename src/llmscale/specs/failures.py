@@ -1,7 +1,7 @@
 """FailureSpec: what interrupts a training job, at what rate, and how far each interruption reaches.
 
 Rates are interruptions per unit-year, the unit being a GPU, a node or the job (`Scope`); the job's rate is the
-sum over causes of rate × units (series system; research/reliability.md §3 formula 1). Catalog profiles and their
+sum over causes of rate × units (series system with exponential failures). Catalog profiles and their
 derivations live in catalog/failures.yaml; a cluster names one or gives its own (ClusterSpec.failures).
 """
 

@@ -1,5 +1,5 @@
-"""SHA256 of canonical inputs (DESIGN principle 5; seed 000 §4.3: one configuration file as the single
-source of truth, hash-checked at launch).
+"""SHA256 of canonical inputs (docs/architecture.md principle 5: one configuration file is the single source of
+truth and is hash-checked at launch, so a result traces back to exactly what produced it).
 
 The canonical form is the resolved, validated spec — catalog names expanded, defaults filled in — as
 JSON with sorted keys and no whitespace. Two inputs that resolve to the same specs hash the same, however

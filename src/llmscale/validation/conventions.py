@@ -171,13 +171,15 @@ def published_flops_per_token(
     selective_recompute: bool = False,
     halve_attention: bool | None = None,
 ) -> float:
-    """FLOPs per token under a published convention (../shared/data/README.md §3), with its quirks as
-    arguments: `tp` and `vocab_divisor` pad V to a multiple of vocab_divisor·tp (MEG2024, MEG2025,
-    BRIDGE2025; Bridge's DeepSeek-V3 provider uses 1280); `nemo_family_vocab` is NeMo's fixed V per
-    family (None: model.vocab); `query_groups` overrides g in NEMO/DGXC (NVIDIA's Llama 3.1 405B: 16);
-    `n_params` is PALM/Llama 3's N (None: the model's active parameters); `mtp_layers` the MTP layers
-    counted by MEG2025/BRIDGE2025 (None: model.mtp_layers); `selective_recompute` picks KORT2022's
-    hardware count; `halve_attention` the DGXC attention halving (None: the recipe's, i.e. MoE only)."""
+    """FLOPs per token under a published convention (FlopsFormula: Narayanan et al. 2021 Eq. 3, Korthikanti et al. 2022,
+    NVIDIA/Megatron-LM `num_floating_point_operations`, NeMo `nemo/utils/flops_formulas.py`, NVIDIA's
+    dgxc-benchmarking recipe READMEs, Megatron-Bridge `flop_utils.py`, PaLM App. B, Llama 3 Table 4; each member's
+    docstring names its source), with its quirks as arguments: `tp` and `vocab_divisor` pad V to a multiple of
+    vocab_divisor·tp (MEG2024, MEG2025, BRIDGE2025; Bridge's DeepSeek-V3 provider uses 1280); `nemo_family_vocab` is
+    NeMo's fixed V per family (None: model.vocab); `query_groups` overrides g in NEMO/DGXC (NVIDIA's Llama 3.1 405B:
+    16); `n_params` is PALM/Llama 3's N (None: the model's active parameters); `mtp_layers` the MTP layers counted
+    by MEG2025/BRIDGE2025 (None: model.mtp_layers); `selective_recompute` picks KORT2022's hardware count;
+    `halve_attention` the DGXC attention halving (None: the recipe's, i.e. MoE only)."""
     pad = padded_vocab(model.vocab, tp, vocab_divisor)
     groups = query_groups if query_groups is not None else model.num_kv_heads
     if formula is FlopsFormula.MEG2021:

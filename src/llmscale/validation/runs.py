@@ -1,6 +1,6 @@
 """Published training runs: loading a published-runs YAML file and building each run's ModelSpec.
 
-Schema: ../shared/data/README.md §2 (a YAML list of flat mappings, `null` = not stated in the source).
+Schema: docs/published-runs.md (a YAML list of flat mappings, `null` = not stated in the source).
 The package ships a copy of the dataset as `llmscale/data/published_runs.yaml`. Keys outside the
 schema are ignored (a dataset may carry extra columns); a value of the wrong type is a SpecError.
 """
@@ -30,8 +30,9 @@ EnumT = TypeVar("EnumT", bound=Enum)
 DEEPSEEK_MLA = MLASpec(
     q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
 )
-"""MLA dimensions of DeepSeek-V3 and V2 (data/README.md §5, from DeepSeek's configs and the
-Megatron-Bridge providers): q_lora 1536, kv_lora 512, qk head dim 128 + 64 rope dims, v head dim 128."""
+"""MLA dimensions of DeepSeek-V3 and V2 (deepseek-ai/DeepSeek-V3@9b4e9788e4a3 inference/configs/config_671B.json
+and config_236B.json; the Megatron-Bridge DeepSeek providers agree): q_lora 1536, kv_lora 512, qk head dim 128 +
+64 rope dims, v head dim 128."""
 
 
 DEEPSEEK_V3_MAX_NODES = 4
@@ -183,7 +184,7 @@ def _is_deepseek_v3(run: PublishedRun) -> bool:
 
 
 def _mtp_layers(run: PublishedRun) -> int:
-    """DeepSeek-V3 trains with MTP depth 1 (data/README.md §5); Megatron-Bridge rows labelled
+    """DeepSeek-V3 trains with MTP depth 1 (DeepSeek-V3 report, arXiv:2412.19437 §4.2); Megatron-Bridge rows labelled
     "w/o MTP" ran without it. The schema has no MTP key, so the run name decides."""
     return 1 if _is_deepseek_v3(run) and "w/omtp" not in _label(run) else 0
 
@@ -197,7 +198,7 @@ def _take(run: PublishedRun, key: str, overrides: Mapping[str, Any]) -> Any:
 
 
 def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
-    """The run's ModelSpec from its architecture keys (data/README.md §2): MLA rows get DeepSeek's
+    """The run's ModelSpec from its architecture keys (schema: docs/published-runs.md): MLA rows get DeepSeek's
     dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1. `overrides` sets ModelSpec fields the
     row leaves null or states differently (e.g. a key the caller's formula does not read)."""
     given = dict(overrides or {})
@@ -222,10 +223,11 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
 
 
 def run_flops_per_token(run: PublishedRun, model: ModelSpec | None = None) -> float:
-    """FLOPs per token under the run's own `flops_formula`, with the dataset's conventions
-    (data/README.md §3): V padded to a multiple of 128·tp (Megatron-Bridge's DeepSeek-V3 provider:
-    1280·tp), PALM / Llama 3 with N = the row's active_params as printed, MTP layers as the model has
-    them (none for "w/o MTP" rows). `model` defaults to `model_from_run(run)`."""
+    """FLOPs per token under the run's own `flops_formula`, counted as its source counts (each FlopsFormula member names
+    its paper or code; e.g. Megatron-Bridge `flop_utils.py`, PaLM App. B, arXiv:2204.02311): V padded to a multiple
+    of 128·tp (Megatron-Bridge's DeepSeek-V3 provider: 1280·tp), PALM / Llama 3 with N = the row's active_params as
+    printed, MTP layers as the model has them (none for "w/o MTP" rows). `model` defaults to
+    `model_from_run(run)`."""
     where = f"published run {run.name!r}"
     if run.flops_formula is None or run.flops_formula is FlopsFormula.UNSPECIFIED:
         raise SpecError("flops_formula", run.flops_formula, "the run names no FLOP-counting formula", where)
