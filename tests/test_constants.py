@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from llmscale.cli.main import main
 from llmscale.cost.step import estimate_step
 from llmscale.io.calibration import write_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_model
@@ -22,18 +21,11 @@ from llmscale.layout.arrays import Layouts
 from llmscale.specs.calibration import CalibrationProfile, DeviceInfo, Versions
 from llmscale.specs.constants import Constants
 from llmscale.specs.train import TrainSpec
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT3 = ["--model", "gpt3-175b", "--cluster", "selene", "--tp", "8", "--pp", "8", "--dp", "24", "--gbs", "1536",
         "--seq-len", "2048"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def gpt3_step(constants: Constants) -> float:
@@ -66,7 +58,7 @@ def test_constants_passed_in_change_the_step_and_nothing_else() -> None:
 
 
 def test_a_calibration_profile_overrides_constants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "explain", *GPT3, "--json")
+    code, out, err = run_cli(capsys, "explain", *GPT3, "--json")
     assert code == 0, err
     plain = json.loads(out)
     profile = CalibrationProfile(device=DeviceInfo(kind="cuda", name="test", ranks=8), date="2026-01-01",
@@ -74,7 +66,7 @@ def test_a_calibration_profile_overrides_constants(tmp_path: Path, capsys: pytes
                                  constants={"step": {"step_overhead_s": 2.5}})
     path = tmp_path / "overhead.yaml"
     write_profile(profile, path)
-    code, out, err = run(capsys, "explain", *GPT3, "--calibration", str(path), "--json")
+    code, out, err = run_cli(capsys, "explain", *GPT3, "--calibration", str(path), "--json")
     assert code == 0, err
     calibrated = json.loads(out)
     assert calibrated["breakdown"]["overhead_s"] == 2.5
@@ -92,7 +84,7 @@ def test_a_profile_with_an_unknown_or_absurd_constant_is_refused(tmp_path: Path,
                                      constants=overrides)
         path = tmp_path / "bad.yaml"
         write_profile(profile, path)
-        code, _, err = run(capsys, "explain", *GPT3, "--calibration", str(path))
+        code, _, err = run_cli(capsys, "explain", *GPT3, "--calibration", str(path))
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and needle in lines[0], err
 

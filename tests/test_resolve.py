@@ -11,27 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from llmscale.cli.main import main
 from llmscale.io.catalog import load_cluster, load_model
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, BatchDefault, JobRequest, resolve
 from llmscale.search.plan import critical_batch_sequences
+from tests.conftest import run_cli, run_cli_json
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (code if isinstance(code, int) else 0), out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *args, "--json")
-    assert code == 0, err
-    document: dict[str, Any] = json.loads(out)
-    return document
 
 
 def model_file(tmp_path: Path) -> Path:
@@ -63,39 +48,39 @@ def test_defaults_and_spec_objects_resolve_alike() -> None:
 def test_a_plan_from_files_explains_and_exports_again(source: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     model = str(model_file(tmp_path)) if source == "file" else str(FIXTURES / "hf" / "Llama-3.1-8B" / "config.json")
-    plan = run_json(capsys, "plan", "--model", model, "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
+    plan = run_cli_json(capsys, "plan", "--model", model, "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
                     "--seq-len", "2048", "--top", "1")
     assert plan["inputs"]["model"]["layers"] in (16, 32)  # the resolved spec, not just a name
     path = saved(tmp_path, plan)
-    explained = run_json(capsys, "explain", "--from-plan", path)
+    explained = run_cli_json(capsys, "explain", "--from-plan", path)
     # The same job, so the same step: the plan's best layout, its GPUs, batch and sequence.
     assert explained["step_time_s"] == pytest.approx(plan["top"][0]["step_time_s"], rel=1e-12)
     assert explained["layout"] == plan["top"][0]["layout"] and explained["num_gpus"] == 64
-    code, exported, err = run(capsys, "export", "--format", "megatron", "--from-plan", path)
+    code, exported, err = run_cli(capsys, "export", "--format", "megatron", "--from-plan", path)
     assert code == 0, err
     assert "--global-batch-size 128" in exported and "--seq-length 2048" in exported
     # explain's own document is a saved job too.
-    again = run_json(capsys, "explain", "--from-plan", saved(tmp_path, explained, "explain.json"))
+    again = run_cli_json(capsys, "explain", "--from-plan", saved(tmp_path, explained, "explain.json"))
     assert again["input_sha256"] == explained["input_sha256"]
 
 
 def test_an_fp8_plan_exports_fp8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    plan = run_json(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
+    plan = run_cli_json(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
                     "--precision", "fp8", "--top", "1")
-    code, exported, err = run(capsys, "export", "--format", "megatron", "--from-plan", saved(tmp_path, plan))
+    code, exported, err = run_cli(capsys, "export", "--format", "megatron", "--from-plan", saved(tmp_path, plan))
     assert code == 0, err
     assert "--fp8-format hybrid" in exported  # the plan's precision, not the flag default
 
 
 def test_flags_that_contradict_a_saved_plan_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    plan = run_json(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
+    plan = run_cli_json(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
                     "--top", "1")
     path = saved(tmp_path, plan)
     same_tp = str(plan["top"][0]["layout"]["tp"])
-    assert run(capsys, "explain", "--from-plan", path, "--tp", same_tp)[0] == 0  # agreeing is fine
+    assert run_cli(capsys, "explain", "--from-plan", path, "--tp", same_tp)[0] == 0  # agreeing is fine
     for flags, named in ((["--model", "gpt3-175b"], "--model"), (["--tp", str(2 * int(same_tp))], "--tp"),
                          (["--gbs", "256"], "--gbs"), (["--precision", "fp8"], "--precision")):
-        code, _, err = run(capsys, "explain", "--from-plan", path, *flags)
+        code, _, err = run_cli(capsys, "explain", "--from-plan", path, *flags)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and named in lines[0], err
 
@@ -110,7 +95,7 @@ LAYOUT = ["--model", "llama3-8b", "--cluster", "eos-h100", "--tp", "8", "--dp", 
 ])
 def test_every_command_checks_expect_sha256_the_same_way(command: list[str],
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, *command, "--expect-sha256", "0" * 64)
+    code, _, err = run_cli(capsys, *command, "--expect-sha256", "0" * 64)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "refusing to run" in lines[0], err
 
@@ -125,9 +110,9 @@ def test_a_calibrated_plan_carries_its_measured_inputs(tmp_path: Path, capsys: p
     write_profile(CalibrationProfile(device=DeviceInfo(kind="cuda", name="test", ranks=8), date="2026-01-01",
                                      versions=Versions(llmscale="0", torch="2.13.0", python="3.11"),
                                      constants={"step": {"step_overhead_s": 0.5}}), profile)
-    plan = run_json(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
+    plan = run_cli_json(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64", "--gbs", "128",
                     "--top", "1", "--calibration", str(profile))
     assert plan["inputs"]["constants"]["step"]["step_overhead_s"] == 0.5
-    explained = run_json(capsys, "explain", "--from-plan", saved(tmp_path, plan))
+    explained = run_cli_json(capsys, "explain", "--from-plan", saved(tmp_path, plan))
     assert explained["breakdown"]["overhead_s"] == 0.5
     assert explained["step_time_s"] == pytest.approx(plan["top"][0]["step_time_s"], rel=1e-12)
