@@ -386,4 +386,5 @@ def test_allocate_flags_are_frozen() -> None:
     assert flags == {
         "--cluster", "-c", "--gpus", "--days", "--flops", "--family", "--law", "--unique-tokens", "--model", "-m",
         "--precision", "--seq-len", "--job-size", "--top", "--explain-3x", "--json", "--html",
+            "--calibration", "--expect-sha256",
     }

@@ -183,7 +183,7 @@ def test_gpt3_megatron_flags(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "export", "--format", "megatron", *GPT3)
     assert code == 0
     assert body(out).replace(" \\\n", " ").split() == GPT3_MEGATRON
-    assert "000c4ac24f61159c138b0975def722c65245983c" in out and "data-parallel size 24" in out
+    assert "000c4ac24f61159c138b0975def722c65245983c" in out and "data-parallel size dp 24" in out
 
 
 def test_zero_stages_and_full_recompute() -> None:

@@ -5,6 +5,7 @@ the definition reaches all of them; a per-distinct-row formula cannot read a col
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any
 
 import numpy as np
@@ -16,9 +17,10 @@ from typer.testing import CliRunner
 from llmscale.cli.main import app
 from llmscale.cli.options import JobFlags, with_job_flags
 from llmscale.cost.step import estimate_step
-from llmscale.export.megatron import LAYOUT_FLAGS, MEGATRON_FLAGS
-from llmscale.export.torchtitan import LAYOUT_KEYS, TORCHTITAN_KEYS
+from llmscale.export.megatron import LAYOUT_FLAGS, MEGATRON_FLAGS, megatron_notes
+from llmscale.export.torchtitan import LAYOUT_KEYS, TORCHTITAN_KEYS, torchtitan_notes
 from llmscale.io.catalog import load_cluster, load_constants, load_model
+from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.space import SpaceOptions, generate
 from llmscale.report.text import layout_line, layout_text
@@ -72,6 +74,26 @@ def test_every_layout_field_is_exported_or_noted() -> None:
     assert all(key in TORCHTITAN_KEYS for keys in LAYOUT_KEYS.values() for key in keys)
 
 
+# A value off each `()` field's default, on jobs the frameworks can otherwise express: the note must name it.
+_GPT3 = {"model": "gpt3-175b", "cluster": "selene", "train": {"global_batch": 1536, "seq_len": 2048}}
+_OFF_DEFAULT: dict[str, JobRequest] = {
+    "dp": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24}),
+    "schedule": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "schedule": "zbv"}),
+    "offload_params": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "offload_params": True, "zero": 3}),
+    "rank_order": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "rank_order": "tp-cp-ep-pp-dp"}),
+    "sp": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "sp": False}),
+    "ep_comm_overlap": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
+                                  layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8, "ep_comm_overlap": True}),
+}
+
+
+@pytest.mark.parametrize(("fields", "notes_of"), [(LAYOUT_FLAGS, megatron_notes), (LAYOUT_KEYS, torchtitan_notes)])
+def test_a_field_without_flags_is_named_in_a_note(fields: dict[str, tuple[str, ...]], notes_of: Any) -> None:
+    for name in (name for name, names in fields.items() if not names):
+        notes = notes_of(resolve(_OFF_DEFAULT[name]))  # a new ()-field needs a row in _OFF_DEFAULT
+        assert any(re.search(rf"\b{name}\b", note) for note in notes), (name, notes)
+
+
 def test_the_array_struct_has_a_column_per_field_and_nothing_else() -> None:
     lay = Layouts.from_columns(tp=2, pp=4, dp=8, vpp=2)
     assert lay.names == tuple(f.name for f in LAYOUT_FIELDS)
@@ -80,8 +102,8 @@ def test_the_array_struct_has_a_column_per_field_and_nothing_else() -> None:
     assert Layouts.from_columns(num_gpus=64, tp=2, pp=4).dp.tolist() == [8]
     with pytest.raises(AttributeError, match="no column 'tpp'"):
         _ = lay.tpp
-    # No field may shadow a property of the struct.
-    assert not {f.name for f in LAYOUT_FIELDS} & {"size", "num_gpus", "edp", "names", "fields"}
+    # No field may shadow an attribute of the struct (a property such as num_gpus, a method such as row).
+    assert not {f.name for f in LAYOUT_FIELDS} & set(dir(Layouts))
 
 
 def test_a_distinct_row_view_refuses_columns_outside_its_key() -> None:

@@ -187,7 +187,7 @@ def test_explain_calibration_moves_the_prediction_the_measured_way(
                 CollectiveCalibration(op=Collective.ALL_REDUCE, busbw_bytes_per_s=busbw_gb * GB, large_bytes=2**28,
                                       small_time_s=30 * US, small_bytes=8192),)),)), path)
         after = explain_json(capsys, "--calibration", str(path))
-        assert after["input_sha256"] != before["input_sha256"]  # the profile is part of the inputs' hash
+        assert after["input_sha256"] != before["input_sha256"]  # the numbers it replaced are part of the hash
         compute, tp = after["breakdown"]["compute_s"], after["breakdown"]["tp_exposed_s"]
         assert (compute > before["breakdown"]["compute_s"]) == slower
         assert (tp > before["breakdown"]["tp_exposed_s"]) == slower

@@ -44,6 +44,17 @@ def test_defaults_and_spec_objects_resolve_alike() -> None:
         searched.model, by_default.train, searched.constants.search)
 
 
+def test_a_corrected_citation_keeps_the_hash_and_a_changed_number_does_not() -> None:
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    base = resolve(JobRequest(cluster=cluster)).input_sha256
+    gpu = cluster.gpu
+    recited = cluster.model_copy(update={"source": cluster.source + " (corrected page number)",
+                                         "gpu": gpu.model_copy(update={"source": "vendor datasheet, rev. 2"})})
+    assert resolve(JobRequest(cluster=recited)).input_sha256 == base  # provenance text is not an input
+    bigger = cluster.model_copy(update={"gpu": gpu.model_copy(update={"memory_gib": gpu.memory_gib + 1})})
+    assert resolve(JobRequest(cluster=bigger)).input_sha256 != base
+
+
 @pytest.mark.parametrize("source", ["file", "hf"])
 def test_a_plan_from_files_explains_and_exports_again(source: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:

@@ -79,6 +79,22 @@ def test_the_declared_imports_point_only_down() -> None:
     assert order.index("specs") < order.index("cost") < order.index("io") < order.index("cli")
 
 
+def _imports_torch(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            return True
+    return False
+
+
+def test_only_measure_imports_torch() -> None:
+    # torch is an optional extra for measuring: every other package must import and run without it.
+    found = [str(p.relative_to(ROOT)) for p in sorted(SRC.rglob("*.py"))
+             if p.relative_to(SRC).parts[0] != "measure" and _imports_torch(p)]
+    assert not found, found
+
+
 def test_the_planning_core_reads_no_file() -> None:
     # The models get their constants passed in: no package below io may import it, so none can read the catalog.
     for package in ("specs", "layout", "cost", "reliability", "search"):

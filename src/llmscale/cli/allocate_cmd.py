@@ -22,8 +22,14 @@ from rich.table import Table
 
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
-from llmscale.io.catalog import load_constants
-from llmscale.io.resolve import DEFAULT_MODEL, resolve_cluster, resolve_model
+from llmscale.io.resolve import (
+    DEFAULT_MODEL,
+    JobRequest,
+    check_sha256,
+    constants_if_changed,
+    resolve_model,
+    resolve_setting,
+)
 from llmscale.report.allocate_html import COLUMNS, allocation_document, pure_document, write_allocate_html
 from llmscale.report.tables import console
 from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
@@ -67,6 +73,7 @@ def allocate_cmd(
     family: FamilyOpt = None, law: LawOpt = None, unique_tokens: UniqueOpt = None, model: ModelsOpt = None,
     precision: AllocPrecisionOpt = Precision.BF16, seq_len: o.SeqOpt = None, job_size: PolicyOpt = JobPolicy.FASTEST,
     top: TopOpt = None, explain_3x: Explain3xOpt = False, as_json: o.JsonOpt = False, html: HtmlOpt = None,
+    calibration: o.CalibrationOpt = None, expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
     """Which model and how many tokens for a cluster and deadline: candidates → best layout → tokens → loss."""
     if days is not None and flops is not None:
@@ -81,18 +88,24 @@ def allocate_cmd(
             raise SpecError("flops", flops, "must be a positive number of FLOPs")
         _pure(chosen_law, flops, fam is not Family.DENSE, as_json)
         return
-    cluster_spec = resolve_cluster(cluster)
+    setting = resolve_setting(JobRequest(cluster=cluster, gpus=gpus, train={"precision": precision,
+                                                                          "seq_len": seq_len or 4096},
+                                         calibration=calibration))
+    cluster_spec = setting.cluster
     extras = tuple(model) if model else ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     models = candidates(fam, extras)
-    request = Request(cluster_spec, chosen_law, load_constants(),
+    request = Request(cluster_spec, chosen_law, setting.constants,
                       days=None if flops is not None else (DEFAULT_DAYS if days is None else days), flops=flops,
-                      gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=seq_len or 4096,
+                      gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=setting.train.seq_len,
                       policy=job_size)
     digest = hashlib.sha256(canonical_json({
-        **spec_document(cluster=cluster_spec), "models": [m.model_dump(mode="json") for m in models],
+        **spec_document(cluster=cluster_spec), "models": [spec_document(model=m)["model"] for m in models],
         "request": {"law": chosen_law.value, "days": request.days, "flops": flops, "gpus": gpus,
                     "unique_tokens": unique_tokens, "precision": precision.value, "seq_len": request.seq_len,
-                    "job_size": job_size.value}}).encode("ascii")).hexdigest()
+                    "job_size": job_size.value},
+        **({"constants": changed.model_dump(mode="json")} if (changed := constants_if_changed(setting.constants))
+           else {})}).encode("ascii")).hexdigest()
+    check_sha256(digest, expect_sha256)
     result = _run(models, request, quiet=as_json)
     decomposition = _decompose(result, extras, request) if explain_3x else None
     document = allocation_document(result, digest, fam.value, list(extras), decomposition,

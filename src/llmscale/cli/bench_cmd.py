@@ -42,20 +42,6 @@ def parse_sizes(text: str, option: str = "--sizes") -> list[int]:
     return sizes
 
 
-def resolve_device(device: str | None) -> str:
-    import torch
-
-    if device is None:  # under torchrun, the local rank's GPU
-        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = "cuda:0"
-    if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):
-        raise SpecError("device", device, "cpu, cuda or cuda:N")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecError("device", device, "this torch sees no CUDA GPU; use --device cpu")
-    return device
-
-
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
     typer.echo(json.dumps(document, indent=2) if as_json else text)
 
@@ -83,6 +69,8 @@ def gemm(
     spec = resolve_model(model)
     tp, cp, ep, etp, mbs = (layout[k] for k in ("tp", "cp", "ep", "etp", "mbs"))
     seq = _check_layout(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, seq_len=seq_len)
+    from llmscale.measure.launch import resolve_device
+
     dev = resolve_device(device)
     kind = dtype or g.default_dtype(dev)
     allowed = g.GPU_DTYPES if dev.startswith("cuda") else g.CPU_DTYPES
@@ -143,6 +131,7 @@ def memory(
 
     require_torch()
     from llmscale.measure import membw, table
+    from llmscale.measure.launch import resolve_device
 
     dev = resolve_device(device)
     chosen = parse_sizes(sizes) if sizes else list(membw.DEFAULT_GPU_SIZES if dev != "cpu" else membw.DEFAULT_CPU_SIZES)

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from llmscale.cli import options as o
-from llmscale.cli.bench_cmd import BackendOpt, BlockOpt, DeviceOpt, NprocOpt, resolve_backend, resolve_device
+from llmscale.cli.bench_cmd import BackendOpt, BlockOpt, DeviceOpt, NprocOpt, resolve_backend
 from llmscale.units import GB, KIB, TERA
 
 
@@ -41,6 +41,8 @@ def calibrate(
 
         load_gpu(gpu)  # an unknown name is one line and exit 2 before anything runs
     kind = resolve_backend(backend, nproc)
+    from llmscale.measure.launch import resolve_device
+
     dev = resolve_device(device)
     dtype = g.default_dtype(dev)
     target = block_ms / 1e3

@@ -19,18 +19,19 @@ from rich.markup import escape
 
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
-from llmscale.specs.train import Precision
+from llmscale.specs.train import TRAIN_FLAGS, Precision
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF "
                                               "config.json" + escape(f" [default: {DEFAULT_MODEL}]"))]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster name or YAML/JSON file"
                                                 + escape(f" [default: {DEFAULT_CLUSTER}]"))]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs of the job (default tp·cp·pp·dp, else the cluster)")]
-GbsOpt = Annotated[int | None, typer.Option("--gbs", help="global batch (sequences)")]
-SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="sequence length (tokens)" + escape(" [default: 4096]"))]
-PrecisionOpt = Annotated[Precision | None, typer.Option("--precision", case_sensitive=False,
+GbsOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["global_batch"], help="global batch (sequences)")]
+SeqOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["seq_len"], help="sequence length (tokens)"
+                                            + escape(" [default: 4096]"))]
+PrecisionOpt = Annotated[Precision | None, typer.Option(TRAIN_FLAGS["precision"], case_sensitive=False,
                                                         help="GEMM precision" + escape(" [default: bf16]"))]
-FlashOpt = Annotated[bool | None, typer.Option("--flash-attention/--no-flash-attention",
+FlashOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["flash_attention"] + "/--no-flash-attention",
                                                help="fused attention (off: unfused s×s scores, as before 2022; "
                                                     "default: on)")]
 FromPlanOpt = Annotated[
@@ -126,8 +127,6 @@ def job_parameters(spec: type[Layout] = Layout) -> list[inspect.Parameter]:
     return run[:3] + layout_parameters(spec) + run[3:]
 
 
-JOB_FLAG_DEFAULTS: dict[str, Any] = {p.name: p.default for p in job_parameters()}
-"""Every shared flag's value when it is not given."""
 
 
 def with_job_flags(command: Callable[..., Any], spec: type[Layout] = Layout) -> Callable[..., Any]:

@@ -17,9 +17,9 @@ from llmscale.report.documents import plan_document
 from llmscale.report.plan_table import plan_table
 from llmscale.report.tables import console
 from llmscale.search.plan import Objective, PlanResult, plan
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
-TokensOpt = Annotated[float | None, typer.Option("--tokens", help="tokens to train (default 10T)")]
+TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"], help="tokens to train (default 10T)")]
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")]
 TopOpt = Annotated[int, typer.Option("--top", min=1, help="layouts to show")]
 BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens",

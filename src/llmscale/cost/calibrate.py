@@ -13,7 +13,8 @@ What it replaces (datasheet peaks stay the MFU denominators):
       t = t_0 + 2(n−1)·α + S·f/busbw gives for the measured small-message time (t_0 the constants' base latency,
       α ≥ 0). All-to-all and send/recv keep their ratio to the ring bandwidth (recorded in the profile, not applied).
   constants: the profile's overrides laid over the constants in use (`calibrated_constants`).
-The profile's SHA256 goes into the GPU's `source`, so every input hash records which profile produced a prediction.
+The profile's SHA256 goes into the GPU's `source`, so every document records which profile produced a prediction;
+the input hash sees the numbers it replaced.
 """
 
 from __future__ import annotations

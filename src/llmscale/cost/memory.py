@@ -209,6 +209,7 @@ def memory_breakdown(
     caller has them."""
     const = constants.memory
     derived = derived if derived is not None else derive(model, train, lay)
+    assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
     acts = layer_activations(model, train, lay)
     num_micro = derived.num_microbatches
     shard = Sharding.of(lay)

@@ -191,6 +191,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     `derived` hands over the batch's derived quantities (`cost.derived.derive`) when the caller has them."""
     const = constants.step
     derived = derived if derived is not None else derive(model, train, lay)
+    assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
     eff = cluster.gpu.efficiency
     num_micro = derived.num_microbatches
     times, comm = _per_microbatch(model, cluster, train, lay, constants.comm)
@@ -256,6 +257,8 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
                          layers.last)
     lay = lay.select(*SHARD_COLUMNS).take(rows.first)
     layers = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
+    # The critical rank's parameters on its few distinct rows: cheaper than carrying every rank's through the
+    # element-wise selection of the critical one (derived.stages holds them per representative rank).
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
     dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers.dense + layers.moe,

@@ -221,7 +221,7 @@ def moe_layer_pattern(m: ModelSpec) -> str:
 def megatron_notes(job: Job) -> list[str]:
     """What the flags cannot say, one line each."""
     lay, m = job.resolved_layout, job.model
-    notes = [f"launch on {job.num_gpus:,} GPUs: Megatron derives data-parallel size {lay.dp} = "
+    notes = [f"launch on {job.num_gpus:,} GPUs: Megatron derives data-parallel size dp {lay.dp} = "
              f"WORLD_SIZE / (tp {lay.tp} × pp {lay.pp} × cp {lay.cp}); there is no flag for it"]
     schedule = lay.resolved_schedule
     if schedule in _NO_SCHEDULE_FLAG:

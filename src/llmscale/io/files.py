@@ -19,6 +19,8 @@ SpecT = TypeVar("SpecT", bound=Spec)
 
 def read_document(path: Path) -> dict[str, Any]:
     """A YAML or JSON file as a mapping; missing, unreadable or malformed files raise InputFileError."""
+    if path.is_dir():
+        raise InputFileError(f"{path}: is a directory, not a file")
     if not path.is_file():
         raise InputFileError(f"{path}: no such file")
     try:

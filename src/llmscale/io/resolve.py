@@ -12,7 +12,7 @@ rules. Every default ends up explicit in the Job, so its SHA256 is the hash of w
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,14 @@ from llmscale.io.saved import read_saved
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import validate_one
 from llmscale.search.plan import critical_batch_sequences
+from llmscale.specs.base import Spec
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.fingerprint import sha256_of
-from llmscale.specs.layout import Layout
+from llmscale.specs.layout import LAYOUT_FIELDS, Layout
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
 DEFAULT_MODEL = "seed-10t-moe"
 DEFAULT_CLUSTER = "seed-500k"
@@ -115,10 +116,34 @@ def constants_if_changed(constants: Constants) -> Constants | None:
     return None if constants == load_constants() else constants
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What a job runs on and with, before a model and a layout are chosen: the (calibrated) cluster, the constants,
+    the run, and the GPUs. `allocate`, which weighs many models on one setting, resolves only this."""
+
+    cluster: ClusterSpec
+    constants: Constants
+    train: TrainSpec
+    num_gpus: int
+
+
 def resolve(request: JobRequest) -> Job:
     """The Job the request describes (module docstring); a problem is one LlmscaleError naming it."""
     request = _with_saved(request) if request.from_plan is not None else request
     model = resolve_model(request.model)
+    setting = resolve_setting(request)
+    train, from_law = setting.train, False
+    if request.batch is BatchDefault.CRITICAL and not _batch_given(request.train):
+        law = critical_batch_sequences(model, train, setting.constants.search)
+        train, from_law = train.model_copy(update={"global_batch": law}), True
+    job = _with_layout(request, model, replace(setting, train=train), from_law)
+    check_sha256(job.input_sha256, request.expect_sha256)
+    return job
+
+
+def resolve_setting(request: JobRequest) -> Setting:
+    """The cluster with the calibration profile applied, the constants, the run (its precision supported by the
+    GPU) and the job's GPUs (given, else the cluster's), checked; the model, layout and hash are `resolve`'s."""
     cluster = resolve_cluster(request.cluster)
     constants = request.constants if request.constants is not None else load_constants()
     if request.calibration is not None:
@@ -126,11 +151,13 @@ def resolve(request: JobRequest) -> Job:
         calibrated = apply_calibration(cluster, constants, profile if isinstance(profile, CalibrationProfile)
                                        else load_profile(profile))
         cluster, constants = calibrated.cluster, calibrated.constants
-    train, from_law = _train(request, model, constants)
+    train = request.train if isinstance(request.train, TrainSpec) else parse_spec(
+        TrainSpec, {k: v for k, v in request.train.items() if v is not None}, where=_where(request, "train"))
     check_precision(cluster, train)
-    job = _with_layout(request, model, cluster, train, constants, from_law)
-    check_sha256(job.input_sha256, request.expect_sha256)
-    return job
+    gpus = request.gpus if request.gpus is not None else cluster.num_gpus
+    if not 0 < gpus <= cluster.num_gpus:
+        raise SpecError("gpus", gpus, f"must be in 1..{cluster.num_gpus:,} (cluster {cluster.name!r})")
+    return Setting(cluster, constants, train, gpus)
 
 
 def resolve_model(ref: str | Path | ModelSpec | None) -> ModelSpec:
@@ -159,28 +186,46 @@ def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
 
 
 def _with_saved(request: JobRequest) -> JobRequest:
-    """The request with the saved document's job in place; a flag given beside `--from-plan` must agree with the
-    document (else one error naming it), so nothing the user typed is silently ignored."""
+    """The request with the saved document's job in place. A flag given beside `--from-plan` must agree with the
+    document, else one error names it (nothing the user typed is silently ignored); a calibration profile may only
+    join a document that names its inputs (one that embeds them is calibrated already, or was planned without)."""
     assert request.from_plan is not None
     saved = read_saved(request.from_plan)
-    given_layout = dict(request.layout) if isinstance(request.layout, Mapping) else {}
-    conflicts = [f"--{k.replace('_', '-')}" for k, v in given_layout.items() if saved.layout.get(k) != _plain(v)]
-    conflicts += [f"--{name}" for name, value in (("model", request.model), ("cluster", request.cluster),
-                                                 ("gpus", request.gpus)) if value is not None]
-    train = {k: v for k, v in request.train.items() if v is not None} if isinstance(request.train, Mapping) else {}
-    conflicts += [f"--{_TRAIN_FLAGS.get(k, k)}" for k, v in train.items() if k in saved.train
-                  and saved.train[k] != _plain(v)]
+    conflicts = _layout_conflicts(request, saved.layout) + _train_conflicts(request, saved.train)
+    if request.model is not None and _differs(resolve_model(request.model), saved.model, resolve_model):
+        conflicts.append("--model")
+    if request.cluster is not None and _differs(resolve_cluster(request.cluster), saved.cluster, resolve_cluster):
+        conflicts.append("--cluster")
+    if request.gpus is not None and request.gpus != saved.gpus:
+        conflicts.append("--gpus")
+    if request.calibration is not None and isinstance(saved.model, ModelSpec):
+        conflicts.append("--calibration")
     if conflicts:
-        raise LlmscaleError(f"--from-plan {request.from_plan}: {', '.join(conflicts)} given too: the file sets the "
-                            "model, cluster, GPUs, layout and (where it records them) the run; drop the flag or the "
-                            "file")
+        raise LlmscaleError(f"--from-plan {request.from_plan}: {', '.join(conflicts)} disagree(s) with the file, "
+                            "which sets the model, cluster, GPUs, layout, run and calibration it was made with; drop "
+                            "the flag or the file")
+    train = {k: v for k, v in request.train.items() if v is not None} if isinstance(request.train, Mapping) else {}
     return JobRequest(model=saved.model, cluster=saved.cluster, gpus=saved.gpus, train={**saved.train, **train},
                       layout={**saved.layout}, calibration=request.calibration, expect_sha256=request.expect_sha256,
-                      batch=request.batch, constants=request.constants or saved.constants, origin=request.origin)
+                      batch=request.batch, constants=request.constants if request.constants is not None
+                      else saved.constants, origin=f"{request.from_plan}")
 
 
-_TRAIN_FLAGS = {"global_batch": "gbs", "seq_len": "seq-len"}
-"""CLI flag names of the train fields that differ from the field name."""
+def _layout_conflicts(request: JobRequest, saved: Mapping[str, Any]) -> list[str]:
+    given = request.layout if isinstance(request.layout, Mapping) else {}
+    return [f.knob.cli_flag(f.name) for f in LAYOUT_FIELDS
+            if f.name in given and saved.get(f.name) != _plain(given[f.name])]
+
+
+def _train_conflicts(request: JobRequest, saved: Mapping[str, Any]) -> list[str]:
+    given = request.train if isinstance(request.train, Mapping) else {}
+    return [TRAIN_FLAGS.get(k, f"--{k}") for k, v in given.items()
+            if v is not None and k in saved and saved[k] != _plain(v)]
+
+
+def _differs(given: Spec, saved: str | Spec, load: Any) -> bool:
+    """Whether a given model or cluster is another than the document's (compared as resolved specs)."""
+    return sha256_of(spec=given) != sha256_of(spec=saved if isinstance(saved, Spec) else load(saved))
 
 
 def _plain(value: Any) -> Any:
@@ -188,49 +233,39 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def _train(request: JobRequest, model: ModelSpec, constants: Constants) -> tuple[TrainSpec, bool]:
-    if isinstance(request.train, TrainSpec):
-        return request.train, False
-    given = {k: v for k, v in request.train.items() if v is not None}
-    train = parse_spec(TrainSpec, given, where=request.origin or "train")
-    if request.batch is BatchDefault.CRITICAL and "global_batch" not in given:
-        law = critical_batch_sequences(model, train, constants.search)
-        return train.model_copy(update={"global_batch": law}), True
-    return train, False
+def _batch_given(train: Mapping[str, Any] | TrainSpec) -> bool:
+    return isinstance(train, TrainSpec) or train.get("global_batch") is not None
 
 
-def _with_layout(request: JobRequest, model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants,
-                 from_law: bool) -> Job:
-    """The Job, with its GPUs and (when the command takes one) its layout resolved and checked against the rules."""
+def _where(request: JobRequest, group: str) -> str:
+    """Where a problem with one group of the request's fields is reported: `train`, or `plan.json: train`."""
+    return f"{request.origin}: {group}" if request.origin else group
+
+
+def _with_layout(request: JobRequest, model: ModelSpec, setting: Setting, from_law: bool) -> Job:
+    """The Job, with (when the command takes one) its layout resolved, its GPUs, and the layout's rules checked."""
     if request.layout is None:
-        gpus = request.gpus if request.gpus is not None else cluster.num_gpus
-        if not 0 < gpus <= cluster.num_gpus:
-            raise SpecError("gpus", gpus, f"must be in 1..{cluster.num_gpus:,} (cluster {cluster.name!r})")
-        return Job(model, cluster, train, None, gpus, constants, from_law)
+        return Job(model, setting.cluster, setting.train, None, setting.num_gpus, setting.constants, from_law)
     given = request.layout if isinstance(request.layout, Layout) else parse_spec(
-        Layout, {k: v for k, v in request.layout.items() if v is not None}, where=request.origin or "layout")
-    num_gpus = _job_gpus(given, cluster, request.gpus)
+        Layout, {k: v for k, v in request.layout.items() if v is not None}, where=_where(request, "layout"))
+    num_gpus = _job_gpus(given, setting.cluster, request.gpus)
     lay = Layouts.from_layout(given, num_gpus)
-    validate_one(model, train, num_gpus, lay)
-    return Job(model, cluster, train, lay.row(0), num_gpus, constants, from_law)
+    validate_one(model, setting.train, num_gpus, lay)
+    return Job(model, setting.cluster, setting.train, lay.row(0), num_gpus, setting.constants, from_law)
 
 
 def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:
+    """The job's GPUs: given (checked against the cluster by `resolve_setting`), else tp·cp·pp·dp, else the cluster."""
     if gpus is not None:
-        if gpus < 1:
-            raise SpecError("gpus", gpus, "must be a positive number of GPUs")
-        job = gpus
-    elif layout.dp is not None:
-        job = layout.tp * layout.cp * layout.pp * layout.dp
-        if job > cluster.num_gpus:
-            raise SpecError(
-                "dp", layout.dp,
-                f"tp ({layout.tp}) × cp ({layout.cp}) × pp ({layout.pp}) × dp ({layout.dp}) = {job:,} GPUs exceeds "
-                f"cluster {cluster.name!r} ({cluster.num_gpus:,} GPUs)",
-                where="layout",
-            )
-    else:
-        job = cluster.num_gpus
+        return gpus
+    if layout.dp is None:
+        return cluster.num_gpus
+    job = layout.tp * layout.cp * layout.pp * layout.dp
     if job > cluster.num_gpus:
-        raise SpecError("gpus", job, f"cluster {cluster.name!r} has {cluster.num_gpus:,} GPUs")
+        raise SpecError(
+            "dp", layout.dp,
+            f"tp ({layout.tp}) × cp ({layout.cp}) × pp ({layout.pp}) × dp ({layout.dp}) = {job:,} GPUs exceeds "
+            f"cluster {cluster.name!r} ({cluster.num_gpus:,} GPUs)",
+            where="layout",
+        )
     return job

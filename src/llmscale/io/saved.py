@@ -34,7 +34,8 @@ class SavedJob:
 
 
 def read_saved(path: Path) -> SavedJob:
-    """The job of a plan or explain document; a file that is neither is one InputFileError."""
+    """The job of a plan or explain document; a file that is neither, or a key of the wrong kind, is one
+    InputFileError naming it."""
     doc = read_document(path)
     if "top" in doc:
         top = doc["top"]
@@ -42,23 +43,34 @@ def read_saved(path: Path) -> SavedJob:
             raise InputFileError(f"{path}: 'top' holds no layout (no layout of the plan fits in memory)")
         entry, train = top[0], _plan_train(doc)
     elif "layout" in doc:
-        recorded = doc.get("train")
-        entry, train = doc, recorded if isinstance(recorded, dict) else {}
+        entry, train = doc, _object(path, doc, "train", {})
     else:
         raise InputFileError(f"{path}: neither a plan (top[0].layout) nor an explain document (layout)")
     layout, gpus = entry.get("layout"), entry.get("num_gpus")
     if not isinstance(layout, dict):
         raise InputFileError(f"{path}: 'layout' must be a mapping of layout fields")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):
+        raise InputFileError(f"{path}: 'num_gpus' must be a whole number of GPUs, not {gpus!r}")
     model, cluster, constants = _inputs(path, doc)
-    embedded = doc.get("inputs", {}).get("train") if isinstance(doc.get("inputs"), dict) else None
-    return SavedJob(model, cluster, gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else None, layout,
-                    embedded if isinstance(embedded, dict) else train, constants)
+    inputs = _object(path, doc, "inputs", None)
+    train = _object(path, inputs, "train", train) if inputs is not None else train
+    return SavedJob(model, cluster, gpus, layout, train, constants)
+
+
+def _object(path: Path, doc: dict[str, Any], key: str, absent: Any) -> Any:
+    """`doc[key]` when it is a JSON object, `absent` when the key is missing; anything else is an error."""
+    value = doc.get(key)
+    if value is None:
+        return absent
+    if not isinstance(value, dict):
+        raise InputFileError(f"{path}: '{key}' must be a mapping, not {type(value).__name__}")
+    return value
 
 
 def _inputs(path: Path, doc: dict[str, Any]) -> tuple[str | ModelSpec, str | ClusterSpec, Constants | None]:
     """The embedded model, cluster and constants specs, or the names older documents record."""
-    inputs = doc.get("inputs")
-    if isinstance(inputs, dict):
+    inputs = _object(path, doc, "inputs", None)
+    if inputs is not None:
         where = f"{path}: inputs"
         given = inputs.get("constants")
         constants = parse_spec(Constants, _mapping(given), where=f"{where}.constants") if given is not None else None

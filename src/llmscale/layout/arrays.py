@@ -68,9 +68,10 @@ class Layouts:
         merged |= {name: np.asarray(_code(value)) for name, value in columns.items() if value is not None}
         for f in specs:
             if f.name not in merged and f.knob.derive is not None:
-                if f.name == "dp" and num_gpus is None:
-                    raise ValueError("Layouts.from_columns needs a dp column (or num_gpus to derive it)")
-                merged[f.name] = f.knob.derive({**merged, "num_gpus": num_gpus})
+                try:
+                    merged[f.name] = f.knob.derive({**merged, "num_gpus": num_gpus})
+                except TypeError:  # the rule needs what was not given (dp: num_gpus)
+                    raise ValueError(f"Layouts.from_columns needs a {f.name} column (or what derives it)") from None
         names = [f.name for f in specs]
         arrays = np.broadcast_arrays(*(np.asarray(merged[name]) for name in names))
         typed = {f.name: np.ascontiguousarray(a, dtype=bool if f.kind is bool else np.int64).reshape(-1)
@@ -120,7 +121,9 @@ class Layouts:
         return value
 
     def row(self, i: int) -> Layout:
-        """Layout i as a validated scalar Layout (for reports and export)."""
+        """Layout i as a validated scalar Layout (for reports and export); a view has too few columns for one."""
+        if self._view is not None:
+            raise AttributeError(f"a view of {', '.join(self._view)} holds no whole layout")
         values = {f.name: _scalar(f, self.__dict__[f.name][i]) for f in self.fields}
         row: Layout = self._spec.model_validate(values)
         return row
@@ -134,7 +137,10 @@ class Layouts:
         return Layouts({name: self.column(name) for name in names}, self._spec, tuple(names))
 
     def replace(self, **columns: np.ndarray) -> Layouts:
-        """These layouts with some columns replaced (arrays of the same shape)."""
+        """These layouts with some of their columns replaced (arrays of the same shape)."""
+        unknown = set(columns) - set(self.names)
+        if unknown:
+            raise AttributeError(f"replace() got columns these layouts do not hold: {sorted(unknown)}")
         return Layouts({**{name: self.__dict__[name] for name in self.names}, **columns}, self._spec, self._view)
 
     @classmethod

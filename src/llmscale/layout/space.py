@@ -113,7 +113,7 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     cols = {k: v[whole] for k, v in cols.items()}
     dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
-    columns: dict[str, Any] = {**cols, "dp": dp, "etp": etp, "sp": cols["tp"] > 1}
+    columns: dict[str, Any] = {**cols, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
     lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay)

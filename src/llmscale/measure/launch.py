@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from llmscale.errors import LlmscaleError
+from llmscale.errors import LlmscaleError, SpecError
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 INIT_TIMEOUT = timedelta(seconds=300)
@@ -139,3 +140,19 @@ def launch(worker: Callable[[Context, Any], Any], payload: Any, nproc: int, back
         except mp.ProcessExitedException as exc:
             raise LlmscaleError(f"rank {exc.error_index} exited with code {exc.exit_code}") from None
         return json.loads(Path(result_path).read_text(encoding="utf-8"))
+
+
+def resolve_device(device: str | None) -> str:
+    """`--device` as a torch device name: default the local rank's GPU under torchrun, else the CPU; a device this
+    torch cannot see is one SpecError."""
+    import torch
+
+    if device is None:  # under torchrun, the local rank's GPU
+        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = "cuda:0"
+    if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):
+        raise SpecError("device", device, "cpu, cuda or cuda:N")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError("device", device, "this torch sees no CUDA GPU; use --device cpu")
+    return device

@@ -18,7 +18,7 @@ from llmscale import __version__
 from llmscale.errors import LlmscaleError
 from llmscale.reliability.rates import failures_of
 from llmscale.report.svg import CHART_W, CSS, PALETTE, html_table, log_scale, log_ticks, svg_text
-from llmscale.report.text import layout_of, layout_text
+from llmscale.report.text import layout_text
 from llmscale.scaling.allocate import AllocationResult, Outcome
 from llmscale.scaling.laws import Allocation, ScalingLaw
 from llmscale.scaling.multiplier import TARGET, Decomposition
@@ -74,15 +74,14 @@ COLUMNS = [
 
 def outcome_entry(o: Outcome, rank: int) -> dict[str, Any]:
     layout = o.layout.model_dump(mode="json") if o.layout is not None else None
-    keep = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
     fitted = layout is not None
     return {
         "rank": rank, "model": o.model.name, "moe": o.scale.is_moe,
         "total_params": o.scale.total_params, "active_params": o.scale.active_params,
         "tokens": o.tokens if fitted else None,
         "tokens_per_param": o.tokens / o.scale.active_params if fitted else None,
-        "layout": {k: layout[k] for k in keep} if layout else None,
-        "layout_text": layout_text(layout_of(layout)) if layout else None,
+        "layout": layout,
+        "layout_text": layout_text(o.layout) if o.layout is not None else None,
         "gpus_per_job": o.gpus_per_job, "concurrent_jobs": o.concurrent_jobs,
         "gpus_text": f"{o.gpus_per_job:,} × {o.concurrent_jobs:,}" if fitted else None,
         "global_batch": o.global_batch, "critical_batch": o.critical_batch,

@@ -14,11 +14,15 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.resolve import Job
 from llmscale.search.plan import Candidate, PlanResult
+from llmscale.specs.constants import SearchConstants
 from llmscale.validation.validate import ValidationReport
 
 _SCALAR_FIELDS = ("capacity_bytes",)
-BATCH_LAW = "DeepSeek LLM B_opt(C) = 0.292·C^0.3271 tokens"
-"""How plan documents name the critical-batch law (search.plan.critical_batch_sequences)."""
+
+
+def batch_law(const: SearchConstants) -> str:
+    """How plan documents name the critical-batch law they used (search.plan.critical_batch_sequences)."""
+    return f"DeepSeek LLM B_opt(C) = {const.batch_law_coefficient:.3g}·C^{const.batch_law_exponent:.4g} tokens"
 
 
 def job_header(job: Job) -> dict[str, Any]:
@@ -138,7 +142,7 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "feasible_layouts": result.feasible_layouts,
         "seconds": result.seconds,
         "global_batch": {"sequences": result.global_batch, "tokens": result.global_batch * job.train.seq_len,
-                         "source": BATCH_LAW if job.batch_from_law else "given"},
+                         "source": batch_law(job.constants.search) if job.batch_from_law else "given"},
         "top": [top_entry(c) for c in chosen.top],
         "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,
                  "cluster_gpus": result.cluster_gpus, "tokens_per_s_per_job": per_job,

@@ -159,17 +159,23 @@ class Layout(Spec):
 
     @property
     def resolved_etp(self) -> int:
-        return self.etp if self.etp is not None else self.tp
+        return self.etp if self.etp is not None else int(self._derived("etp"))
 
     @property
     def resolved_sp(self) -> bool:
-        return self.sp if self.sp is not None else self.tp > 1
+        return self.sp if self.sp is not None else bool(self._derived("sp"))
 
     @property
     def resolved_schedule(self) -> Schedule:
         if self.schedule is not None:
             return self.schedule
-        return Schedule(from_code(Schedule, int(_default_schedule({"vpp": self.vpp}))))
+        return Schedule(from_code(Schedule, int(self._derived("schedule"))))
+
+    def _derived(self, name: str) -> Any:
+        """Field `name`'s value by its Knob's rule, from this layout's other fields."""
+        knob = next(m for m in type(self).model_fields[name].metadata if isinstance(m, Knob))
+        assert knob.derive is not None
+        return knob.derive({key: getattr(value, "code", value) for key, value in self})
 
 
 @dataclass(frozen=True)

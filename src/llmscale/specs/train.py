@@ -31,6 +31,11 @@ class Optimizer(str, Enum):
     """SGD with momentum: one fp32 buffer (4 B per parameter)."""
 
 
+TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
+               "flash_attention": "--flash-attention"}
+"""The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
+
+
 class TrainSpec(Spec):
     """The training run."""
 

@@ -175,7 +175,7 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
         "vpp": _interleaving(run, model, _given(run.vp, facts.get("vp")), max(int(mbs), 1),
                              bool(facts.get("interleaved", False))),
         "mbs": mbs, "schedule": facts.get("schedule"), "zero": _given(run.zero, 1), "recompute": recompute,
-        "sp": sp if sp is not None else isinstance(tp, int) and tp > 1,
+        "sp": sp,  # None: the layout's rule (on when tp > 1)
         "tp_comm_overlap": bool(facts.get("tp_comm_overlap", False)) and isinstance(tp, int) and tp > 1,
         "ep_comm_overlap": bool(facts.get("moe_a2a_overlap", False)),
         "rank_order": facts.get("rank_order", RankOrder.TP_CP_EP_DP_PP),
@@ -185,8 +185,8 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
 
 def job_from_run(run: PublishedRun, constants: Constants, calibration: CalibrationProfile | None = None) -> Job:
     """The run as a resolved job (through the one resolver, io.resolve); raises LlmscaleError with the reason when it
-    cannot be built. A calibration profile replaces the datasheet numbers of runs on its GPU (every run when it
-    names none)."""
+    cannot be built. A calibration profile replaces the datasheet numbers — and its constant overrides, if any —
+    of runs on its GPU only (every run when it names none): runs on other GPUs keep the catalog's."""
     if run.tokens_per_s_per_gpu is None:
         raise LlmscaleError("no throughput target (tokens_per_s_per_gpu is null)")
     for key in ("num_gpus", "global_batch", "seq_len", "dp"):
