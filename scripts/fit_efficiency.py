@@ -29,8 +29,8 @@ from llmscale.cost.step import estimate_step
 from llmscale.io.catalog import load_constants
 from llmscale.io.resolve import Job
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import PublishedRun, load_runs
-from llmscale.validation.validate import job_from_run
 
 GENERATIONS = {
     "ampere": ("a100-40gb", "a100-80gb"),

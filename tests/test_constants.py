@@ -102,8 +102,8 @@ def test_the_fit_script_hands_its_trial_constants_over_without_patching() -> Non
     import llmscale.cost.step as step_module
 
     fit = _fit_script()
+    from llmscale.validation.jobs import job_from_run
     from llmscale.validation.runs import load_runs
-    from llmscale.validation.validate import job_from_run
 
     constants = load_constants()
     run = next(r for r in load_runs() if r.name == "Megatron-LM 2021 Table2 PTD-P GPT 174.6B on 1536 A100 (mbs 1)")

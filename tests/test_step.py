@@ -16,8 +16,8 @@ from llmscale.layout.space import SpaceOptions, generate
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.train import Precision, TrainSpec
+from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import load_runs
-from llmscale.validation.validate import job_from_run
 
 CONSTANTS = load_constants()
 

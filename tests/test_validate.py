@@ -10,8 +10,9 @@ import yaml
 
 from llmscale.cli.main import main
 from llmscale.io.catalog import load_constants
+from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import load_rows, load_runs
-from llmscale.validation.validate import job_from_run, validate_rows
+from llmscale.validation.validate import validate_rows
 
 CONSTANTS = load_constants()
 
@@ -88,3 +89,50 @@ def test_llama3_runs_put_the_pipeline_inside_data_parallel() -> None:
     runs = [r for r in load_runs() if r.name.startswith("Llama 3 405B")]
     assert len(runs) == 3
     assert {job_from_run(r, CONSTANTS).layout.rank_order.value for r in runs} == {"tp-cp-ep-pp-dp"}
+
+
+def test_gpt3_era_rows_are_built_with_their_block() -> None:
+    # Narayanan et al. 2021 trained GPT models in 2021 Megatron-LM: LayerNorm, biased linear layers, a learned
+    # table of the 2048 training positions (published_runs.yaml norm / linear_bias / position_embedding), input and
+    # output embeddings tied and dropout 0.1 (run_settings.yaml: Megatron-LM@aed2f75 gpt_model.py, arguments.py).
+    run = next(r for r in load_runs() if r.name == "Megatron-LM 2021 Table2 PTD-P GPT 174.6B on 1536 A100 (mbs 1)")
+    model = job_from_run(run, CONSTANTS).model
+    assert (model.norm.value, model.linear_bias, model.learned_position_embeddings) == ("layernorm", True, 2048)
+    assert model.tied_embeddings and model.dropout
+    llama = next(r for r in load_runs() if r.name == "Megatron-Bridge 25.09 LLAMA3_70B on 64 H100 fp8")
+    model = job_from_run(llama, CONSTANTS).model
+    assert (model.norm.value, model.linear_bias, model.learned_position_embeddings) == ("rmsnorm", False, 0)
+    assert not model.tied_embeddings and not model.dropout
+
+
+def test_a_run_larger_than_its_catalog_cluster_runs_on_the_cluster_grown() -> None:
+    # eos-h100's outermost tier spans 16,384 GPUs; a 32,768-GPU row is evaluated on the same design grown.
+    row = {**GOOD, "name": "big", "num_gpus": 32768, "dp": 32768, "global_batch": 32768}
+    report = validate_rows([row], "test.yaml")
+    assert [r.name for r in report.rows] == ["big"] and not report.skipped
+    assert report.rows[0].cluster == "eos-h100 grown to 32,768 GPUs"
+    small = validate_rows([GOOD], "test.yaml").rows[0]
+    assert small.cluster == "eos-h100"
+
+
+def test_the_report_groups_errors_and_counts_fits() -> None:
+    moe = {**GOOD, "name": "moe", "model_type": "moe", "experts": 8, "top_k": 2, "expert_ffn_hidden": 256,
+           "ep": 8, "framework": "megatron-core"}
+    huge = {**GOOD, "name": "too big", "hidden": 16384, "heads": 128, "ffn_hidden": 65536, "layers": 64,
+            "framework": "megatron-core"}  # 200B parameters on one GPU of 80 GiB: cannot fit
+    report = validate_rows([{**GOOD, "framework": "nemo"}, moe, huge], "test.yaml")
+    groups = report.by_group()
+    assert set(groups) == {("all", "dense"), ("all", "moe"), ("nemo", "dense"), ("megatron-core", "dense"),
+                           ("megatron-core", "moe")}
+    assert groups[("all", "dense")].rows == 2 and groups[("megatron-core", "moe")].rows == 1
+    assert [r.fits for r in report.rows] == [True, True, False]
+    assert report.fit_recall == pytest.approx(2 / 3)
+
+
+def test_nothing_evaluated_gives_null_statistics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump([{**GOOD, "tp": 0}]))
+    with pytest.raises(SystemExit):
+        main(["validate", "--runs", str(path), "--json"])
+    summary = json.loads(capsys.readouterr().out)["summary"]  # strict JSON: no NaN
+    assert summary["median_abs_error_pct"] is None and summary["fit_recall"] is None and summary["evaluated"] == 0

@@ -16,6 +16,7 @@ from llmscale.io.files import parse_spec, read_document
 from llmscale.specs.cluster import ClusterSpec, GPUSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.model import ModelSpec
+from llmscale.specs.record import PublishedMfu
 
 
 class Kind(str, Enum):
@@ -127,6 +128,11 @@ def _with_failures(cluster: dict[str, Any], where: str) -> dict[str, Any]:
         return {**cluster, "failures": failure_profile(given)}
     except CatalogError as exc:
         raise InputFileError(f"{where}: failures: {exc}") from None
+
+
+def load_published_mfu() -> PublishedMfu:
+    """The best published MFU per generation and precision (catalog/published_mfu.yaml)."""
+    return parse_spec(PublishedMfu, catalog_file("published_mfu.yaml"), where="catalog published_mfu.yaml")
 
 
 def load_gpu(ref: str) -> GPUSpec:

@@ -6,7 +6,7 @@ specs), so `--from-plan` can run the same job again from the document alone.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from llmscale import __version__
@@ -75,26 +75,28 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
 
 
 def validation_document(report: ValidationReport) -> dict[str, Any]:
-    """The JSON of `llmscale validate`: every evaluated row, every skipped one with its reason, the summary."""
+    """The JSON of `llmscale validate`: every evaluated row, every skipped one with its reason, the error per
+    framework and model type, and the summary (null statistics when no row was evaluated)."""
     return {
         "llmscale_version": __version__,
         "rows": [
             {
-                "name": row.name,
-                "gpu": row.gpu,
-                "model_type": row.model_type,
-                "num_gpus": row.num_gpus,
+                "name": row.name, "framework": row.framework, "gpu": row.gpu, "model_type": row.model_type,
+                "num_gpus": row.num_gpus, "cluster": row.cluster, "precision": row.precision.value,
                 "recompute": row.recompute,
                 "predicted_tokens_per_s_per_gpu": row.predicted_tokens_per_s_per_gpu,
                 "published_tokens_per_s_per_gpu": row.published_tokens_per_s_per_gpu,
-                "error_pct": row.error_pct,
+                "error_pct": row.error_pct, "fits": row.fits, "predicted_mfu": row.predicted_mfu,
+                "published_mfu": row.published_mfu, "best_published_mfu": row.best_published_mfu,
+                "above_published_mfu": row.above_published,
             }
             for row in report.rows
         ],
         "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
+        "groups": [{"framework": framework, "model_type": kind, **asdict(summary)}
+                   for (framework, kind), summary in report.by_group().items()],
         "summary": report.summary(),
     }
-
 
 def top_entry(c: Candidate) -> dict[str, Any]:
     """One scored layout of a plan: the whole layout, its rates, memory, time, cost, goodput and step parts."""

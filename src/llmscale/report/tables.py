@@ -120,18 +120,37 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0) -> None:
 def validation_table(report: ValidationReport) -> None:
     console.print(f"# llmscale {__version__} validate · predicted vs published tokens/s per GPU")
     table = Table(title_justify="left")
-    for column, justify in (("run", "left"), ("gpu", "left"), ("type", "left"), ("GPUs", "right"),
-                            ("predicted", "right"), ("published", "right"), ("error", "right")):
+    for column, justify in (("run", "left"), ("framework", "left"), ("gpu", "left"), ("type", "left"),
+                            ("GPUs", "right"), ("predicted", "right"), ("published", "right"), ("error", "right"),
+                            ("fits", "left"), ("MFU", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in report.rows:
-        table.add_row(row.name, row.gpu, row.model_type, f"{row.num_gpus:,}",
+        mfu = f"{row.predicted_mfu:.1%}" + (" > published" if row.above_published else "")
+        table.add_row(row.name, row.framework, row.gpu, row.model_type, f"{row.num_gpus:,}",
                       f"{row.predicted_tokens_per_s_per_gpu:,.0f}", f"{row.published_tokens_per_s_per_gpu:,.0f}",
-                      f"{row.error_pct:+.1f}%")
+                      f"{row.error_pct:+.1f}%", "yes" if row.fits else "NO", mfu)
     console.print(table)
     for skipped in report.skipped:
         console.print(f"skipped: {skipped.name}: {skipped.reason}")
+    _group_table(report)
     s = report.summary()
+    if not report.rows:
+        console.print(f"no row evaluated · skipped {s['skipped']}")
+        return
     console.print(
         f"|error| median {s['median_abs_error_pct']:.1f}% · p90 {s['p90_abs_error_pct']:.1f}% · "
-        f"max {s['max_abs_error_pct']:.1f}% · evaluated {s['evaluated']} · skipped {s['skipped']}"
+        f"max {s['max_abs_error_pct']:.1f}% · evaluated {s['evaluated']} · skipped {s['skipped']} · "
+        f"fit recall {s['fit_recall']:.1%} · above the best published MFU {s['above_published_mfu']}"
     )
+
+
+def _group_table(report: ValidationReport) -> None:
+    table = Table(title="|error| by framework and model type", title_justify="left")
+    for column, justify in (("framework", "left"), ("type", "left"), ("rows", "right"), ("median", "right"),
+                            ("p90", "right"), ("max", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for (framework, kind), summary in report.by_group().items():
+        table.add_row(framework, kind, str(summary.rows), f"{summary.median_abs_error_pct:.1f}%",
+                      f"{summary.p90_abs_error_pct:.1f}%", f"{summary.max_abs_error_pct:.1f}%")
+    console.print(table)
+

@@ -6,6 +6,8 @@ GB/s = 1e9 B/s, Gbit/s = 1e9 bit/s, GiB = 2^30 B. Bandwidths are one direction, 
 
 from __future__ import annotations
 
+from enum import Enum
+
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
@@ -31,10 +33,24 @@ class EfficiencySpec(Spec):
     )
 
 
+class Generation(str, Enum):
+    """An accelerator architecture: chips of one generation share kernels, tile shapes and achieved fractions of
+    their peaks, so the catalog's ceilings and the published-MFU record are kept per generation."""
+
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    BLACKWELL_ULTRA = "blackwell-ultra"
+    CDNA3 = "cdna3"
+    TPU_V4 = "tpu-v4"
+    TPU_V5 = "tpu-v5"
+
+
 class GPUSpec(Spec):
     """One accelerator. Peaks are dense (no 2:4 sparsity)."""
 
     name: str = Field(min_length=1)
+    generation: Generation | None = Field(None, description="architecture; None for a GPU the catalog has no record of")
     peak_bf16_tflops: PositiveFloat
     peak_fp8_tflops: PositiveFloat | None = None
     peak_fp4_tflops: PositiveFloat | None = None

@@ -21,11 +21,21 @@ import yaml
 from llmscale.errors import InputFileError, SpecError
 from llmscale.io.files import parse_spec
 from llmscale.specs.layout import Recompute
-from llmscale.specs.model import MLASpec, ModelSpec
+from llmscale.specs.model import MLASpec, ModelSpec, Norm
 from llmscale.specs.train import Precision
 from llmscale.validation.conventions import FlopsFormula, published_flops_per_token
 
 EnumT = TypeVar("EnumT", bound=Enum)
+
+
+class PositionEmbedding(str, Enum):
+    """How a published model encodes positions (the dataset's `position_embedding`)."""
+
+    LEARNED = "learned"
+    """A learned table of positions (GPT-3, Megatron's learned_absolute): seq_len × h more parameters."""
+    ROPE = "rope"
+    ALIBI = "alibi"
+    """Attention biases, no parameters (BLOOM)."""
 
 DEEPSEEK_MLA = MLASpec(
     q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
@@ -47,6 +57,8 @@ class PublishedRun:
     name: str
     source: str
     confidence: str | None
+    framework: str | None
+    """The training software behind the number (megatron-lm, megatron-bridge, nemo, deepspeed, …)."""
     flops_formula: FlopsFormula | None
     gpu: str | None
     num_gpus: int | None
@@ -72,6 +84,11 @@ class PublishedRun:
     step_time_s: float | None
     total_params: float | None
     active_params: float | None
+    norm: Norm | None
+    linear_bias: bool | None
+    position_embedding: PositionEmbedding | None
+    moe_dropless: bool | None
+    """MoE rows: True when no token is dropped, False for capacity-factor dropping."""
     notes: str
     raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
 
@@ -134,6 +151,7 @@ def run_from_row(row: Mapping[str, Any], where: str = "published run") -> Publis
 
     return PublishedRun(
         name=name, source=_str(row, "source", where) or "", confidence=_str(row, "confidence", where),
+        framework=_str(row, "framework", where),
         flops_formula=_enum(row, "flops_formula", FlopsFormula, where), gpu=_str(row, "gpu", where),
         num_gpus=num("num_gpus"), tp=num("tp"), pp=num("pp"), vp=num("vp"), dp=num("dp"), cp=num("cp"),
         ep=num("ep"), etp=num("etp"), zero=num("zero"), recompute=_enum(row, "recompute", Recompute, where),
@@ -145,6 +163,9 @@ def run_from_row(row: Mapping[str, Any], where: str = "published run") -> Publis
         reported_tflops_per_gpu=real("reported_tflops_per_gpu"), reported_mfu=real("reported_mfu"),
         mfu_kind=_str(row, "mfu_kind", where), step_time_s=real("step_time_s"),
         total_params=real("total_params"), active_params=real("active_params"),
+        norm=_enum(row, "norm", Norm, where), linear_bias=_bool(row, "linear_bias", where),
+        position_embedding=_enum(row, "position_embedding", PositionEmbedding, where),
+        moe_dropless=_bool(row, "moe_dropless", where),
         notes=_str(row, "notes", where) or "", raw=MappingProxyType(dict(row)),
     )
 
@@ -215,11 +236,26 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
         if fields["first_dense_layers"] == 0 and run.raw.get("ffn_hidden") is None:
             given.setdefault("ffn_hidden", fields["expert_ffn_hidden"])  # no dense layer reads it
     fields["ffn_hidden"] = _take(run, "ffn_hidden", given)
+    fields |= _block_facts(run)
     if run.raw.get("mla"):
         fields["mla"] = DEEPSEEK_MLA
     if _is_deepseek_v3(run):
         fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
     return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
+
+
+def _block_facts(run: PublishedRun) -> dict[str, Any]:
+    """The row's norm, biases and position table as ModelSpec fields; a null key keeps ModelSpec's default (RMSNorm,
+    no biases, no learned table: the Llama-style block every null row of the dataset is). A learned table holds
+    seq_len positions (GPT-3: n_ctx 2048 = its training length, arXiv:2005.14165 Table 2.1)."""
+    facts: dict[str, Any] = {}
+    if run.norm is not None:
+        facts["norm"] = run.norm
+    if run.linear_bias is not None:
+        facts["linear_bias"] = run.linear_bias
+    if run.position_embedding is PositionEmbedding.LEARNED and run.seq_len is not None:
+        facts["learned_position_embeddings"] = run.seq_len
+    return facts
 
 
 def run_flops_per_token(run: PublishedRun, model: ModelSpec | None = None) -> float:
