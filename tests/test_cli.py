@@ -147,8 +147,9 @@ def test_memory_flags_are_frozen() -> None:
         "--model", "-m", "--cluster", "-c", "--gpus",
         "--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--vpp", "--mbs",
         "--gbs", "--seq-len", "--zero", "--recompute", "--sp", "--no-sp", "--schedule", "--precision",
+        "--recompute-norm", "--recompute-mla-up", "--recompute-moe-act", "--recompute-mlp", "--offload-activations",
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
-        "--flash-attention", "--no-flash-attention",
+        "--flash-attention", "--no-flash-attention", "--bf16-moments", "--fp32-moments", "--fp8-cache",
         "--json", "--expect-sha256", "--calibration", "--from-plan",
     }  # fmt: skip
 

@@ -258,3 +258,20 @@ def test_expect_sha256_mismatch() -> None:
     # The inputs hash differently from the plan the user meant to reproduce: refuse to run.
     code, err = run_subprocess("memory", *GPT3_LAYOUT, "--expect-sha256", "deadbeef")
     assert_one_line(code, err, "--expect-sha256", "deadbeef")
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        # GPT-3 has no MLA attention: there is no up-projection to recompute.
+        (["--recompute-mla-up"], "recompute = 'none'"),
+        # Full recompute already re-runs every module; Megatron takes modules only with selective granularity.
+        (["--recompute", "full", "--recompute-norm"], "recompute = 'full'"),
+        # Megatron-Core's CPU offload refuses pipeline parallelism (TransformerConfig.__post_init__).
+        (["--offload-activations", "4"], "offload_activations = 4"),
+    ],
+)
+def test_module_recompute_and_activation_offload_rules(capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                       needle: str) -> None:
+    code, err = run_inprocess(capsys, "memory", *GPT3_LAYOUT, *flags)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

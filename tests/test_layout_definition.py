@@ -84,6 +84,14 @@ _OFF_DEFAULT: dict[str, JobRequest] = {
     "sp": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "sp": False}),
     "ep_comm_overlap": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
                                   layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8, "ep_comm_overlap": True}),
+    "offload_activations": JobRequest(model="llama3-8b", cluster="eos-h100", train={"global_batch": 64},
+                                      layout={"dp": 64, "offload_activations": 8}),
+    "recompute_norm": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "recompute_norm": True}),
+    "recompute_mlp": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "recompute_mlp": True}),
+    "recompute_mla_up": JobRequest(model="deepseek-v3", cluster="deepseek-v3-h800", train={"global_batch": 15360},
+                                   layout={"pp": 16, "dp": 128, "ep": 64, "recompute_mla_up": True}),
+    "recompute_moe_act": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
+                                    layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8, "recompute_moe_act": True}),
 }
 
 

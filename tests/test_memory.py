@@ -8,11 +8,11 @@ import pytest
 from llmscale.cost.activations import layer_activations
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.params import count_params
-from llmscale.io.catalog import load_constants, load_model
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import Fp8Cache, Precision, TrainSpec
 from llmscale.units import MIB
 from tests.conftest import make_cluster
 
@@ -128,3 +128,52 @@ def test_moe_experts_are_divided_by_ep() -> None:
     lay = Layouts.from_columns(tp=1, pp=16, dp=128, ep=np.array([8, 64]), zero=1, etp=1)
     result = memory_breakdown(model, make_cluster(num_gpus=2048), train, lay, CONSTANTS)
     assert result.weights_bytes[1] < result.weights_bytes[0] / 4
+
+
+# NVIDIA's per-tensor DeepSeek-V3 estimator (yanring/Megatron-MoE-ModelZoo@e8650517d60d misc/tools/deepseek_mem_estimate.py,
+# `calc`), evaluated at s = 4096, tp = 1, BF16, no recompute: 2236 MiB per MoE layer and micro-batch, of which
+# 448 MiB is the un-permuted expert output that "probs2swiglu" (Megatron-Core's router weights inside the SwiGLU)
+# removes; its savings per module: layernorm 112 MiB, mla_up_proj 512 MiB, moe_act 144 MiB.
+DSV3 = load_model("deepseek-v3")
+DSV3_TRAIN = TrainSpec(seq_len=4096, global_batch=1024)
+ROUTER_FP32_MIB = 2.0
+"""The estimator keeps the router probabilities in bf16 (2 B); Megatron-Bridge's DeepSeek-V3 recipes route in fp32
+(moe_router_dtype fp32), which llmscale counts: 4 B × 256 experts × 4096 tokens = 2 MiB more."""
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected_mib"),
+    [
+        ({}, 2236.0 - 448.0),
+        ({"recompute_norm": True}, 2236.0 - 448.0 - 112.0),
+        ({"recompute_mla_up": True}, 2236.0 - 448.0 - 512.0),
+        ({"recompute_moe_act": True}, 2236.0 - 448.0 - 144.0),
+    ],
+)
+def test_deepseek_v3_moe_layer_matches_nvidias_estimator(flags: dict[str, bool], expected_mib: float) -> None:
+    lay = Layouts.from_columns(tp=1, dp=64, ep=64, etp=1, **flags)
+    acts = layer_activations(DSV3, DSV3_TRAIN, lay)
+    assert acts.moe_bytes[0] / MIB == pytest.approx(expected_mib + ROUTER_FP32_MIB, rel=1e-12)
+
+
+def test_deepseek_v3_own_layout_fits_an_h800() -> None:
+    # DeepSeek-V3 (arXiv:2412.19437) trained on 2048 H800 of 80 GB with PP16 DualPipe, EP64, no TP (§3.2), recomputing
+    # every RMSNorm and MLA up-projection (§3.2.3), caching SwiGLU inputs in FP8 and recomputing their outputs, Adam
+    # moments in bf16 (§3.3.3). The run happened, so its layout must be predicted to fit.
+    train = TrainSpec(seq_len=4096, global_batch=15360, precision=Precision.FP8, fp8_cache=Fp8Cache.FINE_GRAINED,
+                      bf16_moments=True)
+    lay = Layouts.from_columns(num_gpus=2048, pp=16, dp=128, ep=64, etp=1, schedule=Schedule.DUALPIPE.code,
+                               recompute=Recompute.SELECTIVE.code, recompute_norm=True, recompute_mla_up=True,
+                               recompute_moe_act=True)
+    result = memory_breakdown(DSV3, load_cluster("deepseek-v3-h800"), train, lay, CONSTANTS)
+    assert bool(result.fits[0]), result.total_bytes[0] / 2**30
+
+
+def test_activation_offload_frees_all_but_one_offloaded_layer() -> None:
+    model, train = load_model("llama3-8b"), TrainSpec(seq_len=8192, global_batch=64)
+    lay = Layouts.from_columns(num_gpus=64, dp=64, offload_activations=np.array([0, 8]))
+    result = memory_breakdown(model, make_cluster(num_gpus=64), train, lay, CONSTANTS)
+    per_layer = layer_activations(model, train, lay).dense_bytes[0]
+    freed = result.activations_bytes[0] - result.activations_bytes[1]
+    assert freed == pytest.approx(7 * per_layer, rel=1e-9)  # 8 offloaded, one of them resident while it is copied
+    assert result.activation_offload_bytes_per_microbatch[1] == pytest.approx(2 * 8 * per_layer, rel=1e-9)

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
-from llmscale.specs.train import TRAIN_FLAGS, Precision
+from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Precision
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF "
                                               "config.json" + escape(f" [default: {DEFAULT_MODEL}]"))]
@@ -34,6 +34,11 @@ PrecisionOpt = Annotated[Precision | None, typer.Option(TRAIN_FLAGS["precision"]
 FlashOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["flash_attention"] + "/--no-flash-attention",
                                                help="fused attention (off: unfused s×s scores, as before 2022; "
                                                     "default: on)")]
+MomentsOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["bf16_moments"] + "/--fp32-moments",
+                                                 help="Adam moments in bf16 (default: fp32)")]
+Fp8CacheOpt = Annotated[Fp8Cache | None, typer.Option(TRAIN_FLAGS["fp8_cache"], case_sensitive=False,
+                                                      help="which saved activations an FP8 run keeps in FP8"
+                                                      + escape(" [default: linear-inputs]"))]
 FromPlanOpt = Annotated[
     Path | None,
     typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
@@ -89,7 +94,8 @@ def given_layout(values: dict[str, Any], spec: type[Layout] = Layout) -> dict[st
 def train_fields(**flags: Any) -> dict[str, Any]:
     """The TrainSpec fields given as run flags (None: not given)."""
     return {"global_batch": flags.get("gbs"), "seq_len": flags.get("seq_len"), "precision": flags.get("precision"),
-            "flash_attention": flags.get("flash_attention")}
+            "flash_attention": flags.get("flash_attention"), "bf16_moments": flags.get("bf16_moments"),
+            "fp8_cache": flags.get("fp8_cache")}
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,8 @@ class JobFlags:
 
 _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
-    ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("from_plan", FromPlanOpt),
+    ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
+    ("fp8_cache", Fp8CacheOpt), ("from_plan", FromPlanOpt),
     ("calibration", CalibrationOpt), ("expect_sha256", ExpectShaOpt),
 )
 

@@ -38,13 +38,16 @@ def plan_cmd(
     max_global_batch_tokens: BatchCapOpt = None,
     seq_len: o.SeqOpt = None,
     precision: o.PrecisionOpt = None,
+    bf16_moments: o.MomentsOpt = None,
+    fp8_cache: o.Fp8CacheOpt = None,
     as_json: o.JsonOpt = False,
     html: HtmlOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
     calibration: o.CalibrationOpt = None,
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
-    train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision)
+    train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
+                           bf16_moments=bf16_moments, fp8_cache=fp8_cache)
     job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                              calibration=calibration, expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
     result = _search(job, objective, top, gpus, quiet=as_json)

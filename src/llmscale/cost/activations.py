@@ -2,32 +2,43 @@
 
 Shape legend: every returned array has shape (N,), one element per layout; bytes per GPU.
 
-Per layer and micro-batch, 16-bit activations (Korthikanti et al. 2022, arXiv:2205.05198, §4.1 and
-Table 2, generalised to GQA/MLA, gated MLPs and MoE). With s_c = s / cp tokens per CP rank, b = mbs,
-t = tp, and σ = t when sequence parallelism is on (else 1):
+A layer keeps, per micro-batch, the tensors its backward needs, listed one by one below (`_attention`, `_dense_mlp`,
+`_moe_mlp`). Per token, with s_c = s / cp tokens per CP rank, b = mbs, t = tp, σ = t when sequence parallelism is
+on (else 1), g = 1 byte for a Linear's saved input under FP8/FP4 (Transformer Engine keeps the quantised copy for
+the weight-gradient GEMM) and 2 otherwise:
 
-    replicated-or-SP terms (÷σ):  LN inputs 2·2sbh, QKV input 2sbh, MLP input 2sbh, dropout masks sbh each
-    TP-sharded terms (÷t):        Q 2·s·b·n·d_q, K and V 2·s·b·g·d each, output-projection input 2·s·b·n·d_v,
-                                  MLP fc1 output 2·s·b·(m−1)·f, activation output 2·s·b·f
-    attention core (÷t):          softmax 2·n·s_c·s·b (+ dropout mask n·s_c·s·b and output 2·n·s_c·s·b);
-                                  removed by selective recompute or flash attention (which keeps an fp32
-                                  log-sum-exp 4·s·b·n instead)
+    attention   layer input 2h/σ · input-norm output g·h/σ · Q, K, V 2·(n·d_q + g_kv·d_k + g_kv·d_v)/t (MLA: the
+                latents c_q, c_kv before and after their norms (2 + g)·(r_q + r_kv)/σ, and Q, K, V after RoPE) ·
+                attention output 2·n·d_v/t (+ its FP8 copy for the projection, 1·n·d_v/t) · fp32 log-sum-exp 4·n/t
+                (flash) or the s×s scores (unfused, below) · dropout mask h/σ
+    dense MLP   residual 2h/σ · pre-MLP norm output g·h/σ · fc1 output 2·(m−1)·f/t · activation output g·f/t ·
+                dropout mask h/σ
+    MoE MLP     residual 2h/σ · norm output 2h/σ (the router's input; + an FP8 copy g·h/σ for shared experts) ·
+                fp32 router scores 4·E/σ and the permutation's int64 row map 8·E/σ · per routed token copy: the
+                permuted input g·h, fc1 output 2·(m−1)·f_e/etp, activation output g·f_e/etp · shared experts as a
+                dense MLP of S·f_s
 
-For GPT-3 (f = 4h, MHA, dropout) this is exactly Korthikanti's sbh·(34 + 5·a·s/h), 10 + 24/t with TP, 34/t with
-TP+SP. MoE layers (a term Megatron's estimator lacks: NVIDIA/Megatron-LM@00caa53
-megatron/training/theoretical_memory_usage.py has no MoE activation term): router input 2sbh and fp32 probabilities
-4·s·b·E (÷σ); per GPU the expert part handles tok_e = s_c·b·k·etp/t routed token copies (× capacity factor when
-tokens are dropped), storing the permuted input 2·tok_e·h, fc1 output 2·tok_e·(m−1)·f_e/etp, activation output
-2·tok_e·f_e/etp and the expert output 2·tok_e·h; shared experts are dense MLPs of S·f_s (÷t). Full recompute keeps
-only each layer's input, 2sbh/σ. FP8/FP4 recipes keep every saved GEMM input (QKV, output-projection, fc1, fc2 and
-expert inputs) quantised at 1 byte (`gemm_input_bytes`).
+For GPT-3 (f = 4h, MHA, dropout, unfused attention) this is Korthikanti et al. 2022 (arXiv:2205.05198) §4.1, Table 2:
+sbh·(34 + 5·a·s/h), 10 + 24/t with TP, 34/t with TP+SP. The MLA and MoE tensors follow NVIDIA's per-tensor
+DeepSeek estimator (yanring/Megatron-MoE-ModelZoo@e8650517d60d misc/tools/deepseek_mem_estimate.py `calc`: 2236 MiB
+per layer and 4096-token micro-batch for DeepSeek-V3 at tp 1 in BF16, reproduced by tests/test_memory.py). The
+experts keep no output for the combine's backward: Megatron-Core applies the router weights inside the SwiGLU
+(NVIDIA/Megatron-LM@d98e8a64ddf3 megatron/core/transformer/moe/experts.py `weighted_bias_swiglu_impl(...,
+permuted_probs)`; the dispatcher's unpermute takes no probabilities), the "probs2swiglu" line of the estimator.
+
+Recompute (Megatron --recompute-modules, NVIDIA/Megatron-LM@000c4ac24f61 megatron/training/arguments.py):
+`recompute_norm` (layernorm) drops both norm outputs; `recompute_mla_up` (mla_up_proj) drops Q, K, V and keeps the
+latents; `recompute_moe_act` (moe_act) drops the experts' activation outputs; `recompute_mlp` (mlp) keeps only a
+dense layer's MLP input; `selective` (core_attn) drops the unfused s×s scores (flash attention stores none); `full`
+keeps only each layer's input, 2h/σ. FP8 with `fp8_cache = fine-grained` (DeepSeek-V3 §3.3.3) keeps the experts'
+SwiGLU inputs in FP8 and recomputes their outputs, and the attention output once in E5M6 (1.5 B).
 
 In-flight micro-batches on pipeline rank r (Narayanan et al. 2021, arXiv:2104.04473: 1F1B stashes at most p;
 sail-sg/zero-bubble-pipeline-parallelism README: ZB-H1 and ZB-V store as much as 1F1B): 1F1B, ZB-H1, ZB-V keep
 min(m, p − r); interleaved keeps min(m·v, 2(p−1−r) + (v−1)·p + 1)/v stage-equivalents (Megatron's warm-up count; on
 rank 0 this is p·(1 + (p−1)/(p·v)), the factor in theoretical_memory_usage.py); DualPipe keeps p + 1 of its two
-half-size chunks (DeepSeek-V3 Table 2). Left out: the embedding's int64 token ids and attention masks (small),
-activation offload, and activations of the MTP module.
+half-size chunks (DeepSeek-V3 Table 2). Left out: the embedding's int64 token ids and attention masks (small) and
+activation offload.
 """
 
 from __future__ import annotations
@@ -39,8 +50,13 @@ import numpy as np
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Precision, TrainSpec
+from llmscale.specs.train import Fp8Cache, Precision, TrainSpec
 from llmscale.units import BYTES_16BIT, BYTES_FP32
+
+ROW_MAP_BYTES = 8
+"""Bytes per token and expert of the fused permutation's row map (int64; the estimator's permute_row_id_map)."""
+E5M6_BYTES = 1.5
+"""DeepSeek-V3's attention-output format (§3.3.3: a 12-bit E5M6 with 1×128 tile scales)."""
 
 
 @dataclass(frozen=True)
@@ -48,84 +64,107 @@ class LayerActivations:
     """Activation bytes one layer keeps for one micro-batch, per GPU, by layer kind."""
 
     dense_bytes: np.ndarray
-    """A dense layer with the layout's recompute setting (none or selective)."""
+    """A dense layer with the layout's recompute setting (none or selective, with its module recomputes)."""
     moe_bytes: np.ndarray
-    """An MoE layer with the layout's recompute setting (none or selective)."""
+    """An MoE layer with the layout's recompute setting."""
     input_bytes: np.ndarray
     """The layer input kept under full recompute."""
     routed_tokens_per_gpu: np.ndarray
     """Routed token copies per GPU per micro-batch in an MoE layer (0 for dense models)."""
 
 
-def gemm_input_bytes(train: TrainSpec) -> float:
-    """Bytes per saved GEMM-input element: FP8/FP4 recipes keep the quantised copy of a Linear's input for the
-    weight-gradient GEMM (TransformerEngine saves the FP8 input tensor instead of the 16-bit one), 1 byte;
-    16-bit recipes keep 2. FP4 is taken at 1 byte too (block scales ignored; conservative)."""
-    return 1.0 if train.precision in (Precision.FP8, Precision.FP4) else float(BYTES_16BIT)
+@dataclass(frozen=True)
+class _Widths:
+    """Per-layout factors shared by the tensor list: tokens, divisors and byte sizes (arrays of shape (N,))."""
+
+    tokens: np.ndarray
+    sigma: np.ndarray
+    tp: np.ndarray
+    gemm_in: float
+    fine_grained: bool
+    keep_norm: np.ndarray
+    """1 unless the norms are recomputed."""
+
+    @classmethod
+    def of(cls, train: TrainSpec, lay: Layouts) -> _Widths:
+        low = train.precision in (Precision.FP8, Precision.FP4)
+        return cls(
+            tokens=(train.seq_len / lay.cp) * lay.mbs, sigma=np.where(lay.sp, lay.tp, 1).astype(float),
+            tp=lay.tp.astype(float), gemm_in=1.0 if low else float(BYTES_16BIT),
+            fine_grained=train.precision is Precision.FP8 and train.fp8_cache is Fp8Cache.FINE_GRAINED,
+            keep_norm=np.where(lay.recompute_norm, 0.0, 1.0),
+        )
 
 
-def _attention_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
-    """Attention block terms, already divided by t or σ; `tokens` = s_c·b per layout."""
-    h, n, t = model.hidden, model.heads, lay.tp
-    sigma = np.where(lay.sp, lay.tp, 1)
-    gemm_in = gemm_input_bytes(train)
+def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> np.ndarray:
+    """Bytes per token the attention block keeps (module docstring), already divided by t or σ."""
+    h, n = model.hidden, model.heads
+    replicated = BYTES_16BIT * h + w.keep_norm * w.gemm_in * h  # layer input, input-norm output
     if model.mla is not None:
         a = model.mla
         d_q = d_k = a.qk_nope_head_dim + a.qk_rope_head_dim
         d_v, g = a.v_head_dim, n
-        latents = 2 * (a.q_lora_rank or 0) + 2 * a.kv_lora_rank + a.qk_rope_head_dim  # c_q, its norm, c_kv, k_rope
-        replicated = BYTES_16BIT * tokens * (h + latents) + gemm_in * tokens * h  # LN input, latents, down-proj input
+        replicated = replicated + (BYTES_16BIT + w.gemm_in) * ((a.q_lora_rank or 0) + a.kv_lora_rank)
+        keep_qkv = np.where(lay.recompute_mla_up, 0.0, 1.0)
     else:
         d_q = d_k = d_v = model.dim_per_head
         g = model.num_kv_heads
-        replicated = BYTES_16BIT * tokens * h + gemm_in * tokens * h  # LN input + QKV (GEMM) input
+        keep_qkv = np.ones(lay.size)
     if model.dropout:
-        replicated = replicated + tokens * h  # attention-output dropout mask (1 byte)
-    sharded = BYTES_16BIT * tokens * (n * d_q + g * d_k + g * d_v) + gemm_in * tokens * n * d_v  # Q K V; out-proj input
-    seq_full = train.seq_len
+        replicated = replicated + h  # attention-output dropout mask (1 byte)
+    qkv = keep_qkv * BYTES_16BIT * (n * d_q + g * d_k + g * d_v)
+    output_bytes = E5M6_BYTES if w.fine_grained else BYTES_16BIT + (w.gemm_in if w.gemm_in < BYTES_16BIT else 0.0)
+    sharded = qkv + output_bytes * n * d_v
     if train.flash_attention:
-        core = BYTES_FP32 * tokens * n * np.ones_like(t)
+        core = BYTES_FP32 * n * np.ones(lay.size)
     else:
-        probs = (BYTES_16BIT + (1 + BYTES_16BIT if model.dropout else 0)) * n * tokens * seq_full
-        core = np.where(lay.recompute == Recompute.SELECTIVE.code, 0, probs)
-    return replicated / sigma + (sharded + core) / t
+        probs = (BYTES_16BIT + (1 + BYTES_16BIT if model.dropout else 0)) * n * train.seq_len
+        core = np.where(lay.recompute == Recompute.SELECTIVE.code, 0.0, probs)
+    return replicated / w.sigma + (sharded + core) / w.tp
 
 
-def _mlp_bytes(model: ModelSpec, tokens: np.ndarray, ffn: int, divisor: np.ndarray, gemm_in: float) -> np.ndarray:
-    """fc1 output ((m−1)·f wide, 16-bit for the activation's backward) and activation output (f wide, the fc2
-    GEMM input) of an MLP of inner size `ffn`, split `divisor` ways: tokens·(2·(m−1) + gemm_in)·f / divisor
-    bytes (2·tokens·m·f in 16-bit recipes)."""
-    return tokens * (BYTES_16BIT * (model.mlp_matrices - 1) + gemm_in) * ffn / divisor
+def _mlp(model: ModelSpec, ffn: float, divisor: np.ndarray, w: _Widths, keep_act: np.ndarray | float,
+         fc1_bytes: float = BYTES_16BIT) -> np.ndarray:
+    """fc1 output ((m−1)·f wide, kept for the activation's backward) and activation output (f wide, the fc2 input)
+    of an MLP of inner size `ffn` split `divisor` ways, per token it processes."""
+    return (fc1_bytes * (model.mlp_matrices - 1) + keep_act * w.gemm_in) * ffn / divisor
+
+
+def _dense_mlp(model: ModelSpec, lay: Layouts, w: _Widths) -> np.ndarray:
+    h = model.hidden
+    keep = np.where(lay.recompute_mlp, 0.0, 1.0)
+    replicated = BYTES_16BIT * h + keep * w.keep_norm * w.gemm_in * h + (h if model.dropout else 0)
+    return replicated / w.sigma + keep * _mlp(model, model.ffn_hidden, w.tp, w, 1.0)
+
+
+def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.ndarray) -> np.ndarray:
+    """Bytes per token (of the micro-batch on this GPU) the MoE block keeps: replicated-or-SP terms, the routed
+    copies this GPU's experts process (`routed_per_token` copies per token), and the shared experts."""
+    h, e = model.hidden, model.experts
+    shared_ffn = model.shared_ffn * model.shared_experts
+    fp8_copy = w.gemm_in if (shared_ffn and w.gemm_in < BYTES_16BIT) else 0.0
+    replicated = BYTES_16BIT * h + w.keep_norm * (BYTES_16BIT + fp8_copy) * h + (BYTES_FP32 + ROW_MAP_BYTES) * e
+    keep_act = np.where(lay.recompute_moe_act, 0.0, 1.0)
+    expert_fc1 = 1.0 if w.fine_grained else float(BYTES_16BIT)  # fine-grained: FP8 SwiGLU input, output recomputed
+    expert_act = 0.0 if w.fine_grained else keep_act
+    per_copy = w.gemm_in * h + _mlp(model, model.expert_ffn_hidden or 0, lay.etp, w, expert_act, expert_fc1)
+    shared = _mlp(model, shared_ffn, w.tp, w, keep_act)
+    return replicated / w.sigma + routed_per_token * per_copy + shared
 
 
 def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayerActivations:
     """Per-layer activation bytes for one micro-batch (module docstring for the terms)."""
-    h = model.hidden
-    sigma = np.where(lay.sp, lay.tp, 1)
-    tokens = (train.seq_len / lay.cp) * lay.mbs
-    attention = _attention_bytes(model, train, lay, tokens)
-    gemm_in = gemm_input_bytes(train)
-    mlp_in = BYTES_16BIT * tokens * h + gemm_in * tokens * h  # LN input + MLP/router (GEMM) input
-    if model.dropout:
-        mlp_in = mlp_in + tokens * h
-    dense = attention + mlp_in / sigma + _mlp_bytes(model, tokens, model.ffn_hidden, lay.tp, gemm_in)
+    w = _Widths.of(train, lay)
+    attention = _attention(model, train, lay, w)
+    dense = w.tokens * (attention + _dense_mlp(model, lay, w))
     routed = np.zeros(lay.size)
     moe = np.zeros(lay.size)
     if model.is_moe:
-        routed = tokens * model.top_k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
-        router = BYTES_FP32 * tokens * model.experts / sigma
-        # permuted expert input (GEMM input) and un-permuted expert output (16-bit, for the combine's backward)
-        experts = (gemm_in + BYTES_16BIT) * routed * h + _mlp_bytes(
-            model, routed, model.expert_ffn_hidden or 0, lay.etp, gemm_in
-        )
-        shared = _mlp_bytes(model, tokens, model.shared_ffn * model.shared_experts, lay.tp, gemm_in)
-        moe = attention + mlp_in / sigma + router + experts + shared
-    return LayerActivations(
-        dense_bytes=dense,
-        moe_bytes=moe,
-        input_bytes=BYTES_16BIT * tokens * h / sigma,
-        routed_tokens_per_gpu=routed,
-    )
+        per_token = model.top_k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
+        routed = w.tokens * per_token
+        moe = w.tokens * (attention + _moe_mlp(model, lay, w, per_token))
+    full_input = BYTES_16BIT * w.tokens * model.hidden / w.sigma
+    return LayerActivations(dense_bytes=dense, moe_bytes=moe, input_bytes=full_input, routed_tokens_per_gpu=routed)
 
 
 def inflight_microbatches(lay: Layouts, num_micro: np.ndarray, rank: np.ndarray) -> np.ndarray:

@@ -44,6 +44,14 @@ class LayerTimes:
     attention_core_s: np.ndarray
     attention_core_backward_s: np.ndarray
     elementwise_s: np.ndarray
+    norm_s: np.ndarray
+    """The two norms (inside elementwise_s): what recompute_norm re-runs."""
+    up_proj_s: np.ndarray
+    """MLA's q and kv up-projections (inside gemm_s): what recompute_mla_up re-runs (0 without MLA)."""
+    activation_s: np.ndarray
+    """The MLP or experts' activation functions (inside elementwise_s): what recompute_moe_act re-runs."""
+    dense_mlp_s: np.ndarray
+    """A dense layer's MLP, GEMMs and activation (inside the above): what recompute_mlp re-runs (0 for MoE)."""
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -137,6 +145,40 @@ def _attention_core_s(
     return gemm + scores * fwd_bytes / hbm, 2.0 * gemm + scores * bwd_bytes / hbm
 
 
+def _up_proj_s(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray, peak: float,
+               eff: EfficiencySpec) -> np.ndarray:
+    """MLA's up-projections of one micro-batch: c_q (r_q) → n·(d_nope + d_rope) and c_kv (r_kv) → n·(d_nope + d_v),
+    column-split over tp (DeepSeek-V2 §2.1.2); 0 for other attention."""
+    if model.mla is None:
+        return np.zeros(lay.size)
+    a, n = model.mla, model.heads
+    params = (a.q_lora_rank or model.hidden) * n * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.kv_lora_rank * n * (
+        a.qk_nope_head_dim + a.v_head_dim)
+    narrow = _narrow(tokens, float(a.kv_lora_rank), n * a.v_head_dim / lay.tp)
+    return _gemm_s(2.0 * params * tokens / lay.tp, narrow, peak, eff, train.precision)
+
+
+def _output_times(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray, last_kind: LayerTimes,
+                  rates: tuple[float, float], eff: EfficiencySpec) -> LayerTimes:
+    """The output layer (logits GEMM, fp32 softmax and cross-entropy) and the MTP modules the last stage runs
+    (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the shared head again)."""
+    peak, hbm = rates
+    h = model.hidden
+    logits_gemm = _gemm_s(2.0 * h * model.vocab * tokens / lay.tp, _narrow(tokens, h, model.vocab / lay.tp), peak,
+                          eff, train.precision)
+    logits_elementwise = tokens * 3 * 4.0 * model.vocab / lay.tp / hbm  # fp32 softmax + CE: write, read, write
+    mtp = model.mtp_layers
+    projection = _gemm_s(2.0 * 2 * h * h * tokens / lay.tp, _narrow(tokens, h, h / lay.tp), peak, eff,
+                         train.precision)
+    return LayerTimes(
+        (1 + mtp) * logits_gemm + mtp * (last_kind.gemm_s + projection),
+        mtp * last_kind.attention_core_s,
+        mtp * last_kind.attention_core_backward_s,
+        (1 + mtp) * logits_elementwise + mtp * last_kind.elementwise_s,
+        mtp * last_kind.norm_s, mtp * last_kind.up_proj_s, mtp * last_kind.activation_s, mtp * last_kind.dense_mlp_s,
+    )
+
+
 def layer_times(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
 ) -> tuple[LayerTimes, LayerTimes, LayerTimes]:
@@ -158,11 +200,19 @@ def layer_times(
         per_sigma, per_tp = _elementwise_bytes_per_token(model, moe, train.precision)
         return tokens * (per_sigma / sigma + per_tp / lay.tp) / hbm
 
+    norm_s = tokens * 8.0 * h / sigma / hbm  # two norms: read and write 2·2h bytes each
+    up_proj_s = _up_proj_s(model, train, lay, tokens, peak, eff)
+
+    def activation_s(ffn: float) -> np.ndarray:
+        return tokens * (6.0 if model.gated_mlp else 4.0) * ffn / lay.tp / hbm  # read (m−1)·f, write f, 16-bit
+
     mlp_s = _gemm_s(2.0 * counts.dense_layer.dense_mlp * tokens / lay.tp,
                     _narrow(tokens, h, model.ffn_hidden / lay.tp), peak, eff, train.precision)
-    dense = LayerTimes(attn_s + mlp_s, core_s, core_bwd_s, elementwise(False))
+    dense_act = activation_s(model.ffn_hidden)
+    dense = LayerTimes(attn_s + mlp_s, core_s, core_bwd_s, elementwise(False), norm_s, up_proj_s, dense_act,
+                       mlp_s + dense_act)
     zero = np.zeros(lay.size)
-    moe = LayerTimes(zero, zero, zero, zero)
+    moe = LayerTimes(zero, zero, zero, zero, zero, zero, zero, zero)
     if model.is_moe:
         per_expert_tokens = tokens * model.top_k * lay.etp / lay.tp * lay.ep / model.experts
         routed_flops = 2.0 * counts.active_routed_per_moe_layer * tokens * (model.capacity_factor or 1.0) / lay.tp
@@ -174,21 +224,9 @@ def layer_times(
         shared_dim = _narrow(tokens, h, max(model.shared_ffn * model.shared_experts, 1) / lay.tp)
         moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision) / grouped
                     + _gemm_s(shared_flops, shared_dim, peak, eff, train.precision))
-        moe = LayerTimes(moe_gemm, core_s, core_bwd_s, elementwise(True))
-    logits_flops = 2.0 * model.hidden * model.vocab * tokens / lay.tp
-    logits_gemm = _gemm_s(logits_flops, _narrow(tokens, h, model.vocab / lay.tp), peak, eff, train.precision)
-    logits_elementwise = tokens * 3 * 4.0 * model.vocab / lay.tp / hbm  # fp32 softmax + CE: write, read, write
-    # The last stage also runs the MTP modules (DeepSeek-V3 §2.2): per module a 2h→h projection, one layer of
-    # the last layer's kind and the shared output head again.
-    mtp, last_kind = model.mtp_layers, (moe if model.is_moe else dense)
-    projection = _gemm_s(2.0 * 2 * h * h * tokens / lay.tp, _narrow(tokens, h, h / lay.tp), peak, eff,
-                         train.precision)
-    output = LayerTimes(
-        (1 + mtp) * logits_gemm + mtp * (last_kind.gemm_s + projection),
-        mtp * last_kind.attention_core_s,
-        mtp * last_kind.attention_core_backward_s,
-        (1 + mtp) * logits_elementwise + mtp * last_kind.elementwise_s,
-    )
+        moe_act = activation_s((model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts)
+        moe = LayerTimes(moe_gemm, core_s, core_bwd_s, elementwise(True), norm_s, up_proj_s, moe_act, zero)
+    output = _output_times(model, train, lay, tokens, moe if model.is_moe else dense, (peak, hbm), eff)
     return dense, moe, output
 
 
@@ -212,7 +250,10 @@ def rank_compute(
     elementwise = elementwise + (layers.dense + layers.moe) * eff.layer_overhead_us * 1e-6
     forward = gemm + core + elementwise
     layers_forward = forward - layers.last * logits.forward_s
+    modules = (lay.recompute_norm * total("norm_s") + lay.recompute_mla_up * total("up_proj_s")
+               + lay.recompute_moe_act * (total("activation_s") - layers.dense * dense.activation_s)
+               + lay.recompute_mlp * total("dense_mlp_s"))
     recompute = np.where(lay.recompute == Recompute.FULL.code, layers_forward,
-                         np.where(lay.recompute == Recompute.SELECTIVE.code, core, 0.0))
+                         np.where(lay.recompute == Recompute.SELECTIVE.code, core, 0.0) + modules)
     backward_input = gemm + core_backward + 2.0 * elementwise + recompute
     return RankCompute(forward, backward_input, gemm, core, recompute)

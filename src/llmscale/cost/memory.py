@@ -67,6 +67,9 @@ class MemoryBreakdown:
     """Host↔device traffic per GPU per optimizer step caused by offload."""
     pcie_s_per_step: np.ndarray
     """That traffic at the node's PCIe bandwidth per GPU."""
+    activation_offload_bytes_per_microbatch: np.ndarray
+    """Activations of the offloaded layers sent to the host and back, per micro-batch (Layout.offload_activations);
+    the step overlaps this traffic with the micro-batch's compute."""
 
     @property
     def other_bytes(self) -> np.ndarray:
@@ -100,8 +103,10 @@ def gradient_bytes_per_param(train: TrainSpec) -> float:
 
 
 def optimizer_state_bytes_per_param(train: TrainSpec) -> float:
-    """fp32 master weights (4) plus the optimizer's fp32 state (Adam 8, SGD momentum 4)."""
-    return (4.0 if train.fp32_master_weights else 0.0) + (8.0 if train.optimizer is Optimizer.ADAM else 4.0)
+    """fp32 master weights (4) plus the optimizer's state: Adam two moments, SGD one momentum buffer, 4 B each
+    (2 B in bf16: TrainSpec.bf16_moments)."""
+    moment = 2.0 if train.bf16_moments else 4.0
+    return (4.0 if train.fp32_master_weights else 0.0) + moment * (2 if train.optimizer is Optimizer.ADAM else 1)
 
 
 def optimizer_step_traffic_bytes_per_param(train: TrainSpec) -> float:
@@ -200,6 +205,25 @@ def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarra
     return 4.0 * tokens * (model.vocab + model.hidden) / lay.tp
 
 
+def _offloaded_activations(lay: Layouts, activations: np.ndarray,
+                           layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes left on the GPU, bytes sent to the host and back per micro-batch) when the activations of
+    `offload_activations` of the rank's `layers` go to host memory (Transformer Engine's CPU offload, which Megatron
+    enables with --cpu-offloading-num-layers: one offloaded layer stays resident while it is copied). Megatron allows
+    it only with pp = 1 and no recompute (layout rules), so one micro-batch of each layer is held."""
+    per_layer = activations / np.maximum(layers, 1)
+    offloaded = np.minimum(lay.offload_activations, layers)
+    resident = np.where(offloaded > 0, activations - (offloaded - 1) * per_layer, activations)
+    return resident, 2 * offloaded * per_layer
+
+
+def _with_mtp(model: ModelSpec, dense: np.ndarray, moe: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rank's layers with the multi-token-prediction modules on the last stage counted as layers of the last
+    layer's kind (DeepSeek-V3 §2.2: each MTP module is one transformer block beside the shared head)."""
+    extra = last * model.mtp_layers
+    return (dense, moe + extra) if model.is_moe else (dense + extra, moe)
+
+
 def memory_breakdown(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
     derived: LayoutDerived | None = None,
@@ -220,8 +244,10 @@ def memory_breakdown(
     fields: dict[str, np.ndarray] = {}
     for stage in stages.values():
         state = _state_bytes(train, lay, stage.params, shard, num_micro, const)
-        activations = stage_activation_bytes(model, acts, lay, stage.layers.dense, stage.layers.moe, stage.held)
-        activations = activations + np.where(stage.layers.last > 0, logits, 0.0)
+        dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
+        activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
+        activations, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
+        activations = activations + np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
         buffers = shared_buffers + state.gather_buffer
         fragmentation = const.fragmentation_fraction * (activations + buffers)
         candidate = {
@@ -234,6 +260,7 @@ def memory_breakdown(
             "host_bytes_per_node": state.host_per_gpu * cluster.node.gpus_per_node,
             "pcie_bytes_per_step": state.pcie_per_step,
             "pipeline_rank": stage.layers.rank,
+            "activation_offload_bytes_per_microbatch": offload_traffic,
         }
         total = sum(candidate[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
                                            "activations_bytes", "comm_buffer_bytes", "fragmentation_bytes"))

@@ -63,7 +63,8 @@ class StepBreakdown:
     overhead_s: np.ndarray
     offload_s: np.ndarray
     """Host↔device traffic of optimizer/parameter offload (memory.MemoryBreakdown.pcie_s_per_step), taken as
-    exposed: the gradients go down after the last backward and the weights come back before the next forward."""
+    exposed: the gradients go down after the last backward and the weights come back before the next forward; and
+    activation offload beyond what each micro-batch's compute hides (Transformer Engine copies asynchronously)."""
     num_gpus: np.ndarray
     tokens_per_step: float
     model_flops_per_step: float
@@ -295,6 +296,7 @@ def _assemble(
         model_flops_per_step=model_flops_per_token(model, train.seq_len) * tokens,
         hardware_flops_per_step=hardware_flops_per_token(model, train.seq_len, lay.recompute) * tokens,
         peak_flops_per_s=cluster.gpu.peak_flops_per_s(train.precision),
-        offload_s=memory.pcie_s_per_step,
+        offload_s=memory.pcie_s_per_step + m * np.maximum(
+            0.0, memory.activation_offload_bytes_per_microbatch / cluster.node.pcie_bytes_per_s - path.compute.total_s),
         memory=memory,
     )

@@ -15,7 +15,7 @@ from llmscale.io.resolve import Job
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec, Norm
-from llmscale.specs.train import Optimizer, Precision
+from llmscale.specs.train import Fp8Cache, Optimizer, Precision
 
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
 
@@ -26,10 +26,11 @@ MEGATRON_FLAGS = (
     "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
     "--sequence-parallel", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--micro-batch-size", "--global-batch-size", "--seq-length",
-    "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
     "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
-    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer",
+    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--exp-avg-dtype", "--exp-avg-sq-dtype",
+    "--optimizer", "--cpu-offloading-num-layers",
     "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16",
     "--attention-backend",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
@@ -50,9 +51,12 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "mbs": ("--micro-batch-size",),
     "zero": ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy"),
     "recompute": ("--recompute-granularity", "--recompute-method", "--recompute-num-layers"),
+    "recompute_norm": ("--recompute-modules",), "recompute_mla_up": ("--recompute-modules",),
+    "recompute_moe_act": ("--recompute-modules",), "recompute_mlp": ("--recompute-modules",),
     "sp": ("--sequence-parallel",), "schedule": (),  # no zero-bubble or DualPipe flag: a note
     "offload_optimizer": ("--optimizer-cpu-offload", "--use-precision-aware-optimizer"),
     "offload_params": (),  # no flag: a note
+    "offload_activations": ("--cpu-offloading-num-layers",),
     "tp_comm_overlap": ("--tp-comm-overlap",), "ep_comm_overlap": ("--overlap-moe-expert-parallel-comm",),
     "rank_order": (),  # --use-tp-pp-dp-mapping not verified at the pinned commit: a note
 }
@@ -96,7 +100,12 @@ def _megatron_memory(job: Job) -> list[str]:
     NVIDIA/Megatron-LM @ f6f94c70974acffa8141a1886fbc076a68e44190)."""
     lay = job.resolved_layout
     args: list[str] = []
-    if lay.recompute is Recompute.SELECTIVE:
+    modules = [name for on, name in ((lay.recompute_norm, "layernorm"), (lay.recompute_mla_up, "mla_up_proj"),
+                                     (lay.recompute_moe_act, "moe_act"), (lay.recompute_mlp, "mlp")) if on]
+    if modules:  # selective granularity with the modules named; core_attn too when recompute is selective
+        core = ["core_attn"] if lay.recompute is Recompute.SELECTIVE else []
+        args += ["--recompute-granularity", "selective", "--recompute-modules", *core, *modules]
+    elif lay.recompute is Recompute.SELECTIVE:
         args += ["--recompute-granularity", "selective"]  # default --recompute-modules core_attn
     elif lay.recompute is Recompute.FULL:
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
@@ -113,6 +122,11 @@ def _megatron_memory(job: Job) -> list[str]:
             args.append("--overlap-param-gather")
     if lay.offload_optimizer:
         args += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]  # validate_args requires both
+    if lay.offload_activations:
+        args += ["--cpu-offloading-num-layers", str(lay.offload_activations)]  # sets --cpu-offloading itself
+    if job.train.bf16_moments:
+        precision_aware = [] if lay.offload_optimizer else ["--use-precision-aware-optimizer"]
+        args += [*precision_aware, "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     if job.train.optimizer is Optimizer.SGD_MOMENTUM:
         args += ["--optimizer", "sgd"]
     return args
@@ -238,6 +252,9 @@ def megatron_notes(job: Job) -> list[str]:
     if not job.train.fp32_master_weights:
         notes.append("fp32_master_weights = false has no Megatron-LM flag: it always keeps a main copy "
                      "(fp32, or fp16 via --use-precision-aware-optimizer --main-params-dtype fp16)")
+    if job.train.precision is Precision.FP8 and job.train.fp8_cache is Fp8Cache.FINE_GRAINED:
+        notes.append("fp8_cache fine-grained (DeepSeek-V3's FP8 SwiGLU inputs and E5M6 attention output) has no "
+                     "Megatron-LM flag: Transformer Engine keeps 16-bit copies there, more memory than planned")
     if m.learned_position_embeddings and m.learned_position_embeddings < job.train.seq_len:
         notes.append(f"seq_len {job.train.seq_len} exceeds the {m.learned_position_embeddings} learned positions: "
                      "Megatron requires --max-position-embeddings ≥ --seq-length")

@@ -13,7 +13,7 @@ import numpy as np
 from llmscale.io.resolve import Job
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
-from llmscale.specs.train import Optimizer, Precision
+from llmscale.specs.train import Fp8Cache, Optimizer, Precision
 
 TORCHTITAN_SOURCE = "pytorch/torchtitan torchtitan/config/job_config.py @ 0a8d2b0a6b4ebadee4f99e7cbc924714adf4a0d1"
 
@@ -45,9 +45,12 @@ LAYOUT_KEYS: dict[str, tuple[str, ...]] = {
     "mbs": ("parallelism.pipeline_parallel_microbatch_size", "training.local_batch_size"),
     "zero": ("parallelism.data_parallel_shard_degree", "parallelism.fsdp_reshard_after_forward"),
     "recompute": ("activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"),
+    # torchtitan's checkpointing is per layer or per op, with no module-level choice: notes
+    "recompute_norm": (), "recompute_mla_up": (), "recompute_moe_act": (), "recompute_mlp": (),
     "sp": (),  # torchtitan's TP always shards the sequence: a note
     "schedule": ("parallelism.pipeline_parallel_schedule",),
     "offload_optimizer": ("training.enable_cpu_offload",), "offload_params": ("training.enable_cpu_offload",),
+    "offload_activations": (),  # enable_cpu_offload moves parameters, gradients and optimizer state only: a note
     "tp_comm_overlap": ("parallelism.enable_async_tensor_parallel",),
     "ep_comm_overlap": (),  # no key at the pinned commit: a note
     "rank_order": (),  # the device mesh keeps pipeline outermost: a note
@@ -216,6 +219,23 @@ def torchtitan_notes(job: Job) -> list[str]:
     if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP:
         notes.append(f"rank_order {lay.rank_order.value}: torchtitan's device mesh keeps pipeline outermost "
                      "(pp, dp, cp, tp); the run gets tp-cp-dp-pp placement")
+    return notes + _titan_memory_notes(job)
+
+
+def _titan_memory_notes(job: Job) -> list[str]:
+    """Module recompute and optimizer-state settings the TOML cannot carry."""
+    lay, train = job.resolved_layout, job.train
+    notes = [f"{name} has no torchtitan key (activation checkpointing is per layer or per op): the run keeps "
+             "that module's activations, more memory than planned"
+             for name in ("recompute_norm", "recompute_mla_up", "recompute_moe_act", "recompute_mlp")
+             if getattr(lay, name)]
+    if lay.offload_activations:
+        notes.append(f"offload_activations {lay.offload_activations}: torchtitan has no activation offload key "
+                     "(enable_cpu_offload is FSDP's parameter offload): the run keeps them on the GPU")
+    if train.bf16_moments:
+        notes.append("bf16_moments: torchtitan keeps Adam's moments in float32 (no switch): more memory than planned")
+    if train.precision is Precision.FP8 and train.fp8_cache is Fp8Cache.FINE_GRAINED:
+        notes.append("fp8_cache fine-grained has no torchtitan key: torchao float8 keeps other tensors in bfloat16")
     return notes
 
 

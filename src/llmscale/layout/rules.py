@@ -13,7 +13,7 @@ import numpy as np
 
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
-from llmscale.specs.layout import Schedule
+from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 
@@ -43,7 +43,12 @@ class Reason(IntEnum):
     """dp × mbs must divide the global batch."""
     MICROBATCHES = 10
     """interleaving needs the micro-batch count to be a multiple of pp; DualPipe an even count ≥ 2·pp."""
-    OUT_OF_MEMORY = 11
+    RECOMPUTE_MODULES = 11
+    """a module recompute needs its module (MLA for mla_up, experts for moe_act) and no full recompute."""
+    OFFLOAD_ACTIVATIONS = 12
+    """activation offload needs pp = 1, no recompute and fewer offloaded layers than layers (Megatron-Core
+    TransformerConfig.__post_init__ at NVIDIA/Megatron-LM@000c4ac24f61 raises on each)."""
+    OUT_OF_MEMORY = 13
     """the most-loaded GPU needs more memory than it has (set by the memory model, not by `check`)."""
 
 
@@ -69,11 +74,28 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
             (interleaved & (num_micro % lay.pp != 0))
             | (dualpipe & ((num_micro % 2 == 1) | (num_micro < 2 * lay.pp))),
         ),
+        (Reason.RECOMPUTE_MODULES, _module_recompute_misplaced(model, lay)),
+        (Reason.OFFLOAD_ACTIVATIONS, (lay.offload_activations > 0) & (
+            (lay.pp > 1) | (lay.recompute != Recompute.NONE.code) | _any_module_recompute(lay)
+            | (lay.offload_activations >= model.layers))),
     ]
     reason = np.zeros(lay.size, dtype=np.int8)
     for code, failed in reversed(conditions):
         reason = np.where(failed, np.int8(code), reason)
     return reason
+
+
+def _any_module_recompute(lay: Layouts) -> np.ndarray:
+    result: np.ndarray = lay.recompute_norm | lay.recompute_mla_up | lay.recompute_moe_act | lay.recompute_mlp
+    return result
+
+
+def _module_recompute_misplaced(model: ModelSpec, lay: Layouts) -> np.ndarray:
+    """A module recompute on a model without that module, or beside full recompute (which already re-runs every
+    module: Megatron takes --recompute-modules with --recompute-granularity selective only)."""
+    modules = _any_module_recompute(lay)
+    absent = (lay.recompute_mla_up & (model.mla is None)) | (lay.recompute_moe_act & (not model.is_moe))
+    return absent | (modules & (lay.recompute == Recompute.FULL.code))
 
 
 def explain_rejection(
@@ -113,6 +135,16 @@ def explain_rejection(
             "schedule", schedule,
             f"{train.global_batch // max(dp * mbs, 1)} micro-batches: interleaving needs a multiple of "
             f"pp ({pp}); dualpipe an even number ≥ 2·pp (DualPipe's reference code asserts it)",
+        ),
+        Reason.RECOMPUTE_MODULES: (
+            "recompute", list(Recompute)[int(lay.recompute[i])].value,
+            "module recompute (--recompute-norm, --recompute-mla-up, --recompute-moe-act, --recompute-mlp) goes with "
+            "recompute none or selective, on a model that has the module (mla-up: MLA attention; moe-act: experts)",
+        ),
+        Reason.OFFLOAD_ACTIVATIONS: (
+            "offload_activations", int(lay.offload_activations[i]),
+            f"activation offload needs pp = 1 (pp {pp}), no recompute, and fewer layers than the model's "
+            f"{model.layers} (Megatron-Core's CPU offloading)",
         ),
     }
     field, value, allowed = messages[reason]

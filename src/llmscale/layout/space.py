@@ -14,7 +14,9 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
   zero      0, 1, 2 (ZeRO-2 only without pipelining: DeepSpeed rejects it with pipeline parallelism and
             Megatron-FSDP / torchtitan's FSDP2 do not combine gradient sharding with it); ZeRO-3 on request only
             (SpaceOptions.zero), see there
-  recompute none, selective, full
+  recompute none, selective, full; for MoE and MLA models also the output-discarding module recomputes on top of
+            none or selective (norms, MLA up-projections, the experts' activations: what DeepSeek-V3 §3.2.3 and the
+            Megatron-Bridge DeepSeek recipes run), as one switch (SpaceOptions.module_recompute)
   schedule  1f1b or interleaved (by vpp), plus zb-h1, zbv and dualpipe when pp > 1
   order     Megatron's tp-cp-ep-dp-pp; tp-cp-ep-pp-dp on request (SpaceOptions.rank_orders)
 """
@@ -50,6 +52,9 @@ class SpaceOptions:
     bandwidth, which the model does not explain), so a search could recommend it for the wrong reason. Pass
     (0, 1, 2, 3) to include it."""
     recompute: tuple[Recompute, ...] = tuple(Recompute)
+    module_recompute: tuple[bool, ...] | None = None
+    """Whether layouts recompute the norms, MLA up-projections and expert activations (each where the model has it);
+    None = (False, True) for MoE and MLA models, whose activations these dominate, else (False,)."""
     schedules: tuple[Schedule, ...] = tuple(Schedule)
     offload_optimizer: tuple[bool, ...] = (False,)
     rank_orders: tuple[RankOrder, ...] = (RankOrder.TP_CP_EP_DP_PP,)
@@ -104,6 +109,8 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     values = candidate_values(model, cluster, train, num_gpus, opts)
     values["etp_is_tp"] = [0, 1] if model.is_moe else [1]
     values["recompute"] = [r.code for r in opts.recompute]
+    light = (False, True) if model.is_moe or model.mla is not None else (False,)
+    values["module_recompute"] = [int(b) for b in (opts.module_recompute if opts.module_recompute else light)]
     values["schedule"] = [s.code for s in opts.schedules]
     values["offload_optimizer"] = [int(b) for b in opts.offload_optimizer]
     values["rank_order"] = [o.code for o in opts.rank_orders]
@@ -113,7 +120,10 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     cols = {k: v[whole] for k, v in cols.items()}
     dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
-    columns: dict[str, Any] = {**cols, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
+    modules = cols.pop("module_recompute") == 1
+    flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
+             "recompute_moe_act": modules & model.is_moe}
+    columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
     lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay)
@@ -128,9 +138,11 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
 
 def _pruned(lay: Layouts) -> np.ndarray:
     """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, ZeRO-2/3
-    with pipelining (see the module docstring), and a second rank order where pp or dp is 1 (the same layout)."""
+    with pipelining (see the module docstring), a second rank order where pp or dp is 1 (the same layout), and
+    module recompute beside full recompute."""
     no_pipeline = (lay.pp == 1) & (lay.schedule != Schedule.ONE_F_ONE_B.code)
     sharded_grads_pp = (lay.zero >= 2) & (lay.pp > 1)
     same_order = ((lay.pp == 1) | (lay.dp == 1)) & (lay.rank_order != RankOrder.TP_CP_EP_DP_PP.code)
-    result: np.ndarray = no_pipeline | sharded_grads_pp | same_order
+    modules_with_full = lay.recompute_norm & (lay.recompute == Recompute.FULL.code)  # full re-runs them all anyway
+    result: np.ndarray = no_pipeline | sharded_grads_pp | same_order | modules_with_full
     return result

@@ -26,22 +26,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.derived import LayoutDerived, derive
+from llmscale.cost.memory import optimizer_state_bytes_per_param
 from llmscale.cost.params import count_params
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CheckpointConstants
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Optimizer, TrainSpec
+from llmscale.specs.train import TrainSpec
 from llmscale.units import GB
 
 BYTES_16BIT_WEIGHT = 2.0
 
 
 def bytes_per_param(train: TrainSpec) -> float:
-    """Saved bytes per parameter: 2 (16-bit weights) + 4 (fp32 master, if kept) + 8 (Adam) or 4 (SGD momentum)."""
-    master = 4.0 if train.fp32_master_weights else 0.0
-    moments = 8.0 if train.optimizer is Optimizer.ADAM else 4.0
-    return BYTES_16BIT_WEIGHT + master + moments
+    """Saved bytes per parameter: 2 (16-bit weights) plus the optimizer state the GPU keeps (fp32 master if kept,
+    Adam's two moments or SGD's one, in fp32 or bf16: cost.memory.optimizer_state_bytes_per_param)."""
+    return BYTES_16BIT_WEIGHT + optimizer_state_bytes_per_param(train)
 
 
 def layout_bytes_per_gpu(model: ModelSpec, train: TrainSpec, lay: Layouts,

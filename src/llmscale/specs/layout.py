@@ -142,6 +142,15 @@ class Layout(Spec):
         1, ge=0, le=3, description="ZeRO stage 0-3 (0 DDP · 1 distributed optimizer · 2 +gradients · 3 +parameters)")
     recompute: Annotated[Recompute, Knob("recompute", Show.ALWAYS)] = Field(
         Recompute.NONE, description="activation recompute")
+    recompute_norm: Annotated[bool, Knob("recompute norm")] = Field(
+        False, description="recompute the norms in backward instead of keeping their outputs "
+        "(Megatron --recompute-modules layernorm)")
+    recompute_mla_up: Annotated[bool, Knob("recompute mla up")] = Field(
+        False, description="recompute the MLA up-projections and RoPE instead of keeping Q, K, V (mla_up_proj)")
+    recompute_moe_act: Annotated[bool, Knob("recompute moe act")] = Field(
+        False, description="recompute the experts' activation function instead of keeping its output (moe_act)")
+    recompute_mlp: Annotated[bool, Knob("recompute mlp")] = Field(
+        False, description="recompute the dense layers' MLPs from their input (mlp)")
     sp: Annotated[bool | None, Knob("sp", derive=lambda c: c["tp"] > 1)] = Field(
         None, description="sequence parallel (default: on when tp > 1)")
     schedule: Annotated[Schedule | None, Knob("schedule", Show.ALWAYS, derive=_default_schedule)] = Field(
@@ -150,6 +159,8 @@ class Layout(Spec):
         False, description="optimizer state and fp32 master weights in host memory")
     offload_params: Annotated[bool, Knob("offload params")] = Field(
         False, description="weights in host memory, streamed in per layer")
+    offload_activations: Annotated[int, Knob("offload activations")] = Field(
+        0, ge=0, description="layers whose activations go to host memory (Megatron --cpu-offloading-num-layers)")
     tp_comm_overlap: Annotated[bool, Knob("tp overlap")] = Field(
         False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
     ep_comm_overlap: Annotated[bool, Knob("ep overlap")] = Field(

@@ -31,8 +31,20 @@ class Optimizer(str, Enum):
     """SGD with momentum: one fp32 buffer (4 B per parameter)."""
 
 
+class Fp8Cache(str, Enum):
+    """Which saved activations an FP8 recipe keeps in FP8 (only read when precision is fp8)."""
+
+    LINEAR_INPUTS = "linear-inputs"
+    """Transformer Engine: each Linear keeps the FP8 copy of its input for the weight-gradient GEMM; everything
+    else stays 16-bit, so the attention output is kept twice (16-bit for attention's backward, FP8 for the output
+    projection's: NVIDIA/Megatron-LM@79e8592b docs/discussions/deepseek-v3-gb200-optimization, "1.5 times")."""
+    FINE_GRAINED = "fine-grained"
+    """DeepSeek-V3 §3.3.3: also the experts' SwiGLU inputs in FP8 (their outputs recomputed), and the attention
+    output once, in E5M6 (1.5 B), shared by attention's backward and the projection's."""
+
+
 TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
-               "flash_attention": "--flash-attention"}
+               "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache"}
 """The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
 
 
@@ -49,6 +61,10 @@ class TrainSpec(Spec):
         True, description="accumulate gradients in fp32 (Megatron main_grad, 4 B/param); False = bf16 (2 B)"
     )
     flash_attention: bool = Field(True, description="fused attention: no s×s score matrix is stored")
+    bf16_moments: bool = Field(
+        False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
+        "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
+    fp8_cache: Fp8Cache = Field(Fp8Cache.LINEAR_INPUTS, description="saved activations kept in FP8 by an FP8 recipe")
 
     @property
     def tokens_per_step(self) -> int:

@@ -6,8 +6,9 @@ Where the schema leaves a layout field null, llmscale assumes, and says so here:
   micro_batch   1
   vp            1 (1F1B); where the source states that it interleaves without the degree (Narayanan et al.
                 2021 Table 1, Llama 3: `interleaved: true` in run_settings.yaml), the largest v ≤ 8 dividing the
-                layers per stage (Megatron allows down to one layer per virtual stage), falling back to 1F1B
-                when the micro-batch count is not a multiple of pp
+                layers per stage that fits the GPU's memory (Megatron allows down to one layer per virtual stage;
+                interleaving shrinks the bubble, so a run interleaves as far as memory allows), falling back to
+                1F1B when the micro-batch count is not a multiple of pp
   zero          1 (distributed optimizer, the Megatron/NeMo/Bridge default)
   cp, ep        1
   etp           1 for MoE rows (the Megatron-Bridge MoE recipes' expert_tensor_parallel_size)
@@ -60,12 +61,35 @@ def run_settings() -> dict[str, dict[str, Any]]:
 
 def run_facts(run: PublishedRun) -> dict[str, Any]:
     """The recipe facts of one row: those of every `source_contains` entry whose text is in the row's source
-    (facts shared by all rows of one paper, such as its attention kernel), then the row's own entry."""
+    (facts shared by all rows of one paper, such as its attention kernel), then those of every `name_contains`
+    entry whose text is in its name (rows of one recipe and release), then the row's own entry."""
     facts: dict[str, Any] = {}
-    for entry in _settings_entries():
-        if "source_contains" in entry and entry["source_contains"] in run.source:
-            facts |= entry
+    for key, text in (("source_contains", run.source), ("name_contains", run.name)):
+        for entry in _settings_entries():
+            if key in entry and entry[key] in text:
+                facts |= entry
     return facts | run_settings().get(run.name, {})
+
+
+MODULE_FLAGS = {"layernorm": "recompute_norm", "mla_up_proj": "recompute_mla_up", "moe_act": "recompute_moe_act",
+                "mlp": "recompute_mlp"}
+"""Megatron --recompute-modules names and the layout switch of each (`core_attn` is recompute = selective)."""
+TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache")
+"""TrainSpec fields a run_settings.yaml entry may state."""
+
+
+def _module_recompute(recompute: Recompute, facts: dict[str, Any], where: str) -> dict[str, Any]:
+    """The recompute setting and module switches of a row whose recipe lists `recompute_modules`: Megatron's
+    selective granularity recomputes exactly the modules named, so the attention core only when `core_attn` is."""
+    modules = facts.get("recompute_modules")
+    if modules is None or recompute is Recompute.FULL:
+        return {"recompute": recompute}
+    unknown = sorted(set(modules) - set(MODULE_FLAGS) - {"core_attn"})
+    if unknown:
+        raise LlmscaleError(f"{where}: recompute_modules {unknown} are not modelled (llmscale models "
+                            f"{', '.join(['core_attn', *MODULE_FLAGS])})")
+    core = Recompute.SELECTIVE if "core_attn" in modules else Recompute.NONE
+    return {"recompute": core} | {MODULE_FLAGS[m]: True for m in modules if m in MODULE_FLAGS}
 
 
 def _reference_clusters() -> dict[str, Any]:
@@ -103,17 +127,18 @@ def grown_cluster(cluster: ClusterSpec, num_gpus: int) -> ClusterSpec:
     return parse_spec(ClusterSpec, data, where=f"cluster {cluster.name} grown to {num_gpus} GPUs")
 
 
-def _interleaving(run: PublishedRun, model: ModelSpec, vp: int | None, mbs: int, interleaved: bool) -> int:
-    """The row's vp; for vp null on a source that states it interleaves, the largest v ≤ 8 dividing the
-    layers per stage; else 1."""
+def _interleavings(run: PublishedRun, model: ModelSpec, vp: int | None, mbs: int, interleaved: bool) -> list[int]:
+    """The row's vp; for vp null on a source that states it interleaves, every v ≤ 8 dividing the layers per stage,
+    largest first (the job takes the largest that fits: interleaving shrinks the bubble, so a run interleaves as
+    far as its memory allows); else 1."""
     pp = run.pp or 1
     if vp is not None or pp == 1 or not interleaved:
-        return vp or 1
+        return [vp or 1]
     per_stage = max(model.layers // pp, 1)
     num_micro = (run.global_batch or 0) // max((run.dp or 1) * mbs, 1)
     if num_micro % pp:
-        return 1
-    return max(v for v in range(1, 9) if per_stage % v == 0)
+        return [1]
+    return [v for v in range(8, 0, -1) if per_stage % v == 0]
 
 
 def _given(value: Any, default: Any) -> Any:
@@ -121,19 +146,27 @@ def _given(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: dict[str, Any]) -> Layout:
+def _layouts(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: dict[str, Any]) -> list[Layout]:
+    """The row's layout with `recompute`: one per interleaving degree it may have (`_interleavings`)."""
+    mbs = _given(run.micro_batch, facts.get("micro_batch", 1))
+    degrees = _interleavings(run, model, _given(run.vp, facts.get("vp")), max(int(mbs), 1),
+                             bool(facts.get("interleaved", False)))
+    return [_layout(run, model, recompute, facts, vpp) for vpp in degrees]
+
+
+def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: dict[str, Any], vpp: int) -> Layout:
     tp = _given(run.tp, 1)
     mbs = _given(run.micro_batch, facts.get("micro_batch", 1))
     sp = _given(run.sequence_parallel, facts.get("sequence_parallel"))
     fields = {
         "tp": tp, "pp": _given(run.pp, 1), "dp": run.dp, "cp": _given(run.cp, 1), "ep": _given(run.ep, 1),
-        "etp": _given(run.etp, 1 if model.is_moe else tp),
-        "vpp": _interleaving(run, model, _given(run.vp, facts.get("vp")), max(int(mbs), 1),
-                             bool(facts.get("interleaved", False))),
-        "mbs": mbs, "schedule": facts.get("schedule"), "zero": _given(run.zero, 1), "recompute": recompute,
+        "etp": _given(run.etp, 1 if model.is_moe else tp), "vpp": vpp, "mbs": mbs,
+        "schedule": facts.get("schedule"), "zero": _given(run.zero, 1),
+        **_module_recompute(recompute, facts, f"published run {run.name!r}"),
         "sp": sp,  # None: the layout's rule (on when tp > 1)
         "tp_comm_overlap": bool(facts.get("tp_comm_overlap", False)) and isinstance(tp, int) and tp > 1,
         "ep_comm_overlap": bool(facts.get("moe_a2a_overlap", False)),
+        "offload_activations": int(facts.get("activation_offload_layers", 0)) if facts.get("activation_offload") else 0,
         "rank_order": facts.get("rank_order", RankOrder.TP_CP_EP_DP_PP),
     }
     return parse_spec(Layout, fields, where=f"published run {run.name!r}")
@@ -151,16 +184,18 @@ def job_from_run(run: PublishedRun, constants: Constants, calibration: Calibrati
     facts = run_facts(run)
     model = model_from_run(run, {key: facts[key] for key in MODEL_FACTS if key in facts})
     train = {"seq_len": run.seq_len, "global_batch": run.global_batch, "precision": run.precision or Precision.BF16,
-             "flash_attention": bool(facts.get("flash_attention", True))}
+             "flash_attention": bool(facts.get("flash_attention", True)),
+             **{key: facts[key] for key in TRAIN_FACTS if key in facts}}
     request = JobRequest(model=model, cluster=reference_cluster(run), gpus=run.num_gpus, train=train,
                          calibration=calibration if calibration is not None and calibrates(calibration, run.gpu)
                          else None, constants=constants, origin=f"published run {run.name!r}")
     given = run.recompute or (Recompute(facts["recompute"]) if "recompute" in facts else None)
     last: Job | None = None
     for recompute in [given] if given is not None else list(Recompute):
-        job = resolve(replace(request, layout=_layout(run, model, recompute, facts)))
-        last = job
-        if bool(memory_breakdown(job.model, job.cluster, job.train, job.layouts, job.constants).fits[0]):
-            return job
+        for layout in _layouts(run, model, recompute, facts):
+            job = resolve(replace(request, layout=layout))
+            last = job
+            if bool(memory_breakdown(job.model, job.cluster, job.train, job.layouts, job.constants).fits[0]):
+                return job
     assert last is not None
     return last
