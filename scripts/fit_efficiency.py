@@ -1,26 +1,36 @@
-"""Fit the few global efficiency constants of the step model on one half of the published runs and report
-the error on both halves.
+"""Fit the six residual constants of the step model on one half of the published runs; report the error on both
+halves, leave-one-framework-out, and how well the data pins each constant.
 
-The split is fixed and independent of the results: a run is in the fitting half when the SHA256 of its
-name is even. Fitted are, per GPU generation (Ampere, Hopper, Blackwell, Blackwell Ultra; catalog/gpus.yaml
-`efficiency`),
-the large-GEMM fractions of the 16-bit, FP8 and FP4 peaks and the FlashAttention efficiency, and globally
-the exposed shares of TP and EP communication (catalog/step.yaml). Nothing is fitted per run or per source.
-The loss is the mean of min(|ln(predicted / published)|, 0.5) over the fitting half, so a handful of runs
-the model cannot explain (e.g. 2021 DeepSpeed ZeRO-3 baselines) do not drag the constants.
+Everything else the step model reads is measured or derived (catalog/gpus.yaml via scripts/derive_gemm_ceilings.py,
+catalog/comm.yaml, memory.yaml). What is left to the runs are six global numbers, each a physical quantity with bounds
+(catalog/step.yaml; specs.constants.StepConstants): the launch gap per layer and pass, the fixed time per step, the
+sustained fraction of the tensor-core throughput, the exposed shares of overlapped TP and EP communication, and how
+many micro-batches of backward the data-parallel collectives hide behind. Nothing is fitted per GPU, per framework or
+per run.
 
-Run:  python scripts/fit_efficiency.py [--rounds 4] [--residuals] [--write]
-It prints the fitted values, rounded to 3 decimals, and the median / p90 / max |error| on the fitting half,
-the held-out half, and all rows with those rounded values; --write puts them into catalog/gpus.yaml,
-catalog/efficiency.yaml and catalog/step.yaml (whose comments name this script as their source).
+The split is fixed and independent of the results: a run is in the fitting half when the SHA256 of its name is even.
+The loss is the mean of min(|ln(predicted / published)|, 0.5) over the fitting half, so a handful of runs the model
+cannot explain (the 2021 DeepSpeed ZeRO-3 baselines) do not drag the constants. The fit is coordinate descent with
+shrinking multiplicative steps inside the bounds.
+
+Reported:
+  the fitted values, each with its bounds;
+  |error| median / p90 / max on the fitting half, the held-out half and all rows, dense and MoE separately;
+  leave-one-framework-out: for each framework F (the runs' `framework`), the constants fitted without F's rows, the
+    error on F's rows (dense and MoE separately) — how the model does on software it was not fitted on;
+  identifiability: d(loss)/d(ln constant) at the fit (how much the data constrains each), and the correlation of the
+    constants' effects across rows (|r| near 1: two constants the data cannot tell apart).
+
+Run:  python scripts/fit_efficiency.py [--rounds 4] [--lofo-rounds 2] [--no-lofo] [--residuals] [--write]
+--write puts the fitted values into catalog/step.yaml.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -28,170 +38,162 @@ import numpy as np
 from llmscale.cost.step import estimate_step
 from llmscale.io.catalog import load_constants
 from llmscale.io.resolve import Job
-from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import PublishedRun, load_runs
 
-GENERATIONS = {
-    "ampere": ("a100-40gb", "a100-80gb"),
-    "hopper": ("h100-sxm", "h800", "h200"),
-    "blackwell": ("b200", "gb200"),
-    "blackwell_ultra": ("b300", "gb300"),
-}
-PER_GENERATION = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "attention")
-STEP_KEYS = ("tp_comm_exposed_fraction", "ep_comm_exposed_fraction", "step_overhead_s", "dp_overlap_efficiency")
-GLOBAL_EFFICIENCY = ("gemm_half_dim", "hbm", "layer_overhead_us", "expert_half_tokens")
 BOUNDS = {
-    # Physical ceilings: no GEMM library sustains more than ~85% of a dense tensor-core peak in training, nor
-    # FlashAttention more than ~75% (FlashAttention-3 reports up to 75% of H100's BF16 peak).
-    "gemm": (0.2, 0.85), "attention": (0.2, 0.75), "tp_comm_exposed_fraction": (0.0, 1.0),
-    "ep_comm_exposed_fraction": (0.0, 1.0), "gemm_half_dim": (1.0, 4096.0), "hbm": (0.2, 1.0),
-    "layer_overhead_us": (0.0, 2000.0), "step_overhead_s": (0.0, 5.0), "dp_overlap_efficiency": (0.0, 50.0),
-    "expert_half_tokens": (0.0, 8192.0),
+    # catalog/step.yaml states each constant's meaning and why these are its bounds.
+    "launch_overhead_us": (0.0, 200.0),
+    "step_overhead_s": (0.0, 2.0),
+    "sustained_compute_fraction": (0.6, 1.0),
+    "tp_comm_exposed_fraction": (0.0, 1.0),
+    "ep_comm_exposed_fraction": (0.0, 1.0),
+    "dp_overlap_efficiency": (0.0, 2.0),
 }
+Rows = list[tuple[PublishedRun, Job]]
 
 
 def in_fit_half(name: str) -> bool:
     return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 2 == 0
 
 
-def generation_of(cluster: ClusterSpec) -> str | None:
-    name = cluster.gpu.name.lower()
-    for generation, ids in GENERATIONS.items():
-        if any(name.startswith(i.split("-")[0]) for i in ids):
-            return generation
-    return None
+def constants_with(params: dict[str, float]) -> Constants:
+    return load_constants().with_overrides({"step": params})
 
 
-def initial_params(jobs: list[tuple[PublishedRun, Job]]) -> dict[str, float]:
-    params: dict[str, float] = {}
-    for _, job in jobs:
-        gen = generation_of(job.cluster)
-        eff = job.cluster.gpu.efficiency
-        if gen is not None:
-            for key in PER_GENERATION:
-                params.setdefault(f"{gen}.{key}", getattr(eff, key))
-        for key in GLOBAL_EFFICIENCY:
-            params.setdefault(key, getattr(eff, key))
-    step = load_constants().step
-    for key in STEP_KEYS:
-        params[key] = getattr(step, key)
-    return params
+def predict(rows: Rows, params: dict[str, float]) -> np.ndarray:
+    """Tokens/s per GPU of every row with the trial constants handed to the cost model (no patching)."""
+    constants = constants_with(params)
+    return np.array([float(estimate_step(j.model, j.cluster, j.train, j.layouts, constants).tokens_per_s_per_gpu[0])
+                     for _, j in rows])
 
 
-def predict(jobs: list[tuple[PublishedRun, Job]], params: dict[str, float]) -> np.ndarray:
-    # The trial's step constants are handed to the cost model, as every caller hands its constants: no patching.
-    constants = load_constants().with_overrides({"step": {k: params[k] for k in STEP_KEYS}})
-    out = []
-    for _, job in jobs:
-        gen = generation_of(job.cluster)
-        updates = {key: params[key] for key in GLOBAL_EFFICIENCY}
-        if gen is not None:
-            updates |= {key: params[f"{gen}.{key}"] for key in PER_GENERATION}
-        gpu = job.cluster.gpu.model_copy(update={"efficiency": job.cluster.gpu.efficiency.model_copy(update=updates)})
-        cluster = job.cluster.model_copy(update={"gpu": gpu})
-        out.append(float(estimate_step(job.model, cluster, job.train, job.layouts, constants).tokens_per_s_per_gpu[0]))
-    return np.array(out)
+def log_errors(rows: Rows, params: dict[str, float]) -> np.ndarray:
+    published = np.array([run.tokens_per_s_per_gpu or 1.0 for run, _ in rows])
+    result: np.ndarray = np.log(predict(rows, params) / published)
+    return result
 
 
-def loss(jobs: list[tuple[PublishedRun, Job]], params: dict[str, float]) -> float:
-    published = np.array([run.tokens_per_s_per_gpu or 1.0 for run, _ in jobs])
-    return float(np.mean(np.minimum(np.abs(np.log(predict(jobs, params) / published)), 0.5)))
+def loss(rows: Rows, params: dict[str, float]) -> float:
+    return float(np.mean(np.minimum(np.abs(log_errors(rows, params)), 0.5)))
 
 
-def bounds(key: str) -> tuple[float, float]:
-    name = key.split(".")[-1]
-    return BOUNDS["gemm"] if name in ("gemm_bf16", "gemm_fp8", "gemm_fp4") else BOUNDS[name]
-
-
-def fit(jobs: list[tuple[PublishedRun, Job]], params: dict[str, float], rounds: int) -> dict[str, float]:
+def fit(rows: Rows, params: dict[str, float], rounds: int) -> dict[str, float]:
     """Coordinate descent with shrinking multiplicative steps, each value kept inside its bounds."""
-    best = loss(jobs, params)
-    step = 0.2
+    best = loss(rows, params)
+    step = 0.3
     for _ in range(rounds):
         for key in sorted(params):
-            lo, hi = bounds(key)
+            lo, hi = BOUNDS[key]
             for factor in (1 + step, 1 / (1 + step), 1 + step / 3, 1 / (1 + step / 3)):
-                trial = dict(params)
-                restart = {"layer_overhead_us": 20.0, "step_overhead_s": 0.1, "expert_half_tokens": 64.0}.get(key, 0.05)
-                base = params[key] if params[key] > 0 else restart
-                trial[key] = min(hi, max(lo, base * factor))
-                value = loss(jobs, trial)
+                base = params[key] if params[key] > 0 else 0.05 * (hi - lo)
+                trial = {**params, key: min(hi, max(lo, base * factor))}
+                value = loss(rows, trial)
                 if value < best - 1e-6:
                     best, params = value, trial
         step /= 2
     return params
 
 
-def report(label: str, jobs: list[tuple[PublishedRun, Job]], params: dict[str, float]) -> None:
-    published = np.array([run.tokens_per_s_per_gpu or 1.0 for run, _ in jobs])
-    errors = np.abs(predict(jobs, params) / published - 1) * 100
-    print(f"{label:<10}{len(jobs):>6}{np.median(errors):>10.1f}{np.percentile(errors, 90):>10.1f}{errors.max():>10.1f}")
+def summary(rows: Rows, params: dict[str, float]) -> str:
+    """|error| median / p90 / max (percent) and row count, dense and MoE."""
+    errors = np.abs(np.expm1(log_errors(rows, params))) * 100 if rows else np.array([])
+    kinds = np.array(["moe" if j.model.is_moe else "dense" for _, j in rows])
+    parts = []
+    for kind in ("dense", "moe"):
+        e = errors[kinds == kind] if rows else errors
+        parts.append(f"{kind} {e.size:>3} rows " + (f"{np.median(e):5.1f} {np.percentile(e, 90):5.1f} {e.max():6.1f}"
+                                                     if e.size else "    -     -      -"))
+    return "   ".join(parts)
+
+
+def identifiability(rows: Rows, params: dict[str, float]) -> None:
+    """d(loss)/d(ln constant) and the correlation of the constants' effects on the rows' log errors."""
+    base = log_errors(rows, params)
+    base_loss = float(np.mean(np.minimum(np.abs(base), 0.5)))
+    columns, names = [], sorted(params)
+    print(f"{'constant':<28}{'value':>9}{'bounds':>16}{'dloss/dln':>11}")
+    for key in names:
+        lo, hi = BOUNDS[key]
+        value = params[key] if params[key] > 0 else 1e-3
+        trial = {**params, key: value * 1.05}
+        shifted = log_errors(rows, trial)
+        columns.append((shifted - base) / np.log(1.05))
+        sensitivity = (float(np.mean(np.minimum(np.abs(shifted), 0.5))) - base_loss) / np.log(1.05)
+        print(f"{key:<28}{params[key]:>9.3f}{f'[{lo:g}, {hi:g}]':>16}{sensitivity:>11.4f}")
+    jac = np.array(columns)
+    scale = np.linalg.norm(jac, axis=1)
+    print("effect on rows (|d ln prediction / d ln constant| summed):",
+          ", ".join(f"{k} {s:.2f}" for k, s in zip(names, scale, strict=True)))
+    corr = np.corrcoef(jac[scale > 1e-9])
+    kept = [k for k, s in zip(names, scale, strict=True) if s > 1e-9]
+    print("correlation of effects:")
+    for i, key in enumerate(kept):
+        print(f"  {key:<28}" + " ".join(f"{corr[i, j]:+.2f}" for j in range(len(kept))))
+
+
+def leave_one_framework_out(rows: Rows, start: dict[str, float], rounds: int) -> None:
+    by_framework: dict[str, Rows] = defaultdict(list)
+    for run, job in rows:
+        by_framework[run.framework or "unknown"].append((run, job))
+    print("\nleave-one-framework-out (fit on every other framework, score on F; |error| % median p90 max)")
+    for framework, held in sorted(by_framework.items()):
+        rest = [r for r in rows if (r[0].framework or "unknown") != framework]
+        fitted = fit(rest, dict(start), rounds)
+        print(f"{framework:<20}{summary(held, fitted)}")
 
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "llmscale" / "catalog"
 
 
 def write_catalog(fitted: dict[str, float]) -> None:
-    """Put the fitted values into the catalog files in place: the per-generation `efficiency: {...}  # fitted
-    per generation (gen)` lines of gpus.yaml, the global efficiency defaults and the step constants."""
-    gpus = CATALOG / "gpus.yaml"
-
-    def generation_line(match: re.Match[str]) -> str:
-        keys = re.findall(r"(\w+): [\d.]+", match.group(1))
-        body = ", ".join(f"{key}: {fitted[f'{match.group(2)}.{key}']:g}" for key in keys)
-        return f"efficiency: {{{body}}}  # fitted per generation ({match.group(2)})"
-
-    text = re.sub(r"efficiency: \{([^}]*)\}  # fitted per generation \((\w+)\)", generation_line,
-                  gpus.read_text(encoding="utf-8"))
-    gpus.write_text(text, encoding="utf-8")
-    efficiency = CATALOG / "efficiency.yaml"
-    text = efficiency.read_text(encoding="utf-8")
-    for key in GLOBAL_EFFICIENCY:
-        text = re.sub(rf"(\n  {key}: )[\d.]+", rf"\g<1>{fitted[key]:g}", text, count=1)
-    efficiency.write_text(text, encoding="utf-8")
+    """Put the fitted values into catalog/step.yaml in place (its entries name this script as their source)."""
     step = CATALOG / "step.yaml"
     text = step.read_text(encoding="utf-8")
-    for key in STEP_KEYS:
-        text = re.sub(rf"({key}:\n  value: )[\d.]+", rf"\g<1>{fitted[key]:g}", text)
+    for key, value in fitted.items():
+        text = re.sub(rf"({key}:\n  value: )[\d.]+", rf"\g<1>{value:g}", text)
     step.write_text(text, encoding="utf-8")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--lofo-rounds", type=int, default=2)
+    parser.add_argument("--no-lofo", action="store_true", help="skip leave-one-framework-out (it refits per framework)")
     parser.add_argument("--residuals", action="store_true", help="print every row's error after the fit")
-    parser.add_argument("--write", action="store_true", help="write the fitted values into the catalog files")
+    parser.add_argument("--write", action="store_true", help="write the fitted values into catalog/step.yaml")
     args = parser.parse_args()
-    jobs = []
     constants = load_constants()
+    rows: Rows = []
     for run in load_runs():
         try:
-            jobs.append((run, job_from_run(run, constants)))
-        except Exception:
+            rows.append((run, job_from_run(run, constants)))
+        except Exception:  # the rows validate skips, for the reasons it prints
             continue
-    fit_jobs = [j for j in jobs if in_fit_half(j[0].name)]
-    held_out = [j for j in jobs if not in_fit_half(j[0].name)]
-    start = {key: min(bounds(key)[1], max(bounds(key)[0], value)) for key, value in initial_params(jobs).items()}
-    fitted = {key: round(value, 3) for key, value in fit(fit_jobs, start, args.rounds).items()}
+    fit_rows = [r for r in rows if in_fit_half(r[0].name)]
+    held_out = [r for r in rows if not in_fit_half(r[0].name)]
+    start = {key: min(BOUNDS[key][1], max(BOUNDS[key][0], getattr(constants.step, key))) for key in BOUNDS}
+    fitted = {key: round(value, 3) for key, value in fit(fit_rows, start, args.rounds).items()}
     if args.write:
         write_catalog(fitted)
     for key in sorted(fitted):
-        print(f"{key:<32}{start[key]:>8.3f} -> {fitted[key]:.3f}")
-    print(f"{'half':<10}{'rows':>6}{'median%':>10}{'p90%':>10}{'max%':>10}")
-    for label, subset in (("fit", fit_jobs), ("held-out", held_out), ("all", jobs)):
-        report(label, subset, fitted)
+        print(f"{key:<28}{start[key]:>8.3f} -> {fitted[key]:.3f}   bounds {BOUNDS[key]}")
+    print(f"\n{'half':<10}|error| %: median p90 max")
+    for label, subset in (("fit", fit_rows), ("held-out", held_out), ("all", rows)):
+        print(f"{label:<10}{summary(subset, fitted)}")
+    print(f"loss fit {loss(fit_rows, fitted):.4f} held-out {loss(held_out, fitted):.4f}\n")
+    identifiability(fit_rows, fitted)
+    if not args.no_lofo:
+        leave_one_framework_out(rows, fitted, args.lofo_rounds)
     if args.residuals:
-        predicted = predict(jobs, fitted)
-        ranked = sorted(zip(jobs, predicted, strict=True), key=lambda x: x[1] / (x[0][0].tokens_per_s_per_gpu or 1))
-        for (run, job), value in ranked:
+        predicted = predict(rows, fitted)
+        for (run, job), value in sorted(zip(rows, predicted, strict=True),
+                                        key=lambda x: x[1] / (x[0][0].tokens_per_s_per_gpu or 1)):
             lay = job.resolved_layout
             error = (value / (run.tokens_per_s_per_gpu or 1) - 1) * 100
-            half = "F" if in_fit_half(run.name) else "H"
-            print(f"{error:+7.1f}% {half} {run.name[:64]:<64} tp{lay.tp} pp{lay.pp} v{lay.vpp} dp{lay.dp} cp{lay.cp} "
-                  f"ep{lay.ep} mbs{lay.mbs} {lay.recompute.value} s{job.train.seq_len}")
-    print(f"loss fit {loss(fit_jobs, fitted):.4f} held-out {loss(held_out, fitted):.4f}; "
-          f"e^loss-1 = {math.expm1(loss(held_out, fitted)) * 100:.1f}%")
+            print(f"{error:+7.1f}% {'F' if in_fit_half(run.name) else 'H'} {run.name[:70]:<70} tp{lay.tp} pp{lay.pp} "
+                  f"v{lay.vpp} dp{lay.dp} cp{lay.cp} ep{lay.ep} mbs{lay.mbs} {lay.recompute.value}")
 
 
 if __name__ == "__main__":

@@ -148,6 +148,7 @@ def test_memory_flags_are_frozen() -> None:
         "--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--vpp", "--mbs",
         "--gbs", "--seq-len", "--zero", "--recompute", "--sp", "--no-sp", "--schedule", "--precision",
         "--recompute-norm", "--recompute-mla-up", "--recompute-moe-act", "--recompute-mlp", "--offload-activations",
+        "--cuda-graphs",
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
         "--flash-attention", "--no-flash-attention", "--bf16-moments", "--fp32-moments", "--fp8-cache",
         "--json", "--expect-sha256", "--calibration", "--from-plan",

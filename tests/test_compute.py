@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from llmscale.cost.compute import layer_times, rank_compute
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.cost.kernels import KernelRates, gemm_s
+from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, stage_layers
 from llmscale.specs.layout import Recompute
@@ -13,6 +14,7 @@ from llmscale.specs.train import Precision, TrainSpec
 
 GPT3 = load_model("gpt3-175b")
 SELENE = load_cluster("selene", num_gpus=64)
+CONSTANTS = load_constants()
 
 
 def _train(flash: bool, seq_len: int = 2048) -> TrainSpec:
@@ -25,25 +27,24 @@ def test_unfused_core_is_two_full_batched_gemms_and_the_scores_through_hbm() -> 
     # 2 bytes each, plus dropout's 1-byte mask = 9 bytes per score forward, 11 backward; the GEMMs double.
     s, n, d, tp = 2048, GPT3.heads, GPT3.dim_per_head, 8
     lay = Layouts.from_columns(tp=tp, dp=8, sp=False)
-    dense, _, _ = layer_times(GPT3, SELENE, _train(flash=False), lay)
-    eff, gpu = SELENE.gpu.efficiency, SELENE.gpu
-    achieved = gpu.peak_flops_per_s(Precision.BF16) * eff.gemm_bf16 * d / (d + eff.gemm_half_dim)
-    gemm_s = 4.0 * s * s * n * d / tp / achieved
+    dense, _, _ = layer_times(GPT3, SELENE, _train(flash=False), lay, CONSTANTS)
+    rates = KernelRates.of(SELENE.gpu, Precision.BF16)
+    gemms = gemm_s(rates, s, s, d, n / tp) + gemm_s(rates, s, d, s, n / tp)
     scores = n / tp * s * s
-    hbm = gpu.memory_bandwidth_bytes_per_s * eff.hbm
     assert GPT3.dropout
-    assert dense.attention_core_s[0] == pytest.approx(gemm_s + 9.0 * scores / hbm, rel=1e-12)
-    assert dense.attention_core_backward_s[0] == pytest.approx(2 * gemm_s + 11.0 * scores / hbm, rel=1e-12)
+    assert dense.attention_core_s[0] == pytest.approx(gemms + 9.0 * scores / rates.hbm_bytes_per_s, rel=1e-12)
+    assert dense.attention_core_backward_s[0] == pytest.approx(2 * gemms + 11.0 * scores / rates.hbm_bytes_per_s,
+                                                               rel=1e-12)
 
 
 @pytest.mark.parametrize("seq_len", [1024, 2048, 4096])
 def test_unfused_attention_costs_more_the_longer_the_sequence(seq_len: int) -> None:
     lay = Layouts.from_columns(tp=8, dp=8, sp=False)
-    fused, _, _ = layer_times(GPT3, SELENE, _train(True, seq_len), lay)
-    unfused, _, _ = layer_times(GPT3, SELENE, _train(False, seq_len), lay)
+    fused, _, _ = layer_times(GPT3, SELENE, _train(True, seq_len), lay, CONSTANTS)
+    unfused, _, _ = layer_times(GPT3, SELENE, _train(False, seq_len), lay, CONSTANTS)
     share = (unfused.forward_s - fused.forward_s) / fused.forward_s
-    double, _, _ = layer_times(GPT3, SELENE, _train(False, 2 * seq_len), lay)
-    fused_double, _, _ = layer_times(GPT3, SELENE, _train(True, 2 * seq_len), lay)
+    double, _, _ = layer_times(GPT3, SELENE, _train(False, 2 * seq_len), lay, CONSTANTS)
+    fused_double, _, _ = layer_times(GPT3, SELENE, _train(True, 2 * seq_len), lay, CONSTANTS)
     assert share[0] > 0
     assert ((double.forward_s - fused_double.forward_s) / fused_double.forward_s)[0] > share[0]
 
@@ -51,7 +52,7 @@ def test_unfused_attention_costs_more_the_longer_the_sequence(seq_len: int) -> N
 def test_selective_recompute_repeats_the_unfused_core() -> None:
     # Selective recompute re-runs exactly the attention core (Korthikanti et al. 2022 §5).
     lay = Layouts.from_columns(tp=8, pp=8, dp=1, sp=True, recompute=Recompute.SELECTIVE.code)
-    times = layer_times(GPT3, SELENE, _train(False), lay)
+    times = layer_times(GPT3, SELENE, _train(False), lay, CONSTANTS)
     layers = stage_layers(GPT3, lay, RankOf.FIRST)
-    rank = rank_compute(lay, layers, times, SELENE.gpu.efficiency)
+    rank = rank_compute(lay, layers, times, launch_overhead_us=0.0)
     assert rank.recompute_s[0] == pytest.approx(layers.dense[0] * times[0].attention_core_s[0], rel=1e-12)

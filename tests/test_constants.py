@@ -108,7 +108,7 @@ def test_the_fit_script_hands_its_trial_constants_over_without_patching() -> Non
     constants = load_constants()
     run = next(r for r in load_runs() if r.name == "Megatron-LM 2021 Table2 PTD-P GPT 174.6B on 1536 A100 (mbs 1)")
     jobs = [(run, job_from_run(run, constants))]
-    params: dict[str, Any] = fit.initial_params(jobs)
+    params: dict[str, Any] = {key: getattr(constants.step, key) for key in fit.BOUNDS}
     names_before = dict(vars(step_module))
     base = fit.predict(jobs, params)[0]
     slower = fit.predict(jobs, {**params, "step_overhead_s": params["step_overhead_s"] + 10.0})[0]

@@ -40,7 +40,7 @@ VERIFIED_MEGATRON_FLAGS = frozenset({
     "--expert-tensor-parallel-size", "--sequence-parallel", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-granularity", "--recompute-method",
     "--recompute-num-layers", "--recompute-modules", "--exp-avg-dtype", "--exp-avg-sq-dtype",
-    "--cpu-offloading-num-layers",
+    "--cpu-offloading-num-layers", "--cuda-graph-impl",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
     "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
     "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer", "--bf16", "--fp16", "--fp8-format",

@@ -86,6 +86,7 @@ _OFF_DEFAULT: dict[str, JobRequest] = {
                                   layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8, "ep_comm_overlap": True}),
     "offload_activations": JobRequest(model="llama3-8b", cluster="eos-h100", train={"global_batch": 64},
                                       layout={"dp": 64, "offload_activations": 8}),
+    "cuda_graphs": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "cuda_graphs": True}),
     "recompute_norm": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "recompute_norm": True}),
     "recompute_mlp": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "recompute_mlp": True}),
     "recompute_mla_up": JobRequest(model="deepseek-v3", cluster="deepseek-v3-h800", train={"global_batch": 15360},

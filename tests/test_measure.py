@@ -151,9 +151,10 @@ def test_apply_calibration_replaces_datasheet_numbers() -> None:
     cal = apply_calibration(selene, constants, p).cluster
     eff = cal.gpu.efficiency
     assert cal.gpu.peak_bf16_tflops == selene.gpu.peak_bf16_tflops  # the MFU denominator stays the datasheet's
-    assert eff.gemm_bf16 == pytest.approx(150 / 312) and eff.gemm_half_dim == 8.0
-    assert eff.attention == pytest.approx(selene.gpu.efficiency.attention * eff.gemm_bf16
-                                          / selene.gpu.efficiency.gemm_bf16)
+    assert eff.gemm_bf16 == pytest.approx(150 / 312)
+    scale = eff.gemm_bf16 / selene.gpu.efficiency.gemm_bf16  # attention keeps its catalog ratio to the GEMM fraction
+    assert eff.attention == pytest.approx(selene.gpu.efficiency.attention * scale)
+    assert eff.attention_backward == pytest.approx(selene.gpu.efficiency.attention_backward * scale)
     assert eff.hbm == pytest.approx(1200 * GB / selene.gpu.memory_bandwidth_bytes_per_s)
     comm = constants.comm
     tier = cal.tiers[0]

@@ -12,7 +12,7 @@ from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Cache, Precision, TrainSpec
+from llmscale.specs.train import Fp8Cache, Precision, Routing, TrainSpec
 from llmscale.units import MIB
 from tests.conftest import make_cluster
 
@@ -130,10 +130,10 @@ def test_moe_experts_are_divided_by_ep() -> None:
     assert result.weights_bytes[1] < result.weights_bytes[0] / 4
 
 
-# NVIDIA's per-tensor DeepSeek-V3 estimator (yanring/Megatron-MoE-ModelZoo@e8650517d60d misc/tools/deepseek_mem_estimate.py,
-# `calc`), evaluated at s = 4096, tp = 1, BF16, no recompute: 2236 MiB per MoE layer and micro-batch, of which
-# 448 MiB is the un-permuted expert output that "probs2swiglu" (Megatron-Core's router weights inside the SwiGLU)
-# removes; its savings per module: layernorm 112 MiB, mla_up_proj 512 MiB, moe_act 144 MiB.
+# NVIDIA's per-tensor DeepSeek-V3 estimator (yanring/Megatron-MoE-ModelZoo@e8650517d60d
+# misc/tools/deepseek_mem_estimate.py, `calc`), evaluated at s = 4096, tp = 1, BF16, no recompute: 2236 MiB per MoE
+# layer and micro-batch, of which 448 MiB is the un-permuted expert output that "probs2swiglu" (Megatron-Core's router
+# weights inside the SwiGLU) removes; its savings per module: layernorm 112 MiB, mla_up_proj 512 MiB, moe_act 144 MiB.
 DSV3 = load_model("deepseek-v3")
 DSV3_TRAIN = TrainSpec(seq_len=4096, global_batch=1024)
 ROUTER_FP32_MIB = 2.0
@@ -161,7 +161,7 @@ def test_deepseek_v3_own_layout_fits_an_h800() -> None:
     # every RMSNorm and MLA up-projection (§3.2.3), caching SwiGLU inputs in FP8 and recomputing their outputs, Adam
     # moments in bf16 (§3.3.3). The run happened, so its layout must be predicted to fit.
     train = TrainSpec(seq_len=4096, global_batch=15360, precision=Precision.FP8, fp8_cache=Fp8Cache.FINE_GRAINED,
-                      bf16_moments=True)
+                      bf16_moments=True, routing=Routing.LOSS_FREE)  # auxiliary-loss-free balancing (§2.1.2)
     lay = Layouts.from_columns(num_gpus=2048, pp=16, dp=128, ep=64, etp=1, schedule=Schedule.DUALPIPE.code,
                                recompute=Recompute.SELECTIVE.code, recompute_norm=True, recompute_mla_up=True,
                                recompute_moe_act=True)

@@ -54,6 +54,20 @@ def test_deepseek_v3_gpu_hours_per_trillion_tokens() -> None:
     assert 0.75 * 180e3 <= gpu_hours_per_trillion <= 180e3
 
 
+def test_overlapped_all_to_all_takes_its_sms_from_compute() -> None:
+    # DeepSeek-V3 §3.2.2: the overlapped dispatch/combine kernels run on 20 of 132 SMs. While they run the
+    # compute they hide behind slows, so the hidden all-to-all time A costs f·A with f the SM share: zero SMs
+    # for communication must give the same step minus that, and no overlap (ep_comm_overlap off) none at all.
+    run = next(r for r in load_runs() if r.name == "DeepSeek-V3 671B pre-training on 2048 H800")
+    job = job_from_run(run, CONSTANTS)
+    free = CONSTANTS.with_overrides({"moe": {"overlap_sms": 0}})
+    taxed = estimate_step(job.model, job.cluster, job.train, job.layouts, CONSTANTS)
+    untaxed = estimate_step(job.model, job.cluster, job.train, job.layouts, free)
+    assert taxed.compute_s[0] == untaxed.compute_s[0]
+    extra = taxed.step_time_s[0] - untaxed.step_time_s[0]
+    assert 0.0 < extra < 20 / 132 * taxed.step_time_s[0]
+
+
 def _sample_layouts(n: int = 400) -> tuple[Layouts, TrainSpec]:
     train = TrainSpec(seq_len=2048, global_batch=1536)
     space = generate(GPT3, SELENE, train, 1536, SpaceOptions(mbs=(1, 2), zero=(0, 1, 3), rank_orders=tuple(RankOrder)))
@@ -140,7 +154,7 @@ def test_rank_order_moves_pipeline_and_data_parallel_groups() -> None:
     assert GroupStrides.of(default).pp[0] == 8 and GroupStrides.of(pp_inner).pp[0] == 2
     assert GroupStrides.of(default).dense_dp[0] == 2 and GroupStrides.of(pp_inner).dense_dp[0] == 8
     model, train = load_model("llama3-8b"), TrainSpec(seq_len=8192, global_batch=64)
-    p2p = [microbatch_comm(model, cluster, train, lay, CONSTANTS.comm).pp_s[0] for lay in (default, pp_inner)]
+    p2p = [microbatch_comm(model, cluster, train, lay, CONSTANTS).pp_s[0] for lay in (default, pp_inner)]
     params = np.array([2e9])
     sync = [data_parallel_comm(cluster, lay, params, np.zeros(1), 4.0, np.array([8]), CONSTANTS.comm).grad_sync_s[0]
             for lay in (default, pp_inner)]

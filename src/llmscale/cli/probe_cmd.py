@@ -92,7 +92,7 @@ def probe_table(document: dict[str, Any]) -> str:
         f" · gbs {document['train']['global_batch']} · median of {document['steps']} steps after "
         f"{document['warmup']} warm-up, parts averaged over ranks",
         f"cpu-host (measured this run): peak {gpu['peak_bf16_tflops'] * 1e3:.1f} GFLOP/s fp32 · gemm "
-        f"{eff['gemm_bf16']:.2f} · attention {eff['attention']:.2f} (bwd ×{eff['attention_backward_ratio']:.2f}) · "
+        f"{eff['gemm_bf16']:.2f} · attention {eff['attention']:.2f} (bwd {eff['attention_backward']:.2f}) · "
         f"copy {gpu['memory_bandwidth_gb_per_s']:.1f} GB/s × hbm {eff['hbm']:.3f} · tier "
         f"{tier['bandwidth_gb_per_s']:.2f} GB/s {tier['latency_us']:.0f} us",
         f"input_sha256 {document['input_sha256']}",

@@ -152,15 +152,17 @@ def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.nd
     return replicated / w.sigma + routed_per_token * per_copy + shared
 
 
-def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayerActivations:
-    """Per-layer activation bytes for one micro-batch (module docstring for the terms)."""
+def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts,
+                      load: np.ndarray | float = 1.0) -> LayerActivations:
+    """Per-layer activation bytes for one micro-batch (module docstring for the terms), with the experts of the
+    busiest EP rank holding `load` times the mean routed tokens (cost.routing; 1 = balanced)."""
     w = _Widths.of(train, lay)
     attention = _attention(model, train, lay, w)
     dense = w.tokens * (attention + _dense_mlp(model, lay, w))
     routed = np.zeros(lay.size)
     moe = np.zeros(lay.size)
     if model.is_moe:
-        per_token = model.top_k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
+        per_token = model.top_k * lay.etp / lay.tp * load
         routed = w.tokens * per_token
         moe = w.tokens * (attention + _moe_mlp(model, lay, w, per_token))
     full_input = BYTES_16BIT * w.tokens * model.hidden / w.sigma

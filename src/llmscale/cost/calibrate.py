@@ -1,9 +1,12 @@
 """Put a calibration profile's measured numbers in place of the datasheet ones (`apply_calibration`).
 
 What it replaces (datasheet peaks stay the MFU denominators):
-  gemm_<precision> = P / datasheet peak of that precision; gemm_half_dim = d_half. A GEMM measured in float32 (CPU)
-      stands in for the 16-bit GEMM. attention, and the FP8/FP4 fractions not measured, are scaled by the same
-      factor as the 16-bit fraction (their catalog ratio to it is kept: not measured).
+  gemm_<precision> = P / datasheet peak of that precision (P, the sweep's large-GEMM throughput, is measured at
+      N = K = 8192 on a GPU, where the kernel model's waves are whole). The sweep's half-dimension d_half stays in
+      the profile as its summary: the kernel model's tile and wave quantization and memory floor (cost/kernels.py)
+      give the narrow-shape roll-off instead. A GEMM measured in float32 (CPU) stands in for the 16-bit GEMM. The
+      attention fractions, and the FP8/FP4 fractions not measured, are scaled by the same factor as the 16-bit
+      fraction (their catalog ratio to it is kept: not measured).
   hbm = copy bandwidth / datasheet HBM bandwidth.
   A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
       sets the fraction to 1.
@@ -53,11 +56,10 @@ def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dic
         fraction, peak = _fraction(g.peak_flops_per_s, datasheet * TERA)
         gpu_fields[_PEAK_FIELD[g.precision]] = peak / TERA
         eff_fields[_GEMM_FIELD[g.precision]] = fraction
-        if g.precision in (Precision.BF16, Precision.FP16) or "gemm_half_dim" not in eff_fields:
-            eff_fields["gemm_half_dim"] = max(g.half_dim, 1e-3)
     if "gemm_bf16" in eff_fields:
         scale = eff_fields["gemm_bf16"] / eff.gemm_bf16
         eff_fields["attention"] = min(eff.attention * scale, 1.0)
+        eff_fields["attention_backward"] = min(eff.attention_backward * scale, 1.0)
         for name in ("gemm_fp8", "gemm_fp4"):
             eff_fields.setdefault(name, min(getattr(eff, name) * scale, 1.0))
     if profile.memory is not None:

@@ -2,22 +2,27 @@
 
 Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch per GPU.
 
-GEMMs (attention projections, MLP, experts, router, logits) take FLOPs / (peak(precision) · η_gemm · f),
-with f = d / (d + d_half) for the GEMM's narrow dimension d — the tokens of a micro-batch, the output
-columns left after the tensor-parallel split, or the tokens one expert receives — so small TP shards and
-thinly loaded experts run below the large-GEMM efficiency. The attention core (FlashAttention, causal, so
-half the s×s work) runs at η_attn of the 16-bit peak forward and attention_backward_ratio × that time
-backward (FlashAttention-2 §3.1.2: 5 GEMMs against 2). Without FlashAttention (train.flash_attention false:
-Megatron-LM's CoreAttention before 2022, Korthikanti et al. 2022 §4.1) QKᵀ and AV are batched 16-bit GEMMs
-over the whole s×s matrix (the mask is applied afterwards), narrow in the head dimension, and every score
-passes through HBM: the fused scale-mask-softmax reads and writes it, dropout reads it and writes it and a
-1-byte mask (forward); backward, dropout reads the gradient and the mask and writes a gradient, softmax reads
-the gradient and its output and writes one, and the two GEMMs become four. Elementwise work (norms, residuals, rotary,
-activation functions, MoE permutation) moves bytes at η_hbm of the HBM bandwidth. Backward GEMMs are two
-passes (input gradient, weight gradient) of the forward's cost. Recompute adds a forward of the layers
-(full) or of the attention core (selective). Efficiencies come from catalog/efficiency.yaml per GPU.
+Every linear layer is its three GEMMs on the kernel model (cost/kernels.py: tile and wave quantization, a memory
+floor), at the shapes the layout gives it: M = the tokens of a micro-batch on this GPU (s/cp · mbs), N and K the
+layer's sizes after the tensor-parallel split. Attention projections and MLPs split their output (column-parallel)
+or input (row-parallel) over tp; MLA's down-projections are duplicated over tp; the routed experts are one grouped
+GEMM over the E/ep experts on this GPU with the tokens each receives (k·etp/tp copies per token spread over the
+experts, `routed_tokens_per_expert`), the shared experts a tensor-parallel MLP, the router a 16-bit GEMM on the
+sequence-parallel share of the tokens. Recipes keep the router and the output layer in 16-bit under FP8/FP4
+(DeepSeek-V3 §3.3: "the embedding module, the output head, MoE gating modules ... in original precision";
+Megatron's FP8 covers the transformer layers' linears only).
 
-Left out: kernel launch gaps, CPU overheads, GEMM wave quantisation, the fp8 casts' own time.
+The attention core is fused attention at the published throughput curve for chunks of s/cp tokens (kernels.py).
+Without FlashAttention (train.flash_attention false: Megatron-LM's CoreAttention before 2022, Korthikanti et al. 2022
+§4.1) QKᵀ and AV are batched 16-bit GEMMs over the whole s×s matrix (mask applied afterwards), narrow in the head
+dimension, and every score passes through HBM: the fused scale-mask-softmax reads and writes it, dropout reads it and
+writes it and a 1-byte mask (forward); backward, dropout reads the gradient and the mask and writes a gradient,
+softmax reads the gradient and its output and writes one, and the two GEMMs become four. Elementwise work (norms,
+residuals, rotary, activation functions, MoE permutation, FP8 casts) moves bytes at the achievable HBM bandwidth;
+backward elementwise is twice the forward's. Recompute adds a forward of the layers (full), of the attention core
+(selective) and of the recomputed modules (norms, MLA up-projections, activation functions, dense MLPs). A fixed
+launch gap per layer and pass (StepConstants.launch_overhead_us, fitted) covers what the kernels leave idle between
+them; a layout with CUDA graphs (Layout.cuda_graphs) replays its layers without it.
 """
 
 from __future__ import annotations
@@ -27,20 +32,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.flops import attention_core_flops_per_layer
-from llmscale.cost.params import count_params
+from llmscale.cost.kernels import KernelRates, LinearTimes, attention_core_s, gemm_s, linear_s, memory_s
+from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import StageLayers
-from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
+from llmscale.units import US
 
 
 @dataclass(frozen=True)
 class LayerTimes:
-    """Forward time of one layer (or the output layer) for one micro-batch on one GPU."""
+    """One layer (or the output layer) for one micro-batch on one GPU: forward times and the backward GEMMs."""
 
     gemm_s: np.ndarray
+    gemm_input_grad_s: np.ndarray
+    gemm_weight_grad_s: np.ndarray
     attention_core_s: np.ndarray
     attention_core_backward_s: np.ndarray
     elementwise_s: np.ndarray
@@ -69,33 +79,13 @@ class RankCompute:
     """Weight-gradient GEMMs (what zero-bubble schedules defer)."""
     attention_core_forward_s: np.ndarray
     """Forward attention core time (what context-parallel KV exchange can hide behind)."""
+    attention_core_backward_s: np.ndarray
     recompute_s: np.ndarray
     """The recomputed forward work inside backward_input_s (full: the layers; selective: the attention core)."""
 
     @property
     def total_s(self) -> np.ndarray:
         return self.forward_s + self.backward_input_s + self.backward_weight_s
-
-
-def gemm_fraction(eff: EfficiencySpec, precision: Precision) -> float:
-    """Large-GEMM fraction of the peak of `precision` (16-bit formats share one)."""
-    return {Precision.FP8: eff.gemm_fp8, Precision.FP4: eff.gemm_fp4}.get(precision, eff.gemm_bf16)
-
-
-def _gemm_s(
-    flops: np.ndarray, narrow_dim: np.ndarray, peak: float, eff: EfficiencySpec, precision: Precision
-) -> np.ndarray:
-    fraction = gemm_fraction(eff, precision) * narrow_dim / (narrow_dim + eff.gemm_half_dim)
-    result: np.ndarray = flops / (peak * fraction)
-    return result
-
-
-def _narrow(*dims: np.ndarray | float) -> np.ndarray:
-    """The narrowest of a GEMM's M, N, K (tokens, output columns per GPU, reduction size)."""
-    result = np.asarray(dims[0], dtype=float)
-    for dim in dims[1:]:
-        result = np.minimum(result, dim)
-    return result
 
 
 CAST_BYTES_PER_ELEMENT = {Precision.FP8: 3.0, Precision.FP4: 2.5}
@@ -129,115 +119,144 @@ the model has dropout: softmax read + write 2 + 2 (backward: read gradient and o
 dropout read + write + 1-byte mask 5 (backward: read gradient and mask, write gradient 5)."""
 
 
-def _attention_core_s(
-    model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray, eff: EfficiencySpec, peak16: float,
-    hbm: float,
-) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class _Shapes:
+    """What every per-layer formula reads: tokens per micro-batch on this GPU and the split sizes (shape (N,))."""
+
+    tokens: np.ndarray
+    tp: np.ndarray
+    sigma: np.ndarray
+    lay: Layouts
+    rates: KernelRates
+    rates16: KernelRates
+    """The same GPU at 16-bit: the attention core, router and output layer."""
+    load: np.ndarray
+    """The busiest EP rank's routed load over the mean (cost.routing; 1 for dense models)."""
+
+
+def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU."""
     if train.flash_attention:
-        flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * tokens / lay.tp
-        forward: np.ndarray = flops / (peak16 * eff.attention)
-        return forward, forward * eff.attention_backward_ratio
-    flops = attention_core_flops_per_layer(model, train.seq_len, causal=False) * tokens / lay.tp
-    gemm = _gemm_s(flops, _narrow(tokens, float(model.dim_per_head)), peak16, eff, Precision.BF16)
-    scores = model.heads / lay.tp * tokens * train.seq_len
+        flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp
+        return attention_core_s(x.rates16, flops, train.seq_len / x.lay.cp)
+    heads = model.heads / x.tp * x.lay.mbs
+    s_c, d = train.seq_len / x.lay.cp, float(model.dim_per_head)
+    gemm = gemm_s(x.rates16, s_c, train.seq_len, d, heads) + gemm_s(x.rates16, s_c, d, train.seq_len, heads)
+    scores = heads * s_c * train.seq_len
     fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
-    return gemm + scores * fwd_bytes / hbm, 2.0 * gemm + scores * bwd_bytes / hbm
+    return gemm + memory_s(x.rates16, scores * fwd_bytes), 2.0 * gemm + memory_s(x.rates16, scores * bwd_bytes)
 
 
-def _up_proj_s(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray, peak: float,
-               eff: EfficiencySpec) -> np.ndarray:
-    """MLA's up-projections of one micro-batch: c_q (r_q) → n·(d_nope + d_rope) and c_kv (r_kv) → n·(d_nope + d_v),
-    column-split over tp (DeepSeek-V2 §2.1.2); 0 for other attention."""
+def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, LinearTimes]:
+    """(all attention projections, the MLA up-projections alone: zero without MLA) of one micro-batch."""
+    t, h, n = x.tokens, model.hidden, model.heads
     if model.mla is None:
-        return np.zeros(lay.size)
-    a, n = model.mla, model.heads
-    params = (a.q_lora_rank or model.hidden) * n * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.kv_lora_rank * n * (
-        a.qk_nope_head_dim + a.v_head_dim)
-    narrow = _narrow(tokens, float(a.kv_lora_rank), n * a.v_head_dim / lay.tp)
-    return _gemm_s(2.0 * params * tokens / lay.tp, narrow, peak, eff, train.precision)
+        qkv = linear_s(x.rates, t, h, (n + 2 * model.num_kv_heads) * model.dim_per_head / x.tp)
+        return qkv + linear_s(x.rates, t, n * model.dim_per_head / x.tp, h), linear_s(x.rates, t, h, 0.0)
+    a = model.mla
+    down = linear_s(x.rates, t, h, (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
+    q_in = a.q_lora_rank or h
+    up = (linear_s(x.rates, t, q_in, n * (a.qk_nope_head_dim + a.qk_rope_head_dim) / x.tp)
+          + linear_s(x.rates, t, a.kv_lora_rank, n * (a.qk_nope_head_dim + a.v_head_dim) / x.tp))
+    return down + up + linear_s(x.rates, t, n * a.v_head_dim / x.tp, h), up
 
 
-def _output_times(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray, last_kind: LayerTimes,
-                  rates: tuple[float, float], eff: EfficiencySpec) -> LayerTimes:
-    """The output layer (logits GEMM, fp32 softmax and cross-entropy) and the MTP modules the last stage runs
-    (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the shared head again)."""
-    peak, hbm = rates
-    h = model.hidden
-    logits_gemm = _gemm_s(2.0 * h * model.vocab * tokens / lay.tp, _narrow(tokens, h, model.vocab / lay.tp), peak,
-                          eff, train.precision)
-    logits_elementwise = tokens * 3 * 4.0 * model.vocab / lay.tp / hbm  # fp32 softmax + CE: write, read, write
-    mtp = model.mtp_layers
-    projection = _gemm_s(2.0 * 2 * h * h * tokens / lay.tp, _narrow(tokens, h, h / lay.tp), peak, eff,
-                         train.precision)
-    return LayerTimes(
-        (1 + mtp) * logits_gemm + mtp * (last_kind.gemm_s + projection),
-        mtp * last_kind.attention_core_s,
-        mtp * last_kind.attention_core_backward_s,
-        (1 + mtp) * logits_elementwise + mtp * last_kind.elementwise_s,
-        mtp * last_kind.norm_s, mtp * last_kind.up_proj_s, mtp * last_kind.activation_s, mtp * last_kind.dense_mlp_s,
-    )
+def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | float,
+         groups: np.ndarray | float = 1.0) -> LinearTimes:
+    """fc1 (h → (m−1)·ffn, the gate and up projections fused) and fc2 (ffn → h) of an MLP or of `groups` experts
+    at ffn per GPU."""
+    fc1 = linear_s(x.rates, tokens, model.hidden, (model.mlp_matrices - 1) * ffn, groups)
+    return fc1 + linear_s(x.rates, tokens, ffn, model.hidden, groups)
+
+
+def routed_tokens_per_expert(model: ModelSpec, lay: Layouts, tokens: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Tokens each local expert of the busiest EP rank receives per micro-batch: the k·etp/tp copies of each of the
+    micro-batch's tokens over the E/ep experts, times that rank's load over the mean (`cost.routing`)."""
+    copies = tokens * model.top_k * lay.etp / lay.tp * load
+    result: np.ndarray = copies / (model.experts / lay.ep)
+    return result
+
+
+def _moe_linears(model: ModelSpec, x: _Shapes) -> LinearTimes:
+    """Routed experts (one grouped GEMM), shared experts and router of one micro-batch."""
+    per_expert = routed_tokens_per_expert(model, x.lay, x.tokens, x.load)
+    experts = _mlp(model, x, per_expert, (model.expert_ffn_hidden or 0) / x.lay.etp, model.experts / x.lay.ep)
+    shared = model.shared_ffn * model.shared_experts
+    if shared:
+        experts = experts + _mlp(model, x, x.tokens, shared / x.tp)
+    return experts + linear_s(x.rates16, x.tokens / x.sigma, model.hidden, model.experts)
 
 
 def layer_times(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants
 ) -> tuple[LayerTimes, LayerTimes, LayerTimes]:
-    """Forward times of a dense layer, an MoE layer and the output layer for one micro-batch."""
-    counts, gpu = count_params(model), cluster.gpu
-    eff = gpu.efficiency
-    peak = gpu.peak_flops_per_s(train.precision)
-    peak16 = gpu.peak_flops_per_s(Precision.BF16)
-    tokens = train.seq_len / lay.cp * lay.mbs
-    sigma = np.where(lay.sp, lay.tp, 1)
-    hbm = gpu.memory_bandwidth_bytes_per_s * eff.hbm
-    core_s, core_bwd_s = _attention_core_s(model, train, lay, tokens, eff, peak16, hbm)
+    """Times of a dense layer, an MoE layer and the output layer for one micro-batch, with the tensor-core peaks
+    times the sustained fraction (KernelRates.of) and the experts at the busiest rank's load (cost.routing)."""
+    gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
+    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
+    x = _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
+                rates=KernelRates.of(gpu, train.precision, sustained),
+                rates16=KernelRates.of(gpu, Precision.BF16, sustained),
+                load=busiest_rank_load(model, train, lay, tokens, constants.moe))
+    core, core_bwd = _attention_core(model, train, x)
+    attention, up = _attention_linears(model, x)
     h = model.hidden
-    attn_cols = (model.heads + 2 * model.num_kv_heads) * model.dim_per_head / lay.tp
-    attn_s = _gemm_s(2.0 * counts.dense_layer.attention * tokens / lay.tp, _narrow(tokens, h, attn_cols), peak, eff,
-                     train.precision)
 
     def elementwise(moe: bool) -> np.ndarray:
         per_sigma, per_tp = _elementwise_bytes_per_token(model, moe, train.precision)
-        return tokens * (per_sigma / sigma + per_tp / lay.tp) / hbm
+        return memory_s(x.rates, x.tokens * (per_sigma / x.sigma + per_tp / x.tp))
 
-    norm_s = tokens * 8.0 * h / sigma / hbm  # two norms: read and write 2·2h bytes each
-    up_proj_s = _up_proj_s(model, train, lay, tokens, peak, eff)
+    def activation(ffn: float) -> np.ndarray:  # read (m−1)·f, write f, 16-bit
+        return memory_s(x.rates, x.tokens * (6.0 if model.gated_mlp else 4.0) * ffn / x.tp)
 
-    def activation_s(ffn: float) -> np.ndarray:
-        return tokens * (6.0 if model.gated_mlp else 4.0) * ffn / lay.tp / hbm  # read (m−1)·f, write f, 16-bit
-
-    mlp_s = _gemm_s(2.0 * counts.dense_layer.dense_mlp * tokens / lay.tp,
-                    _narrow(tokens, h, model.ffn_hidden / lay.tp), peak, eff, train.precision)
-    dense_act = activation_s(model.ffn_hidden)
-    dense = LayerTimes(attn_s + mlp_s, core_s, core_bwd_s, elementwise(False), norm_s, up_proj_s, dense_act,
-                       mlp_s + dense_act)
+    norms = memory_s(x.rates, x.tokens * 8.0 * h / x.sigma)  # two norms: read and write 2·2h bytes each
+    mlp = _mlp(model, x, x.tokens, model.ffn_hidden / x.tp)
+    dense_act = activation(model.ffn_hidden)
+    dense = _layer(attention + mlp, core, core_bwd, elementwise(False), norms, up.forward_s, dense_act,
+                   mlp.forward_s + dense_act)
     zero = np.zeros(lay.size)
-    moe = LayerTimes(zero, zero, zero, zero, zero, zero, zero, zero)
+    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero)
     if model.is_moe:
-        per_expert_tokens = tokens * model.top_k * lay.etp / lay.tp * lay.ep / model.experts
-        routed_flops = 2.0 * counts.active_routed_per_moe_layer * tokens * (model.capacity_factor or 1.0) / lay.tp
-        expert_dim = _narrow(per_expert_tokens, h, (model.expert_ffn_hidden or 1) / lay.etp)
-        # Grouped GEMMs over many thinly loaded experts (one kernel, ragged token counts) run below a dense GEMM
-        # of the same FLOPs: a separate roll-off in tokens per local expert.
-        grouped = per_expert_tokens / (per_expert_tokens + eff.expert_half_tokens)
-        shared_flops = 2.0 * (counts.moe_layer.shared_experts + counts.moe_layer.router) * tokens / lay.tp
-        shared_dim = _narrow(tokens, h, max(model.shared_ffn * model.shared_experts, 1) / lay.tp)
-        moe_gemm = (attn_s + _gemm_s(routed_flops, expert_dim, peak, eff, train.precision) / grouped
-                    + _gemm_s(shared_flops, shared_dim, peak, eff, train.precision))
-        moe_act = activation_s((model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts)
-        moe = LayerTimes(moe_gemm, core_s, core_bwd_s, elementwise(True), norm_s, up_proj_s, moe_act, zero)
-    output = _output_times(model, train, lay, tokens, moe if model.is_moe else dense, (peak, hbm), eff)
-    return dense, moe, output
+        act = activation((model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts)
+        moe = _layer(attention + _moe_linears(model, x), core, core_bwd, elementwise(True), norms, up.forward_s,
+                     act, zero)
+    return dense, moe, _output_times(model, x, moe if model.is_moe else dense)
+
+
+def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, elementwise: np.ndarray,
+           norms: np.ndarray, up: np.ndarray, activation: np.ndarray, dense_mlp: np.ndarray) -> LayerTimes:
+    return LayerTimes(linears.forward_s, linears.input_grad_s, linears.weight_grad_s, core, core_bwd, elementwise,
+                      norms, up, activation, dense_mlp)
+
+
+def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
+    """The output layer (16-bit logits GEMM, fp32 softmax and cross-entropy) and the MTP modules the last stage runs
+    (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the shared head again)."""
+    h, mtp = model.hidden, model.mtp_layers
+    logits = linear_s(x.rates16, x.tokens, h, model.vocab / x.tp)
+    loss = memory_s(x.rates16, x.tokens * 3 * 4.0 * model.vocab / x.tp)  # fp32 softmax + CE: write, read, write
+    linears = logits.scaled(1 + mtp) + linear_s(x.rates, x.tokens, 2 * h, h / x.tp).scaled(mtp)
+    k = last_kind
+    return LayerTimes(
+        linears.forward_s + mtp * k.gemm_s, linears.input_grad_s + mtp * k.gemm_input_grad_s,
+        linears.weight_grad_s + mtp * k.gemm_weight_grad_s, mtp * k.attention_core_s,
+        mtp * k.attention_core_backward_s, (1 + mtp) * loss + mtp * k.elementwise_s, mtp * k.norm_s,
+        mtp * k.up_proj_s, mtp * k.activation_s, mtp * k.dense_mlp_s,
+    )
 
 
 def rank_compute(
-    lay: Layouts, layers: StageLayers, times: tuple[LayerTimes, LayerTimes, LayerTimes], eff: EfficiencySpec
+    lay: Layouts, layers: StageLayers, times: tuple[LayerTimes, LayerTimes, LayerTimes], launch_overhead_us: float,
+    dropless: bool = False,
 ) -> RankCompute:
     """One micro-batch on one pipeline rank: forward, input-gradient backward (with recompute) and
-    weight-gradient backward, summed over its dense and MoE layers and, on the last rank, the output."""
+    weight-gradient backward, summed over its dense and MoE layers and, on the last rank, the output. A `dropless`
+    MoE layer with ep > 1
+    waits on the host once more per pass: the token counts come back to the host before the all-to-all's split
+    sizes are known (a stream synchronisation, NVIDIA/Megatron-LM@d98e8a64ddf3
+    megatron/core/transformer/moe/token_dispatcher.py `cuda_sync_point`), a second launch gap."""
     dense, moe, logits = times
     has_moe = bool(layers.moe.any())  # else every MoE term is 0 · 0: skipped, with the same sums
-
     def total(field: str) -> np.ndarray:
         value: np.ndarray = layers.dense * getattr(dense, field)
         if has_moe:
@@ -246,8 +265,9 @@ def rank_compute(
         return value
 
     gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
-    core_backward = total("attention_core_backward_s")
-    elementwise = elementwise + (layers.dense + layers.moe) * eff.layer_overhead_us * 1e-6
+    gaps = np.where(lay.cuda_graphs, 0.0, launch_overhead_us * US)  # a replayed graph launches no kernel
+    synced = layers.moe * np.where(lay.ep > 1, 2.0, 1.0) if dropless else layers.moe
+    elementwise = elementwise + (layers.dense + synced) * gaps
     forward = gemm + core + elementwise
     layers_forward = forward - layers.last * logits.forward_s
     modules = (lay.recompute_norm * total("norm_s") + lay.recompute_mla_up * total("up_proj_s")
@@ -255,5 +275,6 @@ def rank_compute(
                + lay.recompute_mlp * total("dense_mlp_s"))
     recompute = np.where(lay.recompute == Recompute.FULL.code, layers_forward,
                          np.where(lay.recompute == Recompute.SELECTIVE.code, core, 0.0) + modules)
-    backward_input = gemm + core_backward + 2.0 * elementwise + recompute
-    return RankCompute(forward, backward_input, gemm, core, recompute)
+    core_backward = total("attention_core_backward_s")
+    backward_input = total("gemm_input_grad_s") + core_backward + 2.0 * elementwise + recompute
+    return RankCompute(forward, backward_input, total("gemm_weight_grad_s"), core, core_backward, recompute)

@@ -32,6 +32,7 @@ from llmscale.cost.activations import (
     stage_activation_bytes,
 )
 from llmscale.cost.derived import LayoutDerived, RankParams, derive
+from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, MemoryConstants
@@ -217,6 +218,15 @@ def _offloaded_activations(lay: Layouts, activations: np.ndarray,
     return resident, 2 * offloaded * per_layer
 
 
+def _graph_buffers(lay: Layouts, acts: LayerActivations, held: np.ndarray) -> np.ndarray:
+    """CUDA graphs keep their static input and output buffers resident between replays: taken as one layer's
+    activations per micro-batch in flight (ASSUMPTION: Megatron-Bridge's guide calls the cost "flat to moderately
+    higher ... a run that barely fits in eager mode may OOM once graph buffers stay resident",
+    NVIDIA-NeMo/Megatron-Bridge@067f987d docs/fern/versions/nightly/pages/training/cuda-graphs.mdx, with no
+    number)."""
+    return np.where(lay.cuda_graphs, held * np.maximum(acts.dense_bytes, acts.moe_bytes), 0.0)
+
+
 def _with_mtp(model: ModelSpec, dense: np.ndarray, moe: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rank's layers with the multi-token-prediction modules on the last stage counted as layers of the last
     layer's kind (DeepSeek-V3 §2.2: each MTP module is one transformer block beside the shared head)."""
@@ -234,7 +244,8 @@ def memory_breakdown(
     const = constants.memory
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
-    acts = layer_activations(model, train, lay)
+    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
+    acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
     num_micro = derived.num_microbatches
     shard = Sharding.of(lay)
     stages = derived.stages
@@ -247,6 +258,7 @@ def memory_breakdown(
         dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
         activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
         activations, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
+        activations = activations + _graph_buffers(lay, acts, stage.held)
         activations = activations + np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
         buffers = shared_buffers + state.gather_buffer
         fragmentation = const.fragmentation_fraction * (activations + buffers)

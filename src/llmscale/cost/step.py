@@ -39,7 +39,7 @@ from llmscale.cost.pipeline import PipelineTimes, pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
 from llmscale.layout.arrays import Layouts, distinct_rows
 from llmscale.layout.stages import StageLayers
-from llmscale.specs.cluster import ClusterSpec, EfficiencySpec
+from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
@@ -139,7 +139,7 @@ def _select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
 
 
 def _critical_path(
-    shares: _PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm, eff: EfficiencySpec
+    shares: _PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm
 ) -> _CriticalPath:
     """Communication on one rank's critical path per micro-batch. Each of TP's collectives and EP's
     all-to-alls runs once forward and once backward, and once more when full recompute re-runs the forward;
@@ -153,14 +153,16 @@ def _critical_path(
     tp_pass = shares.tp * tp_layers
     count = layers.dense + layers.moe
     cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
-    cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - eff.attention_backward_ratio * compute.attention_core_forward_s)
+    cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - compute.attention_core_backward_s)
     cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
     if not has_moe:
         zero = np.zeros_like(tp_pass)
         return _CriticalPath(compute, (2 + full) * tp_pass, cp, zero, comm_forward_s=tp_pass + cp_fwd + zero)
-    ep_pass = layers.moe * comm.ep_s
-    ep = np.where(shares.dualpipe, np.maximum(0.0, (2 + full) * ep_pass - compute.total_s),
-                  shares.ep * (2 + full) * ep_pass)
+    ep_all = (2 + full) * layers.moe * comm.ep_s
+    ep = np.where(shares.dualpipe, np.maximum(0.0, ep_all - compute.total_s), shares.ep * ep_all)
+    # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
+    # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
+    ep = ep + shares.sm_share * (ep_all - ep)
     ep_fwd = ep / (2 + full)
     return _CriticalPath(compute, (2 + full) * tp_pass, cp, ep, comm_forward_s=tp_pass + cp_fwd + ep_fwd)
 
@@ -174,15 +176,20 @@ class _PathShares:
     tp: np.ndarray
     ep: np.ndarray
     dualpipe: np.ndarray
+    sm_share: np.ndarray
+    """Share of the SMs the overlapped all-to-all kernels hold (0 where nothing overlaps them)."""
 
     @classmethod
-    def of(cls, lay: Layouts, const: StepConstants) -> _PathShares:
+    def of(cls, lay: Layouts, const: StepConstants, overlap_sm_share: float) -> _PathShares:
+        dualpipe = lay.schedule == Schedule.DUALPIPE.code
+        overlapped = (lay.ep > 1) & (lay.ep_comm_overlap | dualpipe)
         return cls(
             full=(lay.recompute == Recompute.FULL.code).astype(float),
             any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
             tp=np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0),
             ep=np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0),
-            dualpipe=lay.schedule == Schedule.DUALPIPE.code,
+            dualpipe=dualpipe,
+            sm_share=np.where(overlapped, overlap_sm_share, 0.0),
         )
 
 
@@ -193,14 +200,16 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     const = constants.step
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
-    eff = cluster.gpu.efficiency
     num_micro = derived.num_microbatches
-    times, comm = _per_microbatch(model, cluster, train, lay, constants.comm)
+    times, comm = _per_microbatch(model, cluster, train, lay, constants)
     best: tuple[_CriticalPath, StageLayers] | None = None
-    shares = _PathShares.of(lay, const)
+    sms = cluster.gpu.sm_count
+    shares = _PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
+    dropless = model.is_moe and model.capacity_factor is None
     for stage in derived.stages.values():
         layers = stage.layers
-        path = _critical_path(shares, layers, rank_compute(lay, layers, times, eff), comm, eff)
+        compute = rank_compute(lay, layers, times, const.launch_overhead_us, dropless)
+        path = _critical_path(shares, layers, compute, comm)
         if best is None:
             best = (path, layers)
             continue
@@ -228,13 +237,13 @@ MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_or
 
 
 def _per_microbatch(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, comm: CommConstants
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants
 ) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
     """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
     search has few) and spread to every layout."""
     rows, few = lay.distinct_view(*MICROBATCH_COLUMNS)
-    dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few))
-    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few, comm))
+    dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few, constants))
+    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few, constants))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations,
   CP  per layer: the ring passes each rank's K and V chunk cp − 1 times, 2·2·s_c·b·g·d bytes per step, in
       forward, and K, V and their gradients in backward (Megatron/TransformerEngine context parallelism).
   EP  per MoE layer and direction: dispatch and combine all-to-alls, each GPU sending its routed token
-      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU; min(k, M) across nodes with node-limited routing).
+      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU, times the busiest rank's load, cost.routing; min(k, M)
+      across nodes with node-limited routing); an FP8 dispatch sends h bytes and its block scales instead.
   PP  per micro-batch and stage boundary: one activation, 2·s_c·b·h/σ bytes, each way.
   DP  per step: gradients reduce-scattered (ZeRO ≥ 1) or all-reduced (ZeRO 0) and, with a distributed
       optimizer, 16-bit parameters all-gathered; ZeRO-3 gathers weights in forward and backward and
@@ -28,10 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.collectives import collective_time_s, group_links
+from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.collective import Collective
-from llmscale.specs.constants import CommConstants
+from llmscale.specs.constants import CommConstants, Constants
 from llmscale.specs.layout import RankOrder
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
@@ -84,9 +86,10 @@ class MicrobatchComm:
 
 
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                    comm: CommConstants) -> MicrobatchComm:
+                    constants: Constants) -> MicrobatchComm:
     """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
     columns tp, cp, mbs, sp, etp, ep, pp, dp and rank_order only (step.MICROBATCH_COLUMNS)."""
+    comm = constants.comm
     tokens = train.seq_len / lay.cp * lay.mbs
     h = model.hidden
     strides = GroupStrides.of(lay)
@@ -112,8 +115,12 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
         k: np.ndarray | int = model.top_k
         if model.moe_max_nodes is not None:
             k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
-        copies = tokens * k * lay.etp / lay.tp * (model.capacity_factor or 1.0)
-        ep = 2 * collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links)
+        # The all-to-all ends when the busiest rank has its tokens (cost.routing); dispatch in FP8 with its scales
+        # where the run does so (DeepSeek-V3 §3.3.3), combine in 16-bit.
+        copies = tokens * k * lay.etp / lay.tp * busiest_rank_load(model, train, lay, tokens, constants.moe)
+        dispatch_bytes = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
+        ep = (collective_time_s(Collective.ALL_TO_ALL, copies * dispatch_bytes * h, lay.ep, ep_links)
+              + collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links))
     pp_links = group_links(cluster, lay.pp, strides.pp, comm)
     pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
     return MicrobatchComm(tp_dense, tp_moe, cp, ep, pp)

@@ -30,7 +30,7 @@ MEGATRON_FLAGS = (
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
     "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
     "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--exp-avg-dtype", "--exp-avg-sq-dtype",
-    "--optimizer", "--cpu-offloading-num-layers",
+    "--optimizer", "--cpu-offloading-num-layers", "--cuda-graph-impl",
     "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16",
     "--attention-backend",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
@@ -56,7 +56,7 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "sp": ("--sequence-parallel",), "schedule": (),  # no zero-bubble or DualPipe flag: a note
     "offload_optimizer": ("--optimizer-cpu-offload", "--use-precision-aware-optimizer"),
     "offload_params": (),  # no flag: a note
-    "offload_activations": ("--cpu-offloading-num-layers",),
+    "offload_activations": ("--cpu-offloading-num-layers",), "cuda_graphs": ("--cuda-graph-impl",),
     "tp_comm_overlap": ("--tp-comm-overlap",), "ep_comm_overlap": ("--overlap-moe-expert-parallel-comm",),
     "rank_order": (),  # --use-tp-pp-dp-mapping not verified at the pinned commit: a note
 }
@@ -124,6 +124,8 @@ def _megatron_memory(job: Job) -> list[str]:
         args += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]  # validate_args requires both
     if lay.offload_activations:
         args += ["--cpu-offloading-num-layers", str(lay.offload_activations)]  # sets --cpu-offloading itself
+    if lay.cuda_graphs:
+        args += ["--cuda-graph-impl", "transformer_engine"]  # default --cuda-graph-scope full: whole layers
     if job.train.bf16_moments:
         precision_aware = [] if lay.offload_optimizer else ["--use-precision-aware-optimizer"]
         args += [*precision_aware, "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]

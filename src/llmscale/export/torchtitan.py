@@ -51,6 +51,7 @@ LAYOUT_KEYS: dict[str, tuple[str, ...]] = {
     "schedule": ("parallelism.pipeline_parallel_schedule",),
     "offload_optimizer": ("training.enable_cpu_offload",), "offload_params": ("training.enable_cpu_offload",),
     "offload_activations": (),  # enable_cpu_offload moves parameters, gradients and optimizer state only: a note
+    "cuda_graphs": (),  # no CUDA-graph key at the pinned commit: a note
     "tp_comm_overlap": ("parallelism.enable_async_tensor_parallel",),
     "ep_comm_overlap": (),  # no key at the pinned commit: a note
     "rank_order": (),  # the device mesh keeps pipeline outermost: a note
@@ -229,6 +230,9 @@ def _titan_memory_notes(job: Job) -> list[str]:
              "that module's activations, more memory than planned"
              for name in ("recompute_norm", "recompute_mla_up", "recompute_moe_act", "recompute_mlp")
              if getattr(lay, name)]
+    if lay.cuda_graphs:
+        notes.append("cuda_graphs has no torchtitan key at this commit: the run launches every kernel, slower than "
+                     "planned")
     if lay.offload_activations:
         notes.append(f"offload_activations {lay.offload_activations}: torchtitan has no activation offload key "
                      "(enable_cpu_offload is FSDP's parameter offload): the run keeps them on the GPU")

@@ -100,8 +100,8 @@ def failure_profile(name: str | None = None) -> dict[str, Any]:
     return {"name": name, **profiles[name]}
 
 
-CONSTANTS_FILES = {"step": "step.yaml", "memory": "memory.yaml", "comm": "comm.yaml", "checkpoint": "checkpoint.yaml",
-                   "search": "plan.yaml"}
+CONSTANTS_FILES = {"step": "step.yaml", "memory": "memory.yaml", "comm": "comm.yaml", "moe": "moe.yaml",
+                   "checkpoint": "checkpoint.yaml", "search": "plan.yaml"}
 """The catalog file of each component of `specs.constants.Constants`."""
 
 

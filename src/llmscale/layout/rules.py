@@ -48,7 +48,10 @@ class Reason(IntEnum):
     OFFLOAD_ACTIVATIONS = 12
     """activation offload needs pp = 1, no recompute and fewer offloaded layers than layers (Megatron-Core
     TransformerConfig.__post_init__ at NVIDIA/Megatron-LM@000c4ac24f61 raises on each)."""
-    OUT_OF_MEMORY = 13
+    CUDA_GRAPHS = 13
+    """CUDA graphs need no full recompute (Megatron's validate_args asserts it, NVIDIA/Megatron-LM@000c4ac24f61
+    megatron/training/arguments.py)."""
+    OUT_OF_MEMORY = 14
     """the most-loaded GPU needs more memory than it has (set by the memory model, not by `check`)."""
 
 
@@ -78,6 +81,7 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
         (Reason.OFFLOAD_ACTIVATIONS, (lay.offload_activations > 0) & (
             (lay.pp > 1) | (lay.recompute != Recompute.NONE.code) | _any_module_recompute(lay)
             | (lay.offload_activations >= model.layers))),
+        (Reason.CUDA_GRAPHS, lay.cuda_graphs & (lay.recompute == Recompute.FULL.code)),
     ]
     reason = np.zeros(lay.size, dtype=np.int8)
     for code, failed in reversed(conditions):
@@ -146,6 +150,8 @@ def explain_rejection(
             f"activation offload needs pp = 1 (pp {pp}), no recompute, and fewer layers than the model's "
             f"{model.layers} (Megatron-Core's CPU offloading)",
         ),
+        Reason.CUDA_GRAPHS: ("cuda_graphs", True, "CUDA graphs cannot capture full recompute (Megatron asserts "
+                                                  "recompute_granularity != full with --cuda-graph-impl)"),
     }
     field, value, allowed = messages[reason]
     return SpecError(field, value, allowed, where="layout")

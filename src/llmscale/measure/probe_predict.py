@@ -8,16 +8,17 @@ whose every number was measured in the same run (probe_host), each put where the
                       trains in fp32 (no 16-bit tensor cores on a CPU); TrainSpec's 16-bit precisions read this
                       slot, so the spec's training precision stays `bf16` while the number is the fp32 one.
   gemm_bf16           the model's own GEMM shapes' rate (forward + both gradients, weighted by count) / that peak;
-                      gemm_half_dim 1 (the catalog's fitted value: no further roll-off, the shapes are measured).
-  attention           causal SDPA forward: the step model's core FLOPs / (peak · measured time);
-  attention_backward_ratio  measured backward / forward time.
+                      no SM count (a CPU has no waves): the kernel model runs every GEMM at that rate.
+  attention           causal SDPA forward: the step model's core FLOPs / (peak · measured time), with no
+                      sequence roll-off (attention_half_seq 0: the probe's own sequence length is measured);
+  attention_backward  the backward's 2.5× those FLOPs / (peak · measured backward time).
   memory bandwidth    the fp32 copy rate. hbm, the one fraction of it the step model gives every memory-bound
                       kernel, over the mix a probe step runs: the bytes the step model charges (every layer's
                       elementwise bytes and the logits' loss bytes, forward + backward as compute.py counts them,
                       and the optimizer's 30 B per parameter) / (bandwidth · the measured time of the probe's own
                       non-GEMM layer kernels, cross-entropy and AdamW step). The model counts 16-bit activations; the
                       probe's are fp32, and eager torch runs many small kernels — both land in this fraction.
-                      layer_overhead_us 0: the eager dispatch cost is inside those times. expert_half_tokens 0.
+                      The eager dispatch cost is inside those times: the prediction runs with launch_overhead_us 0.
   one network tier    `gloo-loopback`, all ranks: bandwidth and latency fitted (least squares on relative error)
                       so that collectives.py's formulas — with the catalog's efficiencies and base latency — give the
                       gloo all_reduce / all_to_all times measured at the probe's message sizes.
@@ -70,7 +71,6 @@ from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
 from llmscale.units import GB, GIB, TERA, US
 
-GEMM_HALF_DIM = 1.0
 TIER_NAME = "gloo-loopback"
 _PROBE_BANDWIDTH = 1e9
 _PROBE_LATENCY_S = 1e-3
@@ -208,10 +208,10 @@ def host_gpu(setup: ProbeSetup, ranks: list[dict[str, Any]]) -> GPUSpec:
     fwd, bwd = _mean(ranks, "attention_forward_s"), _mean(ranks, "attention_backward_s")
     bandwidth = _mean(ranks, "copy_bytes_per_s")
     efficiency = EfficiencySpec(
-        gemm_bf16=gemm_rate / peak, gemm_fp8=1.0, gemm_fp4=1.0, gemm_half_dim=GEMM_HALF_DIM,
-        attention=min(core / (peak * fwd), 1.0), attention_backward_ratio=bwd / fwd,
+        gemm_bf16=gemm_rate / peak, gemm_fp8=1.0, gemm_fp4=1.0, gemm_wave_overhead_us=0.0,
+        attention=min(core / (peak * fwd), 1.0), attention_half_seq=0.0,
+        attention_backward=min(2.5 * core / (peak * bwd), 1.0), attention_backward_half_seq=0.0,
         hbm=min(memory_bound_bytes(setup) / (bandwidth * memory_bound_seconds(setup, ranks)), 1.0),
-        layer_overhead_us=0.0, expert_half_tokens=0.0,
     )
     return GPUSpec(
         name="cpu-host", peak_bf16_tflops=peak / TERA, memory_gib=_host_memory_bytes() / GIB / setup.nproc,
@@ -265,12 +265,15 @@ def spec_changes(before: ClusterSpec, after: ClusterSpec) -> dict[str, list[Any]
 def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tuple[Split, dict[str, float]]:
     """The step model's split for the probe (module docstring) and the terms matched to the probe's schedule."""
     model, train, lay = setup.model, setup.train, setup.layouts
+    # The host's measured kernel times already hold the eager dispatch gaps (module docstring).
+    constants = constants.with_overrides({"step": {"launch_overhead_us": 0.0}})
     step: StepBreakdown = estimate_step(model, cluster, train, lay, constants)
     layers = stage_layers(model, lay, RankOf.FIRST)
     params = rank_params(model, count_params(model), lay, layers)
     dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0, layers.dense + layers.moe,
                             constants.comm)
-    times = rank_compute(lay, layers, layer_times(model, cluster, train, lay), cluster.gpu.efficiency)
+    times = rank_compute(lay, layers, layer_times(model, cluster, train, lay, constants),
+                         constants.step.launch_overhead_us)
     micro = setup.micro_batches
 
     def one(x: np.ndarray) -> float:

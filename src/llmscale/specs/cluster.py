@@ -17,20 +17,20 @@ from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
 
 
 class EfficiencySpec(Spec):
-    """Achieved fractions of a GPU's datasheet peaks, as the compute model uses them (compute.py).
-    Catalog defaults live in catalog/efficiency.yaml; a GPU entry or a calibration profile overrides them."""
+    """Achieved fractions of a GPU's datasheet peaks and the kernel model's shape constants (cost/kernels.py), each a
+    published measurement or derived from one (catalog/gpus.yaml names it; catalog/efficiency.yaml holds the values
+    for GPUs without their own). A calibration profile replaces them with this machine's measurements."""
 
-    gemm_bf16: float = Field(gt=0, le=1, description="large-GEMM fraction of the 16-bit dense peak")
-    gemm_fp8: float = Field(gt=0, le=1, description="large-GEMM fraction of the FP8 dense peak")
-    gemm_fp4: float = Field(gt=0, le=1, description="large-GEMM fraction of the FP4 dense peak")
-    gemm_half_dim: float = Field(gt=0, description="narrow GEMM dimension at which the fraction halves")
-    attention: float = Field(gt=0, le=1, description="FlashAttention forward fraction of the 16-bit peak")
-    attention_backward_ratio: float = Field(gt=0, description="attention backward time / forward time")
-    hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth elementwise kernels reach")
-    layer_overhead_us: float = Field(ge=0, description="fixed time per layer and forward pass (launch gaps)")
-    expert_half_tokens: float = Field(
-        ge=0, description="tokens per local expert at which grouped expert GEMMs reach half their efficiency"
-    )
+    gemm_bf16: float = Field(gt=0, le=1, description="main-loop fraction of the 16-bit dense peak a large GEMM reaches")
+    gemm_fp8: float = Field(gt=0, le=1, description="main-loop fraction of the FP8 dense peak")
+    gemm_fp4: float = Field(gt=0, le=1, description="main-loop fraction of the FP4 dense peak")
+    gemm_wave_overhead_us: float = Field(ge=0, le=100, description="fixed time per wave: prologue, epilogue, store")
+    attention: float = Field(gt=0, le=1, description="fused causal attention forward: fraction of the 16-bit peak "
+                             "at long sequences (T∞)")
+    attention_half_seq: float = Field(ge=0, description="tokens per chunk at which forward attention reaches half T∞")
+    attention_backward: float = Field(gt=0, le=1, description="fused causal attention backward at long sequences")
+    attention_backward_half_seq: float = Field(ge=0, description="tokens at which backward reaches half its T∞")
+    hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth memory-bound kernels reach")
 
 
 class Generation(str, Enum):
@@ -51,6 +51,7 @@ class GPUSpec(Spec):
 
     name: str = Field(min_length=1)
     generation: Generation | None = Field(None, description="architecture; None for a GPU the catalog has no record of")
+    sm_count: PositiveInt | None = Field(None, description="streaming multiprocessors (wave quantization); None: none")
     peak_bf16_tflops: PositiveFloat
     peak_fp8_tflops: PositiveFloat | None = None
     peak_fp4_tflops: PositiveFloat | None = None

@@ -17,6 +17,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from llmscale.specs.base import FieldProblem, Spec
 from llmscale.specs.collective import Collective
 from llmscale.specs.failures import FailureSpec, Mitigation, MitigationSpec
+from llmscale.specs.train import Routing
 from llmscale.units import GB, GIB, US
 
 
@@ -34,6 +35,11 @@ class StepConstants(Spec):
         ge=0, le=1, description="share of the expert all-to-alls' time left exposed with --ep-comm-overlap"
     )
     step_overhead_s: NonNegativeFloat = Field(description="fixed time per optimizer step (host work, synchronisation)")
+    launch_overhead_us: float = Field(ge=0, le=200, description="idle GPU time per layer and pass between its kernels "
+                                      "(launch gaps, host-side dispatch)")
+    sustained_compute_fraction: float = Field(
+        ge=0.6, le=1.0, description="tensor-core throughput a training run sustains against the short benchmarks "
+        "behind the catalog's ceilings (clocks under the power and thermal limits of hours of load)")
 
 
 class MemoryConstants(Spec):
@@ -114,12 +120,32 @@ class SearchConstants(Spec):
     usable_memory_fraction: float = Field(gt=0, le=1, description="share of GPU memory the training state may use")
 
 
+class MoeConstants(Spec):
+    """Published measurements of MoE routing and its communication kernels (catalog/moe.yaml; `cost.routing`)."""
+
+    max_violation: dict[Routing, NonNegativeFloat] = Field(
+        description="MaxVio = (busiest expert's load − mean) / mean, by routing policy")
+    max_violation_experts: PositiveInt = Field(description="routed experts of the models MaxVio was measured on")
+    overlap_sms: NonNegativeInt = Field(description="SMs the expert all-to-all kernels take while they overlap compute")
+    dispatch_scale_bytes: NonNegativeFloat = Field(
+        description="FP8 dispatch: scale bytes per element (a 4-byte scale per 128 elements)")
+
+    @model_validator(mode="after")
+    def _every_policy(self) -> MoeConstants:
+        missing = [r.value for r in Routing if r not in self.max_violation]
+        if missing:
+            raise FieldProblem("max_violation", sorted(r.value for r in self.max_violation),
+                               f"needs every routing policy; missing {', '.join(missing)}")
+        return self
+
+
 class Constants(Spec):
     """Every fitted or assumed constant of the models, by component (module docstring)."""
 
     step: StepConstants
     memory: MemoryConstants
     comm: CommConstants
+    moe: MoeConstants
     checkpoint: CheckpointConstants
     search: SearchConstants
     mitigations: dict[Mitigation, MitigationSpec] = Field(description="share avoided and cost of each mitigation")

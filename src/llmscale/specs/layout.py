@@ -161,6 +161,9 @@ class Layout(Spec):
         False, description="weights in host memory, streamed in per layer")
     offload_activations: Annotated[int, Knob("offload activations")] = Field(
         0, ge=0, description="layers whose activations go to host memory (Megatron --cpu-offloading-num-layers)")
+    cuda_graphs: Annotated[bool, Knob("cuda graphs")] = Field(
+        False, description="capture each layer in a CUDA graph: no launch gaps, graph buffers resident "
+        "(Megatron --cuda-graph-impl transformer_engine)")
     tp_comm_overlap: Annotated[bool, Knob("tp overlap")] = Field(
         False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
     ep_comm_overlap: Annotated[bool, Knob("ep overlap")] = Field(

@@ -58,6 +58,8 @@ class ModelSpec(Spec):
     first_dense_layers: int = Field(0, ge=0, description="dense layers before the first MoE layer")
     moe_layer_freq: PositiveInt = Field(1, description="after first_dense_layers, every k-th layer is MoE")
     capacity_factor: float | None = Field(None, gt=0, description="expert capacity factor; None = dropless")
+    pad_to_capacity: bool = Field(False, description="every expert's input padded to its capacity (Megatron "
+                                  "--moe-pad-expert-input-to-capacity)")
     moe_max_nodes: PositiveInt | None = Field(
         None, description="node-limited routing: a token's experts span at most this many nodes (DeepSeek-V3: 4)"
     )

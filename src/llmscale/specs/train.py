@@ -43,8 +43,21 @@ class Fp8Cache(str, Enum):
     output once, in E5M6 (1.5 B), shared by attention's backward and the projection's."""
 
 
+class Routing(str, Enum):
+    """How an MoE router balances its experts (it sets the load of the busiest expert-parallel rank)."""
+
+    FORCED = "forced"
+    """Router logits replaced by random noise, every token to k uniformly random experts (Megatron
+    --moe-router-force-load-balancing; the Megatron-Bridge benchmark tables run so): only sampling imbalance."""
+    LOSS_FREE = "loss-free"
+    """Auxiliary-loss-free balancing by per-expert bias (DeepSeek-V3 §2.1.2; arXiv:2408.15664)."""
+    AUX_LOSS = "aux-loss"
+    """An auxiliary balance loss (Megatron's default moe_router_load_balancing_type aux_loss)."""
+
+
 TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
-               "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache"}
+               "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache",
+               "routing": "--routing", "fp8_dispatch": "--fp8-dispatch"}
 """The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
 
 
@@ -65,6 +78,9 @@ class TrainSpec(Spec):
         False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
     fp8_cache: Fp8Cache = Field(Fp8Cache.LINEAR_INPUTS, description="saved activations kept in FP8 by an FP8 recipe")
+    routing: Routing = Field(Routing.AUX_LOSS, description="how an MoE router balances its experts")
+    fp8_dispatch: bool = Field(False, description="MoE tokens dispatched in FP8 with block scales, combined in 16-bit "
+                               "(DeepSeek-V3 §3.3.3; DeepEP)")
 
     @property
     def tokens_per_step(self) -> int:

@@ -45,7 +45,7 @@ from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision
 from llmscale.validation.runs import PublishedRun, model_from_run
 
-MODEL_FACTS = ("tied_embeddings", "dropout", "capacity_factor")
+MODEL_FACTS = ("tied_embeddings", "dropout", "capacity_factor", "pad_to_capacity")
 """ModelSpec fields a run_settings.yaml entry may state for rows whose schema has no key for them."""
 
 
@@ -74,7 +74,7 @@ def run_facts(run: PublishedRun) -> dict[str, Any]:
 MODULE_FLAGS = {"layernorm": "recompute_norm", "mla_up_proj": "recompute_mla_up", "moe_act": "recompute_moe_act",
                 "mlp": "recompute_mlp"}
 """Megatron --recompute-modules names and the layout switch of each (`core_attn` is recompute = selective)."""
-TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache")
+TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch")
 """TrainSpec fields a run_settings.yaml entry may state."""
 
 
@@ -167,6 +167,7 @@ def _layout(run: PublishedRun, model: ModelSpec, recompute: Recompute, facts: di
         "tp_comm_overlap": bool(facts.get("tp_comm_overlap", False)) and isinstance(tp, int) and tp > 1,
         "ep_comm_overlap": bool(facts.get("moe_a2a_overlap", False)),
         "offload_activations": int(facts.get("activation_offload_layers", 0)) if facts.get("activation_offload") else 0,
+        "cuda_graphs": bool(facts.get("cuda_graphs", False)),
         "rank_order": facts.get("rank_order", RankOrder.TP_CP_EP_DP_PP),
     }
     return parse_spec(Layout, fields, where=f"published run {run.name!r}")

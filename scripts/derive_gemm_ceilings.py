@@ -1,0 +1,141 @@
+"""Derive the kernel-model constants of catalog/gpus.yaml from published measurements, so they are reproducible.
+
+1. The per-wave fixed cost t_w (EfficiencySpec.gemm_wave_overhead_us): DeepGEMM's dense FP8 table on H800 SXM5
+   (deepseek-ai/DeepGEMM@327ec92f6977e7fee022cb76a8f273b75483c3d8 README.md, "Normal GEMMs for dense models", the
+   M = 4096 rows): with 256×128 tiles on 132 SMs each row runs W waves; its time per wave t/W against K is a line
+   whose intercept is the cost a wave pays whatever its K (prologue, epilogue, store) and whose slope is the
+   main-loop rate. That is a kernel whose epilogue does not overlap the next tile. cuBLAS's persistent,
+   warp-specialized kernels overlap it (NVIDIA/cutlass@7107b055 media/docs/cpp/efficient_gemm.md, "Warp-Specialized
+   Persistent Ping-Pong"): MAMF measures B300 at 0.786 of its peak at K = 1024, where a 2.6 µs wave cost would allow
+   at most 0.63 — so the catalog keeps t_w = 0 (`CATALOG_WAVE_OVERHEAD_US`) and this fit is printed for reference.
+2. The main-loop fraction η (gemm_bf16, gemm_fp8, gemm_fp4) of each GPU: the Maximum Achievable Matmul FLOPS (MAMF)
+   stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7 compute/accelerator/README.md measured (best shape
+   of a torch.mm / torch._scaled_mm sweep, cuBLASLt), and DeepGEMM PR #348's cuBLASLt MXFP4 8192³ on B200 for FP4:
+   the η at which llmscale's kernel model (cost/kernels.py, with t_w from step 1 and the catalog's peak and SM count)
+   reproduces the measured time at the measured shape, found by bisection.
+
+3. The fused-attention curves (attention, attention_half_seq, attention_backward, attention_backward_half_seq):
+   TF(s) = T∞/(1 + s₀/s), least squares on relative error, on causal head-dim-128 series of the kernels the
+   frameworks run — cuDNN through Transformer Engine (NVIDIA/cudnn-frontend@3929da2ef4c1dba1bb8acb68727b9134f26f40c0
+   benchmark/sdpa_benchmark_training/results: H200 cuDNN 9.19.1 llama3.1_20260227_034703.csv, GB200 cuDNN 9.22.0
+   llama3.1/gb200/llama3.1_20260424_100750.csv; B200 cuDNN 9.19.1 as FlashAttention-4, arXiv:2603.05451 Figs. 4
+   and 6, plots it) — and, for A100, FlashAttention-2's forward+backward series (arXiv:2307.08691 Fig. 4), split into
+   forward and backward by the paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%").
+
+Run:  python scripts/derive_gemm_ceilings.py      (prints the values written into catalog/gpus.yaml)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmscale.cost.kernels import KernelRates, gemm_s
+from llmscale.io.catalog import load_gpu
+from llmscale.specs.train import Precision
+from llmscale.units import TERA, US
+
+DEEPGEMM_H800_FP8 = ((4096, 2112, 7168, 1127), (4096, 24576, 1536, 1212), (4096, 32768, 512, 775),
+                     (4096, 7168, 16384, 1520), (4096, 4096, 7168, 1410), (4096, 7168, 2048, 1168))
+"""(M, N, K, TFLOP/s) of DeepGEMM@327ec92 README.md's dense table, M = 4096 rows (H800 SXM5, FP8, NVCC 12.8)."""
+
+CATALOG_WAVE_OVERHEAD_US = 0.0
+"""The t_w the catalog uses (module docstring, step 1)."""
+
+MEASURED = (
+    # (catalog GPU, precision, TFLOP/s, (M, N, K), source)
+    ("a100-80gb", Precision.BF16, 271.2, (1024, 10240, 5120), "MAMF A100 SXM, torch 2.6.0+cu126"),
+    ("h100-sxm", Precision.BF16, 794.5, (2048, 2048, 13312), "MAMF H100 SXM, torch 2.7.0+cu126 ('H200 is the same')"),
+    ("h100-sxm", Precision.FP8, 1402.6, (1024, 9216, 14336), "MAMF H100 SXM FP8, torch 2.7.0+cu126"),
+    ("h200", Precision.FP8, 1453.4, (1280, 4096, 12032), "MAMF H200 SXM FP8, torch 2.7.1+cu128"),
+    ("b200", Precision.BF16, 1745.0, (1792, 16128, 3072), "MAMF B200 SXM, torch 2.7.1+cu128"),
+    ("b200", Precision.FP8, 3432.5, (15360, 4096, 3072), "MAMF B200 SXM FP8, torch 2.7.1+cu128"),
+    ("b200", Precision.FP4, 5239.0, (8192, 8192, 8192), "deepseek-ai/DeepGEMM PR #348: cuBLASLt MXFP4 8192³ on B200"),
+    ("gb200", Precision.BF16, 1822.0, (4096, 9728, 2048), "MAMF GB200, torch 2.10.0.dev20250916+cu130"),
+    ("gb200", Precision.FP8, 3615.6, (19456, 5120, 1536), "MAMF GB200 FP8, torch 2.10.0.dev20250916+cu130"),
+    ("b300", Precision.BF16, 1769.0, (12288, 18432, 1024), "MAMF B300 SXM, torch 2.9.1+cu130"),
+    ("b300", Precision.FP8, 3353.3, (3072, 6144, 7168), "MAMF B300 SXM FP8, torch 2.9.1+cu130"),
+)
+
+
+ATTENTION_CAUSAL_D128 = {
+    # series: (peak TFLOP/s, {sequence length: TFLOP/s})
+    "h200 cuDNN fwd": (989, {2048: 484, 4096: 591, 8192: 644, 16384: 673, 32768: 688}),
+    "h200 cuDNN bwd": (989, {2048: 370, 4096: 474, 8192: 541, 16384: 579, 32768: 581}),
+    "b200 cuDNN fwd": (2250, {1024: 822, 2048: 1103, 4096: 1295, 8192: 1430, 16384: 1509, 32768: 1540}),
+    "b200 cuDNN bwd": (2250, {1024: 651, 2048: 894, 4096: 1090, 8192: 1218, 16384: 1293, 32768: 1337}),
+    "gb200 cuDNN fwd": (2450, {2048: 1097, 4096: 1408, 8192: 1574, 16384: 1708, 32768: 1622}),
+    "gb200 cuDNN bwd": (2450, {2048: 885, 4096: 1148, 8192: 1332, 16384: 1328, 32768: 1226}),
+    "a100 FA2 fwd+bwd": (312, {512: 99, 1024: 133, 2048: 155, 4096: 173, 8192: 182, 16384: 189}),
+}
+A100_FORWARD_OVER_BACKWARD = 0.73 / 0.63
+"""FlashAttention-2's stated best forward and backward fractions on A100 (arXiv:2307.08691 §4 and §1)."""
+
+
+def fit_curve(points: dict[int, int]) -> tuple[float, float]:
+    """(T∞, s₀) of TF(s) = T∞/(1 + s₀/s), least squares on relative error over a grid of s₀."""
+    s = np.array(list(points), dtype=float)
+    tf = np.array(list(points.values()), dtype=float)
+    best = (np.inf, 0.0, 0.0)
+    for s0 in np.arange(0.0, 4000.0, 1.0):
+        shape = 1.0 / (1.0 + s0 / s)
+        t_inf = float(np.sum(shape / tf) / np.sum(shape**2 / tf**2))  # minimises Σ (T∞·shape/tf − 1)²
+        error = float(np.sum((t_inf * shape / tf - 1.0) ** 2))
+        best = min(best, (error, t_inf, float(s0)))
+    return best[1], best[2]
+
+
+def attention_curves() -> None:
+    for name, (peak, points) in ATTENTION_CAUSAL_D128.items():
+        t_inf, s0 = fit_curve(points)
+        if name.startswith("a100"):  # split the forward+backward rate: 3.5/T = 1/f + 2.5/b with f = r·b
+            b = (1 / A100_FORWARD_OVER_BACKWARD + 2.5) * t_inf / 3.5
+            print(f"{name:<18} T_inf {t_inf:.0f} s0 {s0:.0f}: forward {b * A100_FORWARD_OVER_BACKWARD / peak:.3f}, "
+                  f"backward {b / peak:.3f} of the peak, s0 {s0:.0f} for both")
+        else:
+            print(f"{name:<18} T_inf {t_inf:.0f} ({t_inf / peak:.3f} of {peak}) s0 {s0:.0f}")
+
+
+def wave_overhead_us() -> tuple[float, float]:
+    """(t_w in µs, main-loop fraction of the FP8 peak) from the DeepGEMM rows (module docstring, step 1)."""
+    sms, peak = 132, load_gpu("h800").peak_flops_per_s(Precision.FP8)
+    k, per_wave = [], []
+    for m, n, kk, tflops in DEEPGEMM_H800_FP8:
+        waves = np.ceil(np.ceil(m / 256) * np.ceil(n / 128) / sms)
+        k.append(kk)
+        per_wave.append(2.0 * m * n * kk / (tflops * TERA) / waves)
+    slope, intercept = np.polyfit(np.array(k, dtype=float), np.array(per_wave), 1)
+    main_loop = 2.0 * 256 * 128 / slope / (peak / sms)
+    return float(intercept / US), float(main_loop)
+
+
+def main_loop_fraction(gpu_name: str, precision: Precision, tflops: float, shape: tuple[int, int, int],
+                       overhead_us: float) -> float:
+    """η at which the kernel model's time at `shape` equals the measured time (module docstring, step 2)."""
+    gpu = load_gpu(gpu_name)
+    m, n, k = shape
+    target = 2.0 * m * n * k / (tflops * TERA)
+    lo, hi = 0.05, 1.5
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        eff = gpu.efficiency.model_copy(update={"gemm_bf16": min(mid, 1.0), "gemm_fp8": min(mid, 1.0),
+                                                "gemm_fp4": min(mid, 1.0), "gemm_wave_overhead_us": overhead_us})
+        rates = KernelRates.of(gpu.model_copy(update={"efficiency": eff}), precision)
+        rates = KernelRates(**{**rates.__dict__, "gemm_fraction": mid, "hbm_bytes_per_s": np.inf})
+        lo, hi = (lo, mid) if float(gemm_s(rates, m, n, k)) < target else (mid, hi)
+    return (lo + hi) / 2
+
+
+def main() -> None:
+    overhead, main_loop = wave_overhead_us()
+    print(f"DeepGEMM fit: t_w = {overhead:.2f} us per wave, main loop at {main_loop:.3f} of the H800 FP8 peak "
+          f"(not overlapped); the catalog uses t_w = {CATALOG_WAVE_OVERHEAD_US} us")
+    for gpu, precision, tflops, shape, source in MEASURED:
+        eta = main_loop_fraction(gpu, precision, tflops, shape, CATALOG_WAVE_OVERHEAD_US)
+        peak = load_gpu(gpu).peak_flops_per_s(precision) / TERA
+        print(f"{gpu:<10}{precision.value:<6} measured {tflops:>7.1f} of {peak:>6.0f} ({tflops / peak:.3f})"
+              f" at {'x'.join(map(str, shape)):<17} -> eta {eta:.3f}   [{source}]")
+    attention_curves()
+
+
+if __name__ == "__main__":
+    main()

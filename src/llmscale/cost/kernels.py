@@ -1,0 +1,145 @@
+"""Kernel times from physics, vectorized over layouts: GEMMs on a roofline with tile and wave quantization, fused
+attention from published throughput curves, memory-bound kernels at the HBM roofline.
+
+Shape legend: dimensions and results are arrays of shape (N,) (or scalars that broadcast); seconds per call.
+
+GEMM, one kernel computing `groups` equal products of an M×K and a K×N matrix (a grouped GEMM when groups > 1):
+with output tiles of T_m×T_n, its C = groups·⌈M/T_m⌉·⌈N/T_n⌉ tiles run over the GPU's S SMs in W = ⌈C/S⌉ waves
+(tile and wave quantization: NVIDIA, "Matrix Multiplication Background User's Guide" §3.1–3.2; DeepGEMM's heuristic
+counts the same waves, deepseek-ai/DeepGEMM@54e22612 csrc/jit_kernels/heuristics/sm90.hpp `get_layout_info`). Each
+wave runs one tile per SM at η of the per-SM peak and pays a fixed t_w (prologue, epilogue and store); the library
+picks the tile of `TILES` that finishes first:
+
+    t_compute = min over tiles of W · (2·T_m·T_n·K / (η·peak/S) + t_w)
+    t_memory  = (groups·(M·K + K·N)·b + groups·M·N·2) / (η_hbm·B)      b = operand bytes, outputs 16-bit
+    t         = max(t_compute, t_memory)
+
+η (the main-loop fraction) and t_w are catalog numbers derived from published measurements (catalog/gpus.yaml and
+scripts/derive_gemm_ceilings.py). A GPU without an SM count (a CPU host) runs t = groups·2MNK/(η·peak). A training
+linear layer runs three GEMMs (`linear_s`): forward Y = XW (M = tokens, K = in, N = out), input gradient
+dX = dY·Wᵀ (M = tokens, K = out, N = in) and weight gradient dW = Xᵀ·dY (M = in, K = tokens, N = out).
+
+Fused attention (FlashAttention-2/3/4, cuDNN): achieved FLOP/s at sequence length s follows TF(s) = T∞/(1 + s₀/s)
+(every published series fits it within ±5 %), forward and backward separately, causal, 16-bit; T∞ and s₀ per GPU
+in the catalog, from the FlashAttention papers' tables and NVIDIA's cudnn-frontend benchmark results. With context
+parallelism each rank's kernel sees chunks of s/cp tokens. Memory-bound kernels move their bytes at η_hbm of the
+HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.specs.cluster import GPUSpec
+from llmscale.specs.train import Precision
+from llmscale.units import BYTES_16BIT, US
+
+TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64))
+"""Output tiles per SM (T_m, T_n) a GEMM library chooses from: cuBLAS's typical tiles (NVIDIA, "Matrix Multiplication
+Background User's Guide" §2.3, from 256×128 and 128×256, the most efficient, down to 64×64); Hopper's WGMMA tiles and
+Blackwell's two-SM 256×N tiles (NVIDIA/cutlass@7107b055 media/docs/cpp/blackwell_functionality.md) cover the same
+areas per SM."""
+OPERAND_BYTES = {Precision.FP8: 1.0, Precision.FP4: 0.5}
+"""GEMM input bytes per element (16-bit formats: 2); block scales ignored."""
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """What the kernel model reads of one GPU at one GEMM precision."""
+
+    peak_flops_per_s: float
+    """Dense peak of the GEMM precision."""
+    gemm_fraction: float
+    """η: the main-loop fraction of that peak a large GEMM reaches."""
+    sm_count: int | None
+    wave_overhead_s: float
+    operand_bytes: float
+    hbm_bytes_per_s: float
+    """Achievable HBM bandwidth: datasheet × η_hbm."""
+    peak16_flops_per_s: float
+    attention_forward: float
+    attention_backward: float
+    attention_forward_half_seq: float
+    attention_backward_half_seq: float
+
+    @classmethod
+    def of(cls, gpu: GPUSpec, precision: Precision, sustained: float = 1.0) -> KernelRates:
+        """`gpu`'s rates at `precision`, its tensor-core peaks times `sustained` (the throughput a training run
+        sustains against the burst the catalog's measurements saw: StepConstants.sustained_compute_fraction)."""
+        eff = gpu.efficiency
+        fraction = {Precision.FP8: eff.gemm_fp8, Precision.FP4: eff.gemm_fp4}.get(precision, eff.gemm_bf16)
+        return cls(
+            peak_flops_per_s=gpu.peak_flops_per_s(precision) * sustained, gemm_fraction=fraction,
+            sm_count=gpu.sm_count,
+            wave_overhead_s=eff.gemm_wave_overhead_us * US,
+            operand_bytes=OPERAND_BYTES.get(precision, float(BYTES_16BIT)),
+            hbm_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * eff.hbm,
+            peak16_flops_per_s=gpu.peak_flops_per_s(Precision.BF16) * sustained,
+            attention_forward=eff.attention, attention_backward=eff.attention_backward,
+            attention_forward_half_seq=eff.attention_half_seq,
+            attention_backward_half_seq=eff.attention_backward_half_seq,
+        )
+
+    def with_precision_of(self, other: KernelRates) -> KernelRates:
+        """These rates at `other`'s GEMM peak, fraction and operand size (the 16-bit GEMMs of an FP8 run)."""
+        return KernelRates(**{**self.__dict__, "peak_flops_per_s": other.peak_flops_per_s,
+                              "gemm_fraction": other.gemm_fraction, "operand_bytes": other.operand_bytes})
+
+
+def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
+           groups: np.ndarray | float = 1.0) -> np.ndarray:
+    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (module docstring)."""
+    m, n, k, groups = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
+    flops = 2.0 * groups * m * n * k
+    if r.sm_count is None:
+        compute: np.ndarray = flops / (r.gemm_fraction * r.peak_flops_per_s)
+    else:
+        per_sm = r.gemm_fraction * r.peak_flops_per_s / r.sm_count
+        compute = np.full(np.broadcast(m, n, k, groups).shape, np.inf)
+        for tile_m, tile_n in TILES:
+            waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) / r.sm_count)
+            compute = np.minimum(compute, waves * (2.0 * tile_m * tile_n * k / per_sm + r.wave_overhead_s))
+    moved = groups * ((m * k + k * n) * r.operand_bytes + m * n * BYTES_16BIT)
+    result: np.ndarray = np.maximum(compute, moved / r.hbm_bytes_per_s)
+    return np.where(flops > 0, result, 0.0)
+
+
+@dataclass(frozen=True)
+class LinearTimes:
+    """The three GEMMs of one linear layer in training (seconds, shape (N,))."""
+
+    forward_s: np.ndarray
+    input_grad_s: np.ndarray
+    weight_grad_s: np.ndarray
+
+    def __add__(self, other: LinearTimes) -> LinearTimes:
+        return LinearTimes(self.forward_s + other.forward_s, self.input_grad_s + other.input_grad_s,
+                           self.weight_grad_s + other.weight_grad_s)
+
+    def scaled(self, factor: np.ndarray | float) -> LinearTimes:
+        return LinearTimes(self.forward_s * factor, self.input_grad_s * factor, self.weight_grad_s * factor)
+
+
+def linear_s(r: KernelRates, tokens: np.ndarray | float, n_in: np.ndarray | float, n_out: np.ndarray | float,
+             groups: np.ndarray | float = 1.0) -> LinearTimes:
+    """Forward, input-gradient and weight-gradient GEMMs of a linear layer of n_in → n_out per GPU over `tokens`
+    rows (per group, for `groups` experts of one grouped GEMM)."""
+    return LinearTimes(gemm_s(r, tokens, n_out, n_in, groups), gemm_s(r, tokens, n_in, n_out, groups),
+                       gemm_s(r, n_in, n_out, tokens, groups))
+
+
+def attention_core_s(r: KernelRates, flops: np.ndarray, seq: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of fused causal attention of `flops` forward FLOPs (causal count) over chunks of
+    `seq` tokens; backward does 2.5× the forward FLOPs (FlashAttention-2 §3.1.2: five matmuls against two)."""
+    s = np.asarray(seq, dtype=float)
+    forward_rate = r.peak16_flops_per_s * r.attention_forward / (1.0 + r.attention_forward_half_seq / s)
+    backward_rate = r.peak16_flops_per_s * r.attention_backward / (1.0 + r.attention_backward_half_seq / s)
+    return flops / forward_rate, 2.5 * flops / backward_rate
+
+
+def memory_s(r: KernelRates, moved_bytes: np.ndarray | float) -> np.ndarray:
+    """Seconds to move `moved_bytes` through HBM at the achievable bandwidth."""
+    result: np.ndarray = np.asarray(moved_bytes, dtype=float) / r.hbm_bytes_per_s
+    return result
