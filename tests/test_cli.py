@@ -151,6 +151,7 @@ def test_memory_flags_are_frozen() -> None:
         "--cuda-graphs",
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
         "--flash-attention", "--no-flash-attention", "--bf16-moments", "--fp32-moments", "--fp8-cache",
+        "--routing", "--fp8-dispatch", "--bf16-dispatch",
         "--json", "--expect-sha256", "--calibration", "--from-plan",
     }  # fmt: skip
 
@@ -183,3 +184,17 @@ def test_explain_without_flash_attention_matches_the_2021_gpt3_step(capsys: pyte
     assert unfused["train"]["flash_attention"] is False and fused["train"]["flash_attention"] is True
     assert unfused["step_time_s"] == pytest.approx(19.2, rel=0.05)
     assert unfused["step_time_s"] > fused["step_time_s"]
+
+
+def test_routing_and_fp8_dispatch_flags_reach_the_cost_model(capsys: pytest.CaptureFixture[str]) -> None:
+    # An aux-loss router leaves its busiest EP rank more tokens than a forced-balanced one (arXiv:2408.15664
+    # Table 5 MaxVio), so its expert GEMMs and all-to-alls take longer; FP8 dispatch halves the dispatch bytes.
+    job = ["--model", "deepseek-v3", "--cluster", "eos-h100", "--gpus", "1024", "--tp", "1", "--pp", "8",
+           "--ep", "64", "--mbs", "1", "--gbs", "8192", "--precision", "fp8", "--json"]
+    forced = json.loads(run(capsys, "explain", *job, "--routing", "forced"))
+    aux = json.loads(run(capsys, "explain", *job, "--routing", "aux-loss"))
+    fp8 = json.loads(run(capsys, "explain", *job, "--routing", "forced", "--fp8-dispatch"))
+    assert (forced["train"]["routing"], aux["train"]["routing"], fp8["train"]["fp8_dispatch"]) == (
+        "forced", "aux-loss", True)
+    assert aux["breakdown"]["compute_s"] > forced["breakdown"]["compute_s"]
+    assert aux["breakdown"]["ep_exposed_s"] > forced["breakdown"]["ep_exposed_s"] > fp8["breakdown"]["ep_exposed_s"]

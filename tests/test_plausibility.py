@@ -5,15 +5,24 @@ test recomputes it from data/published_runs.yaml (through validate, the same row
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
-from llmscale.io.catalog import load_gpu, load_published_mfu
-from llmscale.specs.record import PrecisionClass
+from llmscale.cost.step import STEP_PARTS, estimate_step
+from llmscale.io.catalog import load_constants, load_gpu, load_published_mfu
+from llmscale.search.plausibility import mfu_excess
+from llmscale.specs.cluster import Generation
+from llmscale.specs.record import MfuRecord, PrecisionClass
 from llmscale.specs.train import Precision
-from llmscale.validation.runs import load_rows
+from llmscale.validation.jobs import job_from_run
+from llmscale.validation.runs import load_rows, load_runs
 from llmscale.validation.validate import ValidationRow, validate_rows
+from tests.conftest import run_cli_json
+
+CONSTANTS = load_constants()
 
 
 def test_every_record_is_the_best_published_run_of_its_generation_and_precision() -> None:
@@ -40,3 +49,42 @@ def test_a_prediction_above_the_record_is_flagged() -> None:
     # The record's Hopper 16-bit entry is the one a Hopper bf16 prediction is held against.
     best = load_published_mfu().best(load_gpu("h800").generation, Precision.BF16)
     assert best is not None and best.run == "Megatron-Core r0.8 weak scaling GPT 16B on 192 H100"
+
+
+def _explain(capsys: pytest.CaptureFixture[str], *layout: str) -> dict[str, Any]:
+    job = ["--model", "gpt3-175b", "--cluster", "selene", "--gpus", "1536", "--seq-len", "2048", *layout]
+    return run_cli_json(capsys, "explain", *job)
+
+
+def test_explain_names_the_terms_above_the_record(capsys: pytest.CaptureFixture[str]) -> None:
+    # A no-recompute ZB-V layout at a 20k-sequence batch: no published A100 run reached its predicted MFU
+    # (record 56.3 %, Korthikanti et al. 2022 Table 5, 1T on 512 A100), and what it gains over that run's own
+    # layout is the bubble (ZB-V at 1,280 micro-batches) and the recompute it no longer pays.
+    above = _explain(capsys, "--tp", "4", "--pp", "12", "--mbs", "1", "--recompute", "none", "--schedule", "zbv",
+                     "--gbs", "20480")["above_published_mfu"]
+    assert above is not None and above["best_published_mfu"] == 0.563
+    terms = {t["term"]: t for t in above["terms"]}
+    assert "bubble_s" in terms and terms["bubble_s"]["value"] < terms["bubble_s"]["record_value"]
+    assert "Korthikanti 2022 1T" in above["note"] and "bubble" in above["note"]
+
+
+def test_a_published_layout_below_the_record_is_not_flagged(capsys: pytest.CaptureFixture[str]) -> None:
+    # Narayanan et al. 2021 Table 1: GPT-3 175B on 1,536 A100 (tp 8, pp 8, batch 1,536) reached 163 TFLOP/s per
+    # GPU (52 % of peak), below the A100 record; the same layout predicted here must not be flagged.
+    assert _explain(capsys, "--tp", "8", "--pp", "8", "--mbs", "1", "--gbs", "1536")["above_published_mfu"] is None
+
+
+def test_the_carrying_terms_account_for_the_whole_gain() -> None:
+    # ln(MFU / MFU_record-run) = ln(kernel-MFU ratio) + ln(compute-share ratio), the second split over the parts:
+    # with every term kept, the gains add up to the log ratio exactly.
+    run = next(r for r in load_runs() if r.name == "Megatron-Core r0.8 weak scaling GPT 1.7B on 48 H100")
+    job = job_from_run(run, CONSTANTS)
+    step = estimate_step(job.model, job.cluster, job.train, job.layouts, CONSTANTS)
+    record = MfuRecord(generation=Generation.HOPPER, precision=PrecisionClass.BIT16, mfu=0.01, run="a low record")
+    ref_run = next(r for r in load_runs() if r.name == "Megatron-Core r0.8 weak scaling GPT 16B on 192 H100")
+    ref = job_from_run(ref_run, CONSTANTS)
+    ref_step = estimate_step(ref.model, ref.cluster, ref.train, ref.layouts, CONSTANTS)
+    excess = mfu_excess(step, 0, record, ref_step, max_terms=len(STEP_PARTS) + 1)
+    assert excess is not None
+    full = sum(t.log_gain for t in excess.terms)
+    assert full >= math.log(float(step.mfu[0]) / float(ref_step.mfu[0])) - 1e-9

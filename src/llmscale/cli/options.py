@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
-from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Precision
+from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Precision, Routing
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF "
                                               "config.json" + escape(f" [default: {DEFAULT_MODEL}]"))]
@@ -39,6 +39,12 @@ MomentsOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["bf16_moments"] + "
 Fp8CacheOpt = Annotated[Fp8Cache | None, typer.Option(TRAIN_FLAGS["fp8_cache"], case_sensitive=False,
                                                       help="which saved activations an FP8 run keeps in FP8"
                                                       + escape(" [default: linear-inputs]"))]
+RoutingOpt = Annotated[Routing | None, typer.Option(TRAIN_FLAGS["routing"], case_sensitive=False,
+                                                    help="how the MoE router balances its experts (sets the busiest "
+                                                    "rank's load)" + escape(" [default: aux-loss]"))]
+Fp8DispatchOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["fp8_dispatch"] + "/--bf16-dispatch",
+                                                     help="MoE tokens dispatched in FP8 with block scales "
+                                                          "(default: 16-bit)")]
 FromPlanOpt = Annotated[
     Path | None,
     typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
@@ -95,7 +101,8 @@ def train_fields(**flags: Any) -> dict[str, Any]:
     """The TrainSpec fields given as run flags (None: not given)."""
     return {"global_batch": flags.get("gbs"), "seq_len": flags.get("seq_len"), "precision": flags.get("precision"),
             "flash_attention": flags.get("flash_attention"), "bf16_moments": flags.get("bf16_moments"),
-            "fp8_cache": flags.get("fp8_cache")}
+            "fp8_cache": flags.get("fp8_cache"), "routing": flags.get("routing"),
+            "fp8_dispatch": flags.get("fp8_dispatch")}
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,7 @@ class JobFlags:
 _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
-    ("fp8_cache", Fp8CacheOpt), ("from_plan", FromPlanOpt),
+    ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt), ("from_plan", FromPlanOpt),
     ("calibration", CalibrationOpt), ("expect_sha256", ExpectShaOpt),
 )
 

@@ -40,6 +40,8 @@ def plan_cmd(
     precision: o.PrecisionOpt = None,
     bf16_moments: o.MomentsOpt = None,
     fp8_cache: o.Fp8CacheOpt = None,
+    routing: o.RoutingOpt = None,
+    fp8_dispatch: o.Fp8DispatchOpt = None,
     as_json: o.JsonOpt = False,
     html: HtmlOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
@@ -47,7 +49,8 @@ def plan_cmd(
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
-                           bf16_moments=bf16_moments, fp8_cache=fp8_cache)
+                           bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
+                           fp8_dispatch=fp8_dispatch)
     job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                              calibration=calibration, expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
     result = _search(job, objective, top, gpus, quiet=as_json)

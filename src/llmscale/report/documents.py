@@ -14,7 +14,9 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.resolve import Job
 from llmscale.search.plan import Candidate, PlanResult
+from llmscale.search.plausibility import MfuExcess
 from llmscale.specs.constants import SearchConstants
+from llmscale.validation.record import RecordCheck
 from llmscale.validation.validate import ValidationReport
 
 _SCALAR_FIELDS = ("capacity_bytes",)
@@ -57,8 +59,19 @@ def step_parts(step: StepBreakdown, i: int) -> dict[str, float]:
     return {name: float(getattr(step, name)[i]) for name in STEP_PARTS}
 
 
+def excess_entry(excess: MfuExcess | None) -> dict[str, Any] | None:
+    """A predicted MFU above the published record (search.plausibility): the record, the same model's prediction
+    for the record run's own layout, the terms that carry the difference and the sentence the terminal prints."""
+    if excess is None:
+        return None
+    return {"best_published_mfu": excess.record.mfu, "record_run": excess.record.run,
+            "record_run_predicted_mfu": excess.record_predicted_mfu,
+            "terms": [asdict(t) for t in excess.terms], "note": excess.text()}
+
+
 def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any]:
-    """The JSON of `llmscale explain`: the step breakdown, the rates, and the memory document."""
+    """The JSON of `llmscale explain`: the step breakdown, the rates, the memory document, and where the MFU lies
+    above every published run of the GPU generation (`above_published_mfu`, else null)."""
     document: dict[str, Any] = {
         **job_header(job),
         "step_time_s": float(step.step_time_s[i]),
@@ -68,6 +81,7 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
         "tflops_per_gpu": float(step.tflops_per_gpu[i]),
         "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),
         "tokens_per_step": step.tokens_per_step,
+        "above_published_mfu": excess_entry(RecordCheck(job)(step, i)),
     }
     document["memory"] = {k: v for k, v in memory_document(job, step.memory, i).items()
                           if k.endswith("_bytes") or k in ("fits", "pipeline_rank")}
@@ -98,14 +112,16 @@ def validation_document(report: ValidationReport) -> dict[str, Any]:
         "summary": report.summary(),
     }
 
-def top_entry(c: Candidate) -> dict[str, Any]:
-    """One scored layout of a plan: the whole layout, its rates, memory, time, cost, goodput and step parts."""
+def top_entry(c: Candidate, check: RecordCheck) -> dict[str, Any]:
+    """One scored layout of a plan: the whole layout, its rates, memory, time, cost, goodput, step parts and where
+    its MFU lies above the published record (`check`)."""
     i = c.layout_index
     return {
         "layout": c.layouts.row(i).model_dump(mode="json"),
         "num_gpus": c.num_gpus,
         "step_time_s": float(c.step.step_time_s[i]),
         "mfu": float(c.step.mfu[i]),
+        "above_published_mfu": excess_entry(check(c.step, i)),
         "tokens_per_s_per_gpu": float(c.step.tokens_per_s_per_gpu[i]),
         "memory_bytes": float(c.step.memory.total_bytes[i]),
         "days": c.days,
@@ -133,6 +149,7 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
     chosen = result.chosen
     best = chosen.top[0] if chosen.top else None
     per_job = float(best.step.tokens_per_s_per_gpu[best.layout_index]) * best.num_gpus if best else 0.0
+    check = RecordCheck(job)
     return {
         "llmscale_version": __version__,
         "input_sha256": job.input_sha256,
@@ -145,14 +162,14 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "seconds": result.seconds,
         "global_batch": {"sequences": result.global_batch, "tokens": result.global_batch * job.train.seq_len,
                          "source": batch_law(job.constants.search) if job.batch_from_law else "given"},
-        "top": [top_entry(c) for c in chosen.top],
+        "top": [top_entry(c, check) for c in chosen.top],
         "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,
                  "cluster_gpus": result.cluster_gpus, "tokens_per_s_per_job": per_job,
                  "cluster_tokens_per_s": per_job * result.concurrent_jobs},
         "job_sizes": [
             {"num_gpus": s.num_gpus, "generated": s.generated, "evaluated": s.evaluated, "feasible": s.feasible,
              "rejected": {reason.name.lower(): n for reason, n in s.rejected.items()},
-             "best": top_entry(s.top[0]) if s.top else None}
+             "best": top_entry(s.top[0], check) if s.top else None}
             for s in result.sizes
         ],
         "inputs": job.inputs_document(),

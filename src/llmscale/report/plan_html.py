@@ -62,9 +62,11 @@ def _step_section(top: list[dict[str, Any]]) -> str:
                 f"{entry['step_time_s']:.2f} s · MFU {entry['mfu']:.1%}") for rank, entry in enumerate(top, 1)]
     rows = [[str(rank), *[f"{entry['breakdown'][k]:.3f}" for k in keys], f"{entry['step_time_s']:.3f}"]
             for rank, entry in enumerate(top, 1)]
+    notes = "".join(f"<p class=note>#{rank}: MFU {entry['mfu']:.1%} is {escape(entry['above_published_mfu']['note'])}"
+                    "</p>" for rank, entry in enumerate(top, 1) if entry["above_published_mfu"])
     return ("<h2>Step time of the top layouts (s per optimizer step)</h2>" + legend(names)
             + stacked_bars(bars, names, "seconds per step (s)")
-            + html_table(["#", *names, "step"], ["", *["s"] * len(keys), "s"], rows))
+            + html_table(["#", *names, "step"], ["", *["s"] * len(keys), "s"], rows) + notes)
 
 
 def _memory_section(result: PlanResult) -> str:

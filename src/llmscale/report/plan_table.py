@@ -16,6 +16,11 @@ from llmscale.search.plan import PlanResult
 from llmscale.units import GIB
 
 
+def _mfu_cell(entry: dict[str, Any]) -> str:
+    """The MFU, marked where it lies above every published run of the GPU generation and precision."""
+    return f"{entry['mfu']:.1%}" + (" > published" if entry["above_published_mfu"] else "")
+
+
 def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
     """The terminal view of a plan: the search, the best layout per job size, the recommendation, the best layout's
     step and memory, the runners-up."""
@@ -34,7 +39,7 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
     for entry in document["job_sizes"]:
         best = entry["best"]
         sizes.add_row(f"{entry['num_gpus']:,}", layout_text(layout_of(best["layout"])) if best else "none fits",
-                      f"{best['mfu']:.1%}" if best else "", f"{best['tokens_per_s_per_gpu']:,.0f}" if best else "",
+                      _mfu_cell(best) if best else "", f"{best['tokens_per_s_per_gpu']:,.0f}" if best else "",
                       f"{best['step_time_s']:.2f}" if best else "", f"{entry['feasible']:,}")
     console.print(sizes)
     chosen = result.chosen

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llmscale import __version__
@@ -16,6 +17,7 @@ from llmscale.io.catalog import Kind, entry, names
 from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
 from llmscale.units import GIB
+from llmscale.validation.record import RecordCheck
 from llmscale.validation.validate import ValidationReport
 
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -115,6 +117,9 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0) -> None:
         f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "
         f"{float(step.tokens_per_s_per_gpu[i]):,.0f} tokens/s per GPU · {step.tokens_per_step:,.0f} tokens per step"
     )
+    excess = RecordCheck(job)(step, i)
+    if excess is not None:
+        console.print(f"[yellow]MFU {excess.predicted_mfu:.1%} is {escape(excess.text())}[/yellow]")
 
 
 def validation_table(report: ValidationReport) -> None:
