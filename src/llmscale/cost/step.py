@@ -20,7 +20,7 @@ where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -37,7 +37,7 @@ from llmscale.cost.memory import (
 from llmscale.cost.params import count_params
 from llmscale.cost.pipeline import PipelineTimes, pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
-from llmscale.layout.arrays import Layouts, distinct_rows
+from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
@@ -208,7 +208,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     dropless = model.is_moe and model.capacity_factor is None
     for stage in derived.stages.values():
         layers = stage.layers
-        compute = rank_compute(lay, layers, times, const.launch_overhead_us, dropless)
+        compute = _rank_compute(times, lay, layers, const.launch_overhead_us, dropless)
         path = _critical_path(shares, layers, compute, comm)
         if best is None:
             best = (path, layers)
@@ -236,14 +236,47 @@ MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_or
 """The layout columns compute.layer_times and traffic.microbatch_comm read."""
 
 
+@dataclass(frozen=True)
+class _FewLayerTimes:
+    """Layer times (dense, MoE, output) per distinct MICROBATCH_COLUMNS row, and which row each layout has."""
+
+    rows: DistinctRows
+    times: tuple[LayerTimes, LayerTimes, LayerTimes]
+
+
 def _per_microbatch(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants
-) -> tuple[tuple[LayerTimes, LayerTimes, LayerTimes], MicrobatchComm]:
+) -> tuple[_FewLayerTimes, MicrobatchComm]:
     """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
-    search has few) and spread to every layout."""
+    search has few); the communication is spread to every layout, the layer times stay per row (_rank_compute)."""
     rows, few = lay.distinct_view(*MICROBATCH_COLUMNS)
-    dense, moe, output = (rows.spread_fields(t) for t in layer_times(model, cluster, train, few, constants))
-    return (dense, moe, output), rows.spread_fields(microbatch_comm(model, cluster, train, few, constants))
+    times = layer_times(model, cluster, train, few, constants)
+    return _FewLayerTimes(rows, times), rows.spread_fields(microbatch_comm(model, cluster, train, few, constants))
+
+
+RANK_COLUMNS = ("cuda_graphs", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
+                "recompute_mlp", "ep")
+"""The layout columns compute.rank_compute reads besides the layer times and the rank's layers."""
+
+
+def _rank_compute(few: _FewLayerTimes, lay: Layouts, layers: StageLayers, launch_overhead_us: float,
+                  dropless: bool) -> RankCompute:
+    """compute.rank_compute once per distinct (micro-batch row, rank layers, RANK_COLUMNS) row, spread to every
+    layout: a search has millions of layouts but few such rows."""
+    rows = distinct_rows(few.rows.inverse, layers.dense, layers.moe, layers.first, layers.last,
+                         *(lay.column(name) for name in RANK_COLUMNS))
+    micro = few.rows.inverse.take(rows.first)
+    times = tuple(_take_fields(t, micro) for t in few.times)
+    one = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
+    compute = rank_compute(lay.select(*RANK_COLUMNS).take(rows.first), one, times,  # type: ignore[arg-type]
+                           launch_overhead_us, dropless)
+    return rows.spread_fields(compute)
+
+
+def _take_fields(obj: DataclassT, index: np.ndarray) -> DataclassT:
+    """A dataclass of arrays with every array field taken at `index`."""
+    return replace(obj, **{f.name: getattr(obj, f.name).take(index) for f in fields(obj)  # type: ignore[arg-type, type-var]
+                           if isinstance(getattr(obj, f.name), np.ndarray)})
 
 
 @dataclass(frozen=True)

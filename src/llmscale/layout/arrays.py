@@ -203,7 +203,8 @@ class DistinctRows:
 
 def distinct_rows(*columns: np.ndarray) -> DistinctRows:
     """Distinct rows of integer or bool columns of shape (N,): one mixed-radix key per row (each column offset by
-    its minimum), then `np.unique` of the keys; falls back to `np.unique(axis=0)` if the key would overflow."""
+    its minimum), then a table over the key range when it is small (O(N), no sort), else `np.unique` of the keys;
+    falls back to `np.unique(axis=0)` if the key would overflow."""
     size = columns[0].shape[0]
     if size == 0:
         return DistinctRows(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp))
@@ -219,5 +220,12 @@ def distinct_rows(*columns: np.ndarray) -> DistinctRows:
             return DistinctRows(first, inverse.reshape(-1))
         key *= high - low + 1
         key += values - low if low else values
+    if radix <= 4 * size + 1024:  # a table of every key: no sort (the keys come out in ascending order, as unique's)
+        present = np.zeros(radix, dtype=bool)
+        present[key] = True
+        row_of_key = np.cumsum(present) - 1
+        last_index = np.empty(radix, dtype=np.intp)
+        last_index[key] = np.arange(size)  # some layout of each key: every one of them has the same values
+        return DistinctRows(last_index[present], row_of_key.take(key))
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return DistinctRows(first, inverse.reshape(-1))
