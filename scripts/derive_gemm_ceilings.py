@@ -18,9 +18,10 @@
    TF(s) = T∞/(1 + s₀/s), least squares on relative error, on causal head-dim-128 series of the kernels the
    frameworks run — cuDNN through Transformer Engine (NVIDIA/cudnn-frontend@3929da2ef4c1dba1bb8acb68727b9134f26f40c0
    benchmark/sdpa_benchmark_training/results: H200 cuDNN 9.19.1 llama3.1_20260227_034703.csv, GB200 cuDNN 9.22.0
-   llama3.1/gb200/llama3.1_20260424_100750.csv; B200 cuDNN 9.19.1 as FlashAttention-4, arXiv:2603.05451 Figs. 4
-   and 6, plots it) — and, for A100, FlashAttention-2's forward+backward series (arXiv:2307.08691 Fig. 4), split into
-   forward and backward by the paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%").
+   llama3.1/gb200/llama3.1_20260424_100750.csv, GB300 cuDNN 9.22.0 llama3.1/gb300/llama3.1_20260424_100757.csv;
+   B200 cuDNN 9.19.1 as FlashAttention-4, arXiv:2603.05451 Figs. 4 and 6, plots it) — and, for A100,
+   FlashAttention-2's forward+backward series (arXiv:2307.08691 Fig. 4), split into forward and backward by the
+   paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%").
 
 Run:  python scripts/derive_gemm_ceilings.py      (prints the values written into catalog/gpus.yaml)
 """
@@ -65,6 +66,8 @@ ATTENTION_CAUSAL_D128 = {
     "b200 cuDNN bwd": (2250, {1024: 651, 2048: 894, 4096: 1090, 8192: 1218, 16384: 1293, 32768: 1337}),
     "gb200 cuDNN fwd": (2450, {2048: 1097, 4096: 1408, 8192: 1574, 16384: 1708, 32768: 1622}),
     "gb200 cuDNN bwd": (2450, {2048: 885, 4096: 1148, 8192: 1332, 16384: 1328, 32768: 1226}),
+    "gb300 cuDNN fwd": (2450, {2048: 1373, 4096: 1703, 8192: 1856, 16384: 1915, 32768: 1953}),
+    "gb300 cuDNN bwd": (2450, {2048: 967, 4096: 1248, 8192: 1435, 16384: 1507, 32768: 1490}),
     "a100 FA2 fwd+bwd": (312, {512: 99, 1024: 133, 2048: 155, 4096: 173, 8192: 182, 16384: 189}),
 }
 A100_FORWARD_OVER_BACKWARD = 0.73 / 0.63
