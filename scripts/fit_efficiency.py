@@ -124,7 +124,7 @@ def identifiability(rows: Rows, params: dict[str, float]) -> None:
         print(f"{key:<28}{params[key]:>9.3f}{f'[{lo:g}, {hi:g}]':>16}{sensitivity:>11.4f}")
     jac = np.array(columns)
     scale = np.linalg.norm(jac, axis=1)
-    print("effect on rows (|d ln prediction / d ln constant| summed):",
+    print("effect on rows (L2 norm over rows of d ln prediction / d ln constant):",
           ", ".join(f"{k} {s:.2f}" for k, s in zip(names, scale, strict=True)))
     corr = np.corrcoef(jac[scale > 1e-9])
     kept = [k for k, s in zip(names, scale, strict=True) if s > 1e-9]
