@@ -20,7 +20,7 @@ from llmscale.specs.train import Precision
 from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import load_rows, load_runs
 from llmscale.validation.validate import ValidationRow, validate_rows
-from tests.conftest import run_cli_json
+from tests.conftest import run_cli, run_cli_json
 
 CONSTANTS = load_constants()
 
@@ -88,3 +88,12 @@ def test_the_carrying_terms_account_for_the_whole_gain() -> None:
     assert excess is not None
     full = sum(t.log_gain for t in excess.terms)
     assert full >= math.log(float(step.mfu[0]) / float(ref_step.mfu[0])) - 1e-9
+
+
+def test_the_terminal_prints_the_note_beside_the_mfu(capsys: pytest.CaptureFixture[str]) -> None:
+    # The same layout as above: explain's table carries the JSON document's note, naming the record run.
+    code, out, err = run_cli(capsys, "explain", "--model", "gpt3-175b", "--cluster", "selene", "--gpus", "1536",
+                             "--seq-len", "2048", "--tp", "4", "--pp", "12", "--mbs", "1", "--recompute", "none",
+                             "--schedule", "zbv", "--gbs", "20480")
+    assert code == 0, err
+    assert "above the best published 56.3%" in " ".join(out.split()) and "Korthikanti" in out

@@ -114,13 +114,15 @@ def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     from llmscale.io.resolve import resolve
     from llmscale.report.documents import explain_document
     from llmscale.report.tables import explain_table
+    from llmscale.validation.record import RecordCheck
 
     inputs = resolve(job.request())
     step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
     if as_json:
         typer.echo(json.dumps(explain_document(inputs, step), indent=2))
     else:
-        explain_table(inputs, step)
+        excess = RecordCheck(inputs)(step)
+        explain_table(inputs, step, record_note=excess.text() if excess else None)
 
 
 app.command("plan")(plan_cmd)

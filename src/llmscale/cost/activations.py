@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmscale.cost.routing import routed_copies_per_token
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
@@ -162,7 +163,7 @@ def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts,
     routed = np.zeros(lay.size)
     moe = np.zeros(lay.size)
     if model.is_moe:
-        per_token = model.top_k * lay.etp / lay.tp * load
+        per_token = routed_copies_per_token(model, lay) * load
         routed = w.tokens * per_token
         moe = w.tokens * (attention + _moe_mlp(model, lay, w, per_token))
     full_input = BYTES_16BIT * w.tokens * model.hidden / w.sigma

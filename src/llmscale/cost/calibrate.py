@@ -1,12 +1,12 @@
 """Put a calibration profile's measured numbers in place of the datasheet ones (`apply_calibration`).
 
 What it replaces (datasheet peaks stay the MFU denominators):
-  gemm_<precision> = P / datasheet peak of that precision (P, the sweep's large-GEMM throughput, is measured at
-      N = K = 8192 on a GPU, where the kernel model's waves are whole). The sweep's half-dimension d_half stays in
-      the profile as its summary: the kernel model's tile and wave quantization and memory floor (cost/kernels.py)
-      give the narrow-shape roll-off instead. A GEMM measured in float32 (CPU) stands in for the 16-bit GEMM. The
-      attention fractions, and the FP8/FP4 fractions not measured, are scaled by the same factor as the 16-bit
-      fraction (their catalog ratio to it is kept: not measured).
+  gemm_<precision> = P / datasheet peak of that precision (P, the sweep fit's asymptote as the narrow dimension
+      grows, is where the kernel model's tile and wave quantization vanish, so P / peak is its main-loop fraction).
+      The sweep's half-dimension d_half stays in the profile as its summary: the kernel model's tile and wave
+      quantization and memory floor (cost/kernels.py) give the narrow-shape roll-off instead. A GEMM measured in
+      float32 (CPU) stands in for the 16-bit GEMM. The attention fractions, and the FP8/FP4 fractions not measured,
+      are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is kept: not measured).
   hbm = copy bandwidth / datasheet HBM bandwidth.
   A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
       sets the fraction to 1.

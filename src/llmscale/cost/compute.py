@@ -33,7 +33,7 @@ import numpy as np
 
 from llmscale.cost.flops import attention_core_flops_per_layer
 from llmscale.cost.kernels import KernelRates, LinearTimes, attention_core_s, gemm_s, linear_s, memory_s
-from llmscale.cost.routing import busiest_rank_load
+from llmscale.cost.routing import busiest_rank_load, routed_copies_per_token
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
@@ -172,7 +172,7 @@ def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | flo
 def routed_tokens_per_expert(model: ModelSpec, lay: Layouts, tokens: np.ndarray, load: np.ndarray) -> np.ndarray:
     """Tokens each local expert of the busiest EP rank receives per micro-batch: the k·etp/tp copies of each of the
     micro-batch's tokens over the E/ep experts, times that rank's load over the mean (`cost.routing`)."""
-    copies = tokens * model.top_k * lay.etp / lay.tp * load
+    copies = tokens * routed_copies_per_token(model, lay) * load
     result: np.ndarray = copies / (model.experts / lay.ep)
     return result
 

@@ -35,10 +35,18 @@ from llmscale.specs.train import TrainSpec
 
 
 def expected_max_normal(n: np.ndarray) -> np.ndarray:
-    """z(n): the expected maximum of n independent standard normals (Blom's approximation); 0 for n ≤ 1."""
+    """z(n): the expected maximum of n independent standard normals (Blom's approximation); 0 for n ≤ 1. One
+    Python call per element: give it distinct values."""
     n = np.asarray(n, dtype=float)
-    values = {float(x): NormalDist().inv_cdf((x - 0.375) / (x + 0.25)) if x > 1 else 0.0 for x in np.unique(n)}
-    return np.vectorize(values.__getitem__, otypes=[float])(n)
+    z = [NormalDist().inv_cdf((x - 0.375) / (x + 0.25)) if x > 1 else 0.0 for x in n.reshape(-1)]
+    return np.array(z).reshape(n.shape)
+
+
+def routed_copies_per_token(model: ModelSpec, lay: Layouts) -> np.ndarray:
+    """(token, expert) assignments one GPU routes per token of its micro-batch: k copies, split over the tp ranks
+    that share the token and gathered again by the etp ranks that share an expert."""
+    result: np.ndarray = model.top_k * lay.etp / lay.tp
+    return result
 
 
 def busiest_rank_load(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray,
@@ -48,10 +56,12 @@ def busiest_rank_load(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: 
         return np.ones(lay.size)
     experts, k = float(model.experts), float(model.top_k)
     ep = lay.ep.astype(float)
-    assignments = tokens * k * lay.etp / lay.tp
+    assignments = tokens * routed_copies_per_token(model, lay)
     sampling = (1.0 - 1.0 / ep) * (experts - k) / max(experts - 1.0, 1.0) / assignments
     spread = const.max_violation[train.routing] / float(expected_max_normal(np.array(const.max_violation_experts)))
-    load = 1.0 + expected_max_normal(ep) * np.sqrt(spread**2 * ep / experts + sampling)
+    rows, few = lay.distinct_view("ep")  # a search has few ep values: one z each
+    z = rows.spread(expected_max_normal(few.ep))
+    load = 1.0 + z * np.sqrt(spread**2 * ep / experts + sampling)
     if model.capacity_factor is not None:
         load = np.full(lay.size, model.capacity_factor) if model.pad_to_capacity else np.minimum(load,
                                                                                                   model.capacity_factor)

@@ -20,7 +20,7 @@ where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -37,7 +37,7 @@ from llmscale.cost.memory import (
 from llmscale.cost.params import count_params
 from llmscale.cost.pipeline import PipelineTimes, pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
-from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows
+from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, take_fields
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
@@ -266,17 +266,11 @@ def _rank_compute(few: _FewLayerTimes, lay: Layouts, layers: StageLayers, launch
     rows = distinct_rows(few.rows.inverse, layers.dense, layers.moe, layers.first, layers.last,
                          *(lay.column(name) for name in RANK_COLUMNS))
     micro = few.rows.inverse.take(rows.first)
-    times = tuple(_take_fields(t, micro) for t in few.times)
+    times = tuple(take_fields(t, micro) for t in few.times)
     one = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
     compute = rank_compute(lay.select(*RANK_COLUMNS).take(rows.first), one, times,  # type: ignore[arg-type]
                            launch_overhead_us, dropless)
     return rows.spread_fields(compute)
-
-
-def _take_fields(obj: DataclassT, index: np.ndarray) -> DataclassT:
-    """A dataclass of arrays with every array field taken at `index`."""
-    return replace(obj, **{f.name: getattr(obj, f.name).take(index) for f in fields(obj)  # type: ignore[arg-type, type-var]
-                           if isinstance(getattr(obj, f.name), np.ndarray)})
 
 
 @dataclass(frozen=True)

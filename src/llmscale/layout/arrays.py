@@ -195,10 +195,16 @@ class DistinctRows:
     def spread_fields(self, obj: DataclassT) -> DataclassT:
         """A dataclass of per-row arrays → the same dataclass of per-layout arrays (nested dataclasses included,
         other fields kept)."""
-        values = {f.name: getattr(obj, f.name) for f in fields(obj)}  # type: ignore[arg-type]
-        spread = {name: self.spread(v) if isinstance(v, np.ndarray) else self.spread_fields(v)
-                  for name, v in values.items() if isinstance(v, np.ndarray) or is_dataclass(v)}
-        return replace(obj, **spread)  # type: ignore[type-var]
+        return take_fields(obj, self.inverse)
+
+
+def take_fields(obj: DataclassT, index: np.ndarray) -> DataclassT:
+    """A dataclass of arrays with every array field (nested dataclasses included) taken at `index`; other fields
+    kept."""
+    values = {f.name: getattr(obj, f.name) for f in fields(obj)}  # type: ignore[arg-type]
+    taken = {name: v.take(index) if isinstance(v, np.ndarray) else take_fields(v, index)
+             for name, v in values.items() if isinstance(v, np.ndarray) or is_dataclass(v)}
+    return replace(obj, **taken)  # type: ignore[type-var]
 
 
 def distinct_rows(*columns: np.ndarray) -> DistinctRows:

@@ -58,7 +58,8 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
                       + ", ".join(f"{k} {v:.3g} min" for k, v in top["checkpoint_interval_min"].items())
                       + f") -> effective {top['effective_days'] or float('inf'):,.1f} days (llmscale goodput)")
     best_job = replace(job, layout=best.layouts.row(best.layout_index), num_gpus=best.num_gpus)
-    explain_table(best_job, best.step, best.layout_index)
+    above = top["above_published_mfu"]
+    explain_table(best_job, best.step, best.layout_index, above["note"] if above else None)
     runners = Table(title="runners-up", title_justify="left")
     for column in ("#", "layout", "tokens/s/GPU", "vs best", "GiB"):
         runners.add_column(column, justify="left" if column == "layout" else "right")

@@ -17,7 +17,6 @@ from llmscale.io.catalog import Kind, entry, names
 from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
 from llmscale.units import GIB
-from llmscale.validation.record import RecordCheck
 from llmscale.validation.validate import ValidationReport
 
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -100,7 +99,10 @@ def part_label(part: str) -> str:
     return PART_LABELS.get(part, part.removesuffix("_s").replace("_", " "))
 
 
-def explain_table(job: Job, step: StepBreakdown, i: int = 0) -> None:
+def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | None = None) -> None:
+    """The step and memory breakdowns of layout i and its rates; `record_note` (search.plausibility.MfuExcess.text,
+    or the `above_published_mfu` note of its document) is printed beside the MFU when it lies above the published
+    record."""
     total = float(step.step_time_s[i])
     table = Table(title="step breakdown", title_justify="left")
     table.add_column("part")
@@ -117,9 +119,8 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0) -> None:
         f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "
         f"{float(step.tokens_per_s_per_gpu[i]):,.0f} tokens/s per GPU · {step.tokens_per_step:,.0f} tokens per step"
     )
-    excess = RecordCheck(job)(step, i)
-    if excess is not None:
-        console.print(f"[yellow]MFU {excess.predicted_mfu:.1%} is {escape(excess.text())}[/yellow]")
+    if record_note is not None:
+        console.print(f"[yellow]MFU {float(step.mfu[i]):.1%} is {escape(record_note)}[/yellow]")
 
 
 def validation_table(report: ValidationReport) -> None:
