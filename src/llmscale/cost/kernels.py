@@ -58,7 +58,6 @@ class KernelRates:
     operand_bytes: float
     hbm_bytes_per_s: float
     """Achievable HBM bandwidth: datasheet × η_hbm."""
-    peak16_flops_per_s: float
     attention_forward: float
     attention_backward: float
     attention_forward_half_seq: float
@@ -76,16 +75,10 @@ class KernelRates:
             wave_overhead_s=eff.gemm_wave_overhead_us * US,
             operand_bytes=OPERAND_BYTES.get(precision, float(BYTES_16BIT)),
             hbm_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * eff.hbm,
-            peak16_flops_per_s=gpu.peak_flops_per_s(Precision.BF16) * sustained,
             attention_forward=eff.attention, attention_backward=eff.attention_backward,
             attention_forward_half_seq=eff.attention_half_seq,
             attention_backward_half_seq=eff.attention_backward_half_seq,
         )
-
-    def with_precision_of(self, other: KernelRates) -> KernelRates:
-        """These rates at `other`'s GEMM peak, fraction and operand size (the 16-bit GEMMs of an FP8 run)."""
-        return KernelRates(**{**self.__dict__, "peak_flops_per_s": other.peak_flops_per_s,
-                              "gemm_fraction": other.gemm_fraction, "operand_bytes": other.operand_bytes})
 
 
 def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
@@ -132,10 +125,11 @@ def linear_s(r: KernelRates, tokens: np.ndarray | float, n_in: np.ndarray | floa
 
 def attention_core_s(r: KernelRates, flops: np.ndarray, seq: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of fused causal attention of `flops` forward FLOPs (causal count) over chunks of
-    `seq` tokens; backward does 2.5× the forward FLOPs (FlashAttention-2 §3.1.2: five matmuls against two)."""
+    `seq` tokens, at `r`'s peak (give it 16-bit rates: the curves are 16-bit measurements); backward does 2.5× the
+    forward FLOPs (FlashAttention-2 §3.1.2: five matmuls against two)."""
     s = np.asarray(seq, dtype=float)
-    forward_rate = r.peak16_flops_per_s * r.attention_forward / (1.0 + r.attention_forward_half_seq / s)
-    backward_rate = r.peak16_flops_per_s * r.attention_backward / (1.0 + r.attention_backward_half_seq / s)
+    forward_rate = r.peak_flops_per_s * r.attention_forward / (1.0 + r.attention_forward_half_seq / s)
+    backward_rate = r.peak_flops_per_s * r.attention_backward / (1.0 + r.attention_backward_half_seq / s)
     return flops / forward_rate, 2.5 * flops / backward_rate
 
 
