@@ -39,14 +39,18 @@ from llmscale.scaling.family import Family, FamilyOptions, candidates, dense_mod
 from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, training_flops
 from llmscale.scaling.multiplier import decompose, hourly_sync_goodput
 from llmscale.search.plan import Objective, critical_batch_sequences, plan
+from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.failures import FailureSpec
+from llmscale.specs.framework import Framework
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY
 from tests.conftest import make_cluster
 from tests.test_cli_errors import assert_one_line, run_inprocess
 
 CONSTANTS = load_constants()
+ANY_SPACE = SearchTarget(Framework.ANY, space=SEARCH_SPACE)
+"""allocate's pruned space, bounded by no framework (as scaling.allocate searches it)."""
 
 SMALL = FamilyOptions(dense_layers=(16, 24), moe_layers=(16,), expansions=(16,))
 
@@ -197,7 +201,7 @@ def test_fastest_policy_takes_the_smallest_job_within_slack_of_the_most_tokens()
     model, cluster = dense_model(16), small_cluster(1024)
     train = TrainSpec(total_tokens=1e11)
     train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
-    result = plan(model, cluster, train, CONSTANTS, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    result = plan(model, cluster, train, CONSTANTS, objective=Objective.EFFECTIVE_TIME, top=1, target=ANY_SPACE)
     fastest = choose_job(result.sizes, JobPolicy.FASTEST, result.gpus_per_job)
     efficient = choose_job(result.sizes, JobPolicy.EFFICIENT, result.gpus_per_job)
     assert fastest is not None and efficient is not None
@@ -215,7 +219,7 @@ def test_goodput_falls_with_job_size() -> None:
     model, cluster = dense_model(16), small_cluster(1024)
     train = TrainSpec(total_tokens=1e11)
     train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
-    result = plan(model, cluster, train, CONSTANTS, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    result = plan(model, cluster, train, CONSTANTS, objective=Objective.EFFECTIVE_TIME, top=1, target=ANY_SPACE)
     goodputs = [size_goodput(s) for s in result.sizes if s.top]
     assert len(goodputs) >= 3 and goodputs == sorted(goodputs, reverse=True)
 
@@ -228,8 +232,8 @@ def test_pruned_space_loses_little_against_the_whole_space() -> None:
     for model in (load_model("llama3-70b"), load_model("mixtral-8x7b")):
         train = TrainSpec(total_tokens=15e12)
         train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
-        pruned = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, CONSTANTS, SEARCH_SPACE)
-        whole = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, CONSTANTS, None)
+        pruned = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, CONSTANTS, ANY_SPACE)
+        whole = search_job_size(model, cluster, train, 2048, Objective.THROUGHPUT, 1, CONSTANTS)
         assert job_rate(pruned) >= 0.95 * job_rate(whole)
 
 
@@ -283,7 +287,7 @@ def test_hourly_sync_baseline_reproduces_kokolis(model_name: str) -> None:
     model = load_model(model_name)
     train = TrainSpec(total_tokens=2e12)
     train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, CONSTANTS.search)})
-    size = plan(model, cluster, train, CONSTANTS, gpus=16_384, top=1, options=SEARCH_SPACE).chosen
+    size = plan(model, cluster, train, CONSTANTS, gpus=16_384, top=1, target=ANY_SPACE).chosen
     assert hourly_sync_goodput(model, cluster, train, size, CONSTANTS) == pytest.approx(0.70, abs=0.03)
     # The best policy does better.
     assert size_goodput(size) > hourly_sync_goodput(model, cluster, train, size, CONSTANTS)

@@ -187,3 +187,22 @@ def _with_flags(command: Callable[..., Any], target: str, shared: list[inspect.P
     wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": hints.get("return")}
     return wrapper
+
+
+def rule_option(field: LayoutField) -> Any:
+    """The `plan` option of one layout field: a text that fixes or bounds it (layout.constraints)."""
+    if field.kind is bool:
+        form = "on|off"
+    elif field.kind is int:
+        form = "8 · 1,2,4 · 4..16"
+    else:
+        form = ",".join(m.value for m in field.kind)  # type: ignore[attr-defined]
+    return Annotated[str | None, typer.Option(field.knob.cli_flag(field.name), metavar=form, show_default=False,
+                                              help=field.description, rich_help_panel="Layout: fix or bound a field")]
+
+
+def with_rule_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command one text option per layout field (`rule_option`); it takes `rules: dict[str, str | None]`."""
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=rule_option(f))
+              for f in spec_fields(Layout)]
+    return _with_flags(command, "rules", shared, lambda values: values)

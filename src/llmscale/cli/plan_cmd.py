@@ -12,11 +12,15 @@ from rich.progress import Progress
 
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
+from llmscale.io.catalog import load_frameworks
 from llmscale.io.resolve import BatchDefault, Job, JobRequest, resolve
+from llmscale.layout.constraints import parse_rules
 from llmscale.report.documents import plan_document
 from llmscale.report.plan_table import plan_table
 from llmscale.report.tables import console
 from llmscale.search.plan import Objective, PlanResult, plan
+from llmscale.search.targets import SearchTarget
+from llmscale.specs.framework import Framework
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
 TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"], help="tokens to train (default 10T)")]
@@ -25,14 +29,24 @@ TopOpt = Annotated[int, typer.Option("--top", min=1, help="layouts to show")]
 BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens",
                                                    help="global batch cap (default: critical batch law)")]
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
+FrameworkOpt = Annotated[Framework, typer.Option(
+    "--framework", case_sensitive=False,
+    help="search only what this framework runs at its checked commit (catalog/frameworks.yaml); any: everything "
+         "the cost model prices, naming which framework could run each layout")]
+MemoryFractionOpt = Annotated[float, typer.Option(
+    "--max-memory-fraction", min=0.01, max=1.0, help="a layout fits when it needs at most this share of GPU memory")]
 
 
+@o.with_rule_flags
 def plan_cmd(
+    rules: dict[str, str | None],
     model: o.ModelOpt = None,
     cluster: o.ClusterOpt = None,
     gpus: o.GpusOpt = None,
     tokens: TokensOpt = None,
     objective: ObjectiveOpt = Objective.THROUGHPUT,
+    framework: FrameworkOpt = Framework.MEGATRON_CORE,
+    max_memory_fraction: MemoryFractionOpt = 1.0,
     top: TopOpt = 5,
     gbs: o.GbsOpt = None,
     max_global_batch_tokens: BatchCapOpt = None,
@@ -53,7 +67,8 @@ def plan_cmd(
                            fp8_dispatch=fp8_dispatch)
     job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                              calibration=calibration, expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
-    result = _search(job, objective, top, gpus, quiet=as_json)
+    target = SearchTarget(framework, parse_rules(rules), max_memory_fraction)
+    result = _search(job, objective, top, gpus, target, quiet=as_json)
     document = plan_document(result, job)
     if html is not None:
         from llmscale.report.plan_html import write_plan_html
@@ -74,7 +89,8 @@ def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> in
     return max(1, int(cap_tokens // (seq_len or TrainSpec().seq_len)))
 
 
-def _search(job: Job, objective: Objective, top: int, gpus: int | None, quiet: bool) -> PlanResult:
+def _search(job: Job, objective: Objective, top: int, gpus: int | None, target: SearchTarget,
+            quiet: bool) -> PlanResult:
     """search.plan.plan with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
@@ -83,8 +99,8 @@ def _search(job: Job, objective: Objective, top: int, gpus: int | None, quiet: b
             def on_size(i: int, n: int, size: int) -> None:
                 progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
 
-            return plan(job.model, job.cluster, job.train, job.constants, gpus=gpus, objective=objective, top=top,
-                        on_size=on_size)
+            return plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=gpus,
+                        objective=objective, top=top, target=target, on_size=on_size)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None

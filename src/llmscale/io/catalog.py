@@ -15,6 +15,7 @@ from llmscale.errors import CatalogError, InputFileError
 from llmscale.io.files import parse_spec, read_document
 from llmscale.specs.cluster import ClusterSpec, GPUSpec
 from llmscale.specs.constants import Constants
+from llmscale.specs.framework import Framework, FrameworkSupport
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.record import PublishedMfu
 
@@ -128,6 +129,14 @@ def _with_failures(cluster: dict[str, Any], where: str) -> dict[str, Any]:
         return {**cluster, "failures": failure_profile(given)}
     except CatalogError as exc:
         raise InputFileError(f"{where}: failures: {exc}") from None
+
+
+def load_frameworks() -> dict[Framework, FrameworkSupport]:
+    """What each training framework runs (catalog/frameworks.yaml), by framework."""
+    data: dict[str, Any] = catalog_file("frameworks.yaml")
+    supports = [parse_spec(FrameworkSupport, {"name": name, **body}, where=f"catalog frameworks.yaml {name}")
+                for name, body in data.items()]
+    return {s.name: s for s in supports}
 
 
 def load_published_mfu() -> PublishedMfu:

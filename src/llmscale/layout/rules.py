@@ -52,7 +52,11 @@ class Reason(IntEnum):
     """CUDA graphs need no full recompute (Megatron's validate_args asserts it, NVIDIA/Megatron-LM@000c4ac24f61
     megatron/training/arguments.py)."""
     OUT_OF_MEMORY = 14
-    """the most-loaded GPU needs more memory than it has (set by the memory model, not by `check`)."""
+    """the most-loaded GPU needs more memory than it has, or than `--max-memory-fraction` of it (set by the memory
+    model, not by `check`)."""
+    EXCLUDED = 15
+    """outside what the user fixed or bounded on `plan` (`--tp 8`, `--pp 4..16`) or what the target framework runs
+    (set by the space, not by `check`)."""
 
 
 def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: Layouts) -> np.ndarray:

@@ -19,6 +19,9 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
             Megatron-Bridge DeepSeek recipes run), as one switch (SpaceOptions.module_recompute)
   schedule  1f1b or interleaved (by vpp), plus zb-h1, zbv and dualpipe when pp > 1
   order     Megatron's tp-cp-ep-dp-pp; tp-cp-ep-pp-dp on request (SpaceOptions.rank_orders)
+
+`SpaceOptions.rules` (a user's `--tp 8`, `--pp 4..16`, a framework's features) narrow every list above and mask
+what they exclude; a range keeps the default candidates inside it (zero: all four stages).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
+from llmscale.layout.constraints import FieldRule, LayoutRules
 from llmscale.layout.rules import Reason, check
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
@@ -61,6 +66,13 @@ class SpaceOptions:
     """Megatron's default order only; add RankOrder.TP_CP_EP_PP_DP to let the search also place the pipeline
     inside data parallel (it doubles the pipelined, data-parallel part of the space)."""
     max_cp: int = field(default=0, metadata={"doc": "0 = 1 below 16K tokens, else 16"})
+    rules: LayoutRules = field(default_factory=LayoutRules.none)
+    """What the user fixed or bounded and what the target framework runs (layout.constraints), merged: the
+    candidate lists are narrowed to it and the rows it excludes are rejected as Reason.EXCLUDED."""
+    given: frozenset[str] = frozenset()
+    """The fields the user ruled on (a subset of `rules`): a finite set of values given for one of them replaces
+    its default candidates (`--tp 16` on an 8-GPU NVLink domain is tried), and a field the space does not vary
+    (CUDA graphs, TP overlap, …) becomes one more product dimension over the values given."""
 
 
 @dataclass(frozen=True)
@@ -89,11 +101,25 @@ def candidate_values(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, n
     max_cp = opts.max_cp or (16 if train.seq_len >= 16384 else 1)
     cp = list(opts.cp) if opts.cp else [c for c in _powers_of_two(max_cp) if train.seq_len % (2 * c) == 0 or c == 1]
     pp = list(opts.pp) if opts.pp else [p for p in _divisors(num_gpus) if p <= model.layers]
+    pp = _ruled(opts, "pp", pp)
     vpp = list(opts.vpp) if opts.vpp else sorted({v for p in pp for v in _divisors(model.layers // p) if v <= 8})
     ep = [1]
     if model.is_moe:
         ep = list(opts.ep) if opts.ep else [e for e in _divisors(model.experts) if e <= num_gpus]
-    return {"tp": tp, "cp": cp, "pp": pp, "vpp": vpp, "ep": ep, "mbs": list(opts.mbs), "zero": list(opts.zero)}
+    zero = list(range(4)) if "zero" in opts.given else list(opts.zero)
+    return {"tp": _ruled(opts, "tp", tp), "cp": _ruled(opts, "cp", cp), "pp": pp, "vpp": _ruled(opts, "vpp", vpp),
+            "ep": _ruled(opts, "ep", ep), "mbs": _ruled(opts, "mbs", list(opts.mbs)),
+            "zero": _ruled(opts, "zero", zero)}
+
+
+def _ruled(opts: SpaceOptions, name: str, defaults: list[Any]) -> list[Any]:
+    """`defaults` narrowed by the rule on `name`; a finite set the user gave replaces them."""
+    rule = opts.rules.get(name)
+    if rule is None:
+        return defaults
+    if name in opts.given and rule.values is not None:
+        return sorted(rule.values, key=lambda v: getattr(v, "code", v))
+    return rule.keep(defaults)
 
 
 def _product(columns: dict[str, list[int]]) -> dict[str, np.ndarray]:
@@ -107,13 +133,7 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     """All valid layouts for `num_gpus` GPUs (module docstring), with rejection counts by reason."""
     opts = opts or SpaceOptions()
     values = candidate_values(model, cluster, train, num_gpus, opts)
-    values["etp_is_tp"] = [0, 1] if model.is_moe else [1]
-    values["recompute"] = [r.code for r in opts.recompute]
-    light = (False, True) if model.is_moe or model.mla is not None else (False,)
-    values["module_recompute"] = [int(b) for b in (opts.module_recompute if opts.module_recompute else light)]
-    values["schedule"] = [s.code for s in opts.schedules]
-    values["offload_optimizer"] = [int(b) for b in opts.offload_optimizer]
-    values["rank_order"] = [o.code for o in opts.rank_orders]
+    values |= _mode_values(model, opts)
     cols = _product(values)
     replica = cols["tp"] * cols["cp"] * cols["pp"]
     whole = num_gpus % replica == 0
@@ -128,12 +148,50 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay)
     reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
+    reasons = np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
     counts = {Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)}
     rejected: dict[Reason, int] = {r: n for r, n in counts.items() if r is not Reason.OK}
     not_whole = int((~whole).sum())
     if not_whole:  # tp·cp·pp does not divide the GPU count: no whole dp
         rejected[Reason.GPU_COUNT] = rejected.get(Reason.GPU_COUNT, 0) + not_whole
     return Space(lay.take(reasons == Reason.OK), generated=int(whole.size), rejected=rejected)
+
+
+_PRODUCT = frozenset({"tp", "cp", "pp", "vpp", "ep", "mbs", "zero", "recompute", "schedule", "offload_optimizer",
+                       "rank_order", "recompute_norm", "recompute_mla_up", "recompute_moe_act", "dp", "etp"})
+"""The layout columns `generate` builds itself (directly, or derived from the product: dp, etp, module flags)."""
+
+
+def _mode_values(model: ModelSpec, opts: SpaceOptions) -> dict[str, list[Any]]:
+    """The product's mode columns (codes), narrowed by the rules, and one column per field the user ruled on that
+    the space does not otherwise vary."""
+    rules = opts.rules
+    light = (False, True) if model.is_moe or model.mla is not None else (False,)
+    modules = opts.module_recompute if opts.module_recompute else light
+    values: dict[str, list[Any]] = {
+        "etp_is_tp": [0, 1] if model.is_moe else [1],
+        "recompute": [r.code for r in _ruled(opts, "recompute", list(opts.recompute))],
+        "module_recompute": [int(b) for b in modules if not b or rules.allows("recompute_norm", True)],
+        "schedule": [s.code for s in _ruled(opts, "schedule", list(opts.schedules))],
+        "offload_optimizer": [int(b) for b in _ruled(opts, "offload_optimizer", list(opts.offload_optimizer))],
+        "rank_order": [o.code for o in _ruled(opts, "rank_order", list(opts.rank_orders))],
+    }
+    for name in sorted(opts.given - _PRODUCT):
+        rule = rules.get(name)
+        assert rule is not None, f"{name} is given without a rule"
+        values[name] = [getattr(v, "code", v) for v in _finite(rule)]
+    return values
+
+
+def _finite(rule: FieldRule) -> list[Any]:
+    """The values of a rule on a field the space does not vary: its set, or the ints of a bounded range (≤ 64)."""
+    if rule.values is not None:
+        return sorted(rule.values, key=lambda v: getattr(v, "code", v))
+    low = rule.low if rule.low is not None else 0
+    if rule.high is None or rule.high - low > 64:
+        raise SpecError(rule.field, rule.text, "a range of a field the search does not vary needs an upper bound "
+                        "within 64 of its lower one")
+    return list(range(low, rule.high + 1))
 
 
 def _pruned(lay: Layouts) -> np.ndarray:

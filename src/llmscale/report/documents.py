@@ -124,12 +124,22 @@ def top_entry(c: Candidate, check: RecordCheck) -> dict[str, Any]:
         "above_published_mfu": excess_entry(check(c.step, i)),
         "tokens_per_s_per_gpu": float(c.step.tokens_per_s_per_gpu[i]),
         "memory_bytes": float(c.step.memory.total_bytes[i]),
+        "memory_fraction": c.memory_fraction,
+        "frameworks": [f.value for f in c.frameworks],
         "days": c.days,
         "cost_usd": c.cost_usd,
         "energy_j": c.energy_j,
         **_reliability_entry(c),
         "breakdown": step_parts(c.step, i),
     }
+
+
+def _target_entry(result: PlanResult) -> dict[str, Any]:
+    """What the search was bounded by: the framework and its checked commit, the user's rules, the memory cap."""
+    target = result.target
+    return {"name": target.framework.value, "checked": result.framework_label,
+            "rules": {name: rule.text for name, rule in target.rules.rules.items()},
+            "max_memory_fraction": target.max_memory_fraction}
 
 
 def _reliability_entry(c: Candidate) -> dict[str, Any]:
@@ -162,7 +172,9 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "seconds": result.seconds,
         "global_batch": {"sequences": result.global_batch, "tokens": result.global_batch * job.train.seq_len,
                          "source": batch_law(job.constants.search) if job.batch_from_law else "given"},
+        "framework": _target_entry(result),
         "top": [top_entry(c, check) for c in chosen.top],
+        "roomier": top_entry(chosen.roomier, check) if chosen.roomier else None,
         "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,
                  "cluster_gpus": result.cluster_gpus, "tokens_per_s_per_job": per_job,
                  "cluster_tokens_per_s": per_job * result.concurrent_jobs},

@@ -33,6 +33,7 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
                   f"{result.feasible_layouts:,} fit in memory; "
                   f"{len(result.sizes)} job size(s) in {result.seconds:.2f} s · global batch "
                   f"{result.global_batch:,} × {train.seq_len} tokens ({document['global_batch']['source']})")
+    console.print(f"# framework {_target_text(document['framework'])}")
     sizes = Table(title="best layout per job size", title_justify="left")
     for column in ("GPUs", "layout", "MFU", "tokens/s/GPU", "step s", "feasible"):
         sizes.add_column(column, justify="left" if column == "layout" else "right")
@@ -44,13 +45,15 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
     console.print(sizes)
     chosen = result.chosen
     if not chosen.top:
-        console.print("no layout fits in memory at any job size")
+        console.print(_nothing_text(result))
         return
     best = chosen.top[0]
-    console.print(f"[bold]recommendation[/bold]: {jobs['concurrent_jobs']:,} concurrent job(s) of "
-                  f"{jobs['gpus_per_job']:,} GPUs; cluster throughput {jobs['cluster_tokens_per_s']:,.0f} tokens/s "
-                  f"({jobs['tokens_per_s_per_job']:,.0f} per job; one job trains {train.total_tokens:.3g} tokens in "
-                  f"{best.days:,.1f} days)")
+    console.print(f"[bold]recommendation[/bold]: one job of {jobs['gpus_per_job']:,} GPUs trains "
+                  f"{train.total_tokens:.3g} tokens in {best.days:,.1f} days ({jobs['tokens_per_s_per_job']:,.0f} "
+                  f"tokens/s; {_why_size(result)})")
+    if jobs["concurrent_jobs"] > 1:
+        console.print(f"the cluster holds {jobs['concurrent_jobs']:,} such jobs at once "
+                      f"({jobs['cluster_tokens_per_s']:,.0f} tokens/s together)")
     top = document["top"][0]
     if top["goodput"] is not None:
         console.print(f"goodput {top['goodput']:.3f} under failures (job MTBF "
@@ -60,12 +63,58 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
     best_job = replace(job, layout=best.layouts.row(best.layout_index), num_gpus=best.num_gpus)
     above = top["above_published_mfu"]
     explain_table(best_job, best.step, best.layout_index, above["note"] if above else None)
+    _runners(result, document)
+
+
+def _runners(result: PlanResult, document: dict[str, Any]) -> None:
+    """The chosen job size's best layouts (with the frameworks that run each, for `--framework any`) and the roomier
+    alternative."""
+    chosen = result.chosen
+    best = chosen.top[0]
     runners = Table(title="runners-up", title_justify="left")
-    for column in ("#", "layout", "tokens/s/GPU", "vs best", "GiB"):
-        runners.add_column(column, justify="left" if column == "layout" else "right")
+    any_framework = result.target.framework.value == "any"
+    for column in ("#", "layout", "tokens/s/GPU", "vs best", "GiB") + (("runs on",) if any_framework else ()):
+        runners.add_column(column, justify="left" if column in ("layout", "runs on") else "right")
     top_rate = float(best.step.tokens_per_s_per_gpu[best.layout_index])
     for rank, c in enumerate(chosen.top, start=1):
         rate = float(c.step.tokens_per_s_per_gpu[c.layout_index])
-        runners.add_row(str(rank), layout_text(c.layouts.row(c.layout_index)), f"{rate:,.0f}",
-                        f"{rate / top_rate - 1:+.1%}", f"{float(c.step.memory.total_bytes[c.layout_index]) / GIB:,.1f}")
+        cells = [str(rank), layout_text(c.layouts.row(c.layout_index)), f"{rate:,.0f}", f"{rate / top_rate - 1:+.1%}",
+                 f"{float(c.step.memory.total_bytes[c.layout_index]) / GIB:,.1f}"]
+        if any_framework:
+            cells.append(", ".join(f.value for f in c.frameworks) or "no catalog framework")
+        runners.add_row(*cells)
     console.print(runners)
+    roomier = document["roomier"]
+    if roomier is not None:
+        rate = roomier["tokens_per_s_per_gpu"]
+        best_used = document["top"][0]["memory_fraction"]
+        console.print(f"more memory headroom: {layout_text(layout_of(roomier['layout']))} uses "
+                      f"{roomier['memory_fraction']:.0%} of GPU memory (best: {best_used:.0%}) at "
+                      f"{rate / top_rate - 1:+.1%} tokens/s")
+
+
+def _target_text(target: dict[str, Any]) -> str:
+    rules = " ".join(f"--{name.replace('_', '-')} {text}" for name, text in target["rules"].items())
+    cap = target["max_memory_fraction"]
+    return (target["checked"] + (f" · {rules}" if rules else "")
+            + (f" · at most {cap:.0%} of GPU memory" if cap < 1 else ""))
+
+
+def _why_size(result: PlanResult) -> str:
+    """Why the chosen job size won, in the objective's terms (search.plan._choose_job_size)."""
+    if result.objective.value in ("throughput", "effective-time"):
+        return ("the largest job whose per-GPU rate stays within "
+                f"{1 - result.floor:.0%} of the best job size's" if len(result.sizes) > 1 else "the job size given")
+    return f"the job size with the best {result.objective.value} for one model"
+
+
+def _nothing_text(result: PlanResult) -> str:
+    """'none valid' (the rules left no layout to score) vs 'none fits' (every scored layout is out of memory)."""
+    if result.evaluated_layouts == 0:
+        reasons: dict[str, int] = {}
+        for size in result.sizes:
+            for reason, n in size.rejected.items():
+                reasons[reason.name.lower()] = reasons.get(reason.name.lower(), 0) + n
+        named = ", ".join(f"{k} {v:,}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        return f"no valid layout at any job size: every candidate broke a rule ({named})"
+    return "no layout fits in memory at any job size"

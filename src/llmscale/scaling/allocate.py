@@ -49,8 +49,10 @@ from llmscale.scaling.laws import (
     training_flops,
 )
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan
+from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
+from llmscale.specs.framework import Framework
 from llmscale.specs.layout import Layout, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
@@ -210,7 +212,8 @@ def search_job(model: ModelSpec, request: Request, train: TrainSpec) -> JobSizeR
     job is 262,144 GPUs; the rest can run other jobs) — or the one given, each with the layout of least effective
     time (wall time ÷ goodput); then the policy's choice."""
     result = plan(model, request.cluster, train, request.constants, gpus=request.gpus,
-                  objective=Objective.EFFECTIVE_TIME, top=1, options=request.space)
+                  objective=Objective.EFFECTIVE_TIME, top=1,
+                  target=SearchTarget(Framework.ANY, space=request.space))
     return choose_job(result.sizes, request.policy, result.gpus_per_job)
 
 

@@ -38,8 +38,10 @@ from llmscale.reliability.estimate import at_interval, layout_goodput
 from llmscale.reliability.goodput import CheckpointPolicy, Tier
 from llmscale.scaling.allocate import SEARCH_SPACE, job_rate, size_goodput
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan, search_job_size
+from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
+from llmscale.specs.framework import Framework
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Precision, TrainSpec
@@ -99,9 +101,14 @@ class Decomposition:
         return result
 
 
+def _target(space: SpaceOptions | None) -> SearchTarget:
+    """The 3× decomposition prices what the cost model can price (no framework bound), on `space`."""
+    return SearchTarget(Framework.ANY, space=space)
+
+
 def _best(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, gpus: int, space: SpaceOptions | None,
           constants: Constants) -> JobSizeResult:
-    return search_job_size(model, cluster, train, gpus, Objective.THROUGHPUT, 1, constants, space)
+    return search_job_size(model, cluster, train, gpus, Objective.THROUGHPUT, 1, constants, _target(space), {})
 
 
 def _per_gpu(size: JobSizeResult) -> float:
@@ -140,7 +147,8 @@ def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, constants: 
     fits at any job size."""
     train = TrainSpec(seq_len=seq_len, total_tokens=tokens)
     train = train.model_copy(update={"global_batch": critical_batch_sequences(model, train, constants.search)})
-    sized = plan(model, cluster, train, constants, objective=Objective.EFFECTIVE_TIME, top=1, options=SEARCH_SPACE)
+    sized = plan(model, cluster, train, constants, objective=Objective.EFFECTIVE_TIME, top=1,
+                 target=_target(SEARCH_SPACE))
     fitting = [s for s in sized.sizes if s.top]
     if not fitting or not sized.chosen.top:
         return None

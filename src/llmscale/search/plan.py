@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import numpy as np
@@ -28,10 +28,12 @@ from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason
-from llmscale.layout.space import SpaceOptions, generate
+from llmscale.layout.space import generate
 from llmscale.reliability.estimate import JobReliability, layout_goodput, reliability_rows
+from llmscale.search.targets import SearchTarget, Supports, runnable_by
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, SearchConstants
+from llmscale.specs.framework import Framework
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
@@ -65,6 +67,14 @@ class Candidate:
     energy_j: float | None
     reliability: JobReliability | None = None
     """Goodput, best checkpoint policy and intervals (resilience.layout_goodput)."""
+    frameworks: tuple[Framework, ...] = ()
+    """The catalog frameworks whose features include this layout (search.targets.runnable_by)."""
+
+    @property
+    def memory_fraction(self) -> float:
+        """Share of the GPU's memory the most-loaded GPU needs."""
+        memory = self.step.memory
+        return float(memory.total_bytes[self.layout_index] / memory.capacity_bytes)
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,9 @@ class JobSizeResult:
     """Scored layouts that fit in memory."""
     rejected: dict[Reason, int]
     top: list[Candidate]
+    roomier: Candidate | None = None
+    """The best layout that leaves ≥ `headroom_margin` more of the GPU's memory free than top[0] while its
+    objective stays within `headroom_tolerance` of it (None: no such layout, or top[0] is it)."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +101,16 @@ class PlanResult:
 
     sizes: list[JobSizeResult]
     objective: Objective
+    target: SearchTarget
     global_batch: int
     seconds: float
     gpus_per_job: int
     concurrent_jobs: int
     cluster_gpus: int
+    floor: float = 0.9
+    """The scaling floor the job size was chosen with (SearchConstants.scaling_floor)."""
+    framework_label: str = ""
+    """The target framework and its checked commit (`megatron-core @ d98e8a6`), or `any`."""
 
     @property
     def chosen(self) -> JobSizeResult:
@@ -121,8 +139,8 @@ def critical_batch_sequences(model: ModelSpec, train: TrainSpec, const: SearchCo
 
 
 def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, train: TrainSpec,
-           goodput: np.ndarray | None = None) -> np.ndarray:
-    """Lower is better; out-of-memory layouts score +inf."""
+           goodput: np.ndarray | None = None, max_memory_fraction: float = 1.0) -> np.ndarray:
+    """Lower is better; layouts that need more than `max_memory_fraction` of the GPU's memory score +inf."""
     seconds = train.total_tokens / (step.tokens_per_s_per_gpu * step.num_gpus)
     gpu_hours = seconds * step.num_gpus / SECONDS_PER_HOUR
     score = {
@@ -132,7 +150,8 @@ def _score(objective: Objective, step: StepBreakdown, cluster: ClusterSpec, trai
         Objective.ENERGY: gpu_hours * _watts_per_gpu(cluster),
         Objective.EFFECTIVE_TIME: seconds / goodput if goodput is not None else seconds,
     }[objective]
-    return np.where(step.memory.fits, score, np.inf)
+    fits = step.memory.total_bytes <= max_memory_fraction * step.memory.capacity_bytes
+    return np.where(fits, score, np.inf)
 
 
 def _watts_per_gpu(cluster: ClusterSpec) -> float:
@@ -159,41 +178,87 @@ CHUNK_LAYOUTS = 65536
 """Layouts scored per call: keeps numpy's temporaries in cache (≈1.5× faster than one huge call)."""
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """Every valid layout of one job size with its score and the share of GPU memory it needs."""
+
+    layouts: Layouts
+    score: np.ndarray
+    memory_fraction: np.ndarray
+
+
+def _score_space(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, objective: Objective,
+                 constants: Constants, target: SearchTarget, cluster_gpus: int) -> _Scored:
+    """Score `lay` in chunks of CHUNK_LAYOUTS with the one cost model."""
+    score, used = np.empty(lay.size), np.empty(lay.size)
+    for start in range(0, lay.size, CHUNK_LAYOUTS):
+        chunk = lay.take(np.arange(start, min(start + CHUNK_LAYOUTS, lay.size)))
+        derived = derive(model, train, chunk)  # once per chunk, for the step model and the goodput ranking
+        step = estimate_step(model, cluster, train, chunk, constants, derived)
+        goodput = None
+        if objective is Objective.EFFECTIVE_TIME:  # closed-form intervals to rank; the top rows are refined below
+            goodput = layout_goodput(model, cluster, train, chunk, step.step_time_s, constants, fast=True,
+                                     cluster_gpus=cluster_gpus, derived=derived).goodput
+        score[start:start + chunk.size] = _score(objective, step, cluster, train, goodput, target.max_memory_fraction)
+        used[start:start + chunk.size] = step.memory.total_bytes / step.memory.capacity_bytes
+    return _Scored(lay, score, used)
+
+
+def _roomier_index(scored: _Scored, best: int, const: SearchConstants) -> int | None:
+    """The best-scoring layout that needs ≥ headroom_margin less of the GPU's memory than `best` and scores within
+    headroom_tolerance of it (scores are signed: a throughput score is negative)."""
+    score, used = scored.score, scored.memory_fraction
+    within = score <= score[best] + const.headroom_tolerance * abs(score[best])
+    roomy = np.flatnonzero(within & (used <= used[best] - const.headroom_margin) & np.isfinite(score))
+    return int(roomy[np.argmin(score[roomy])]) if roomy.size else None
+
+
 def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
-                    objective: Objective, top: int, constants: Constants,
-                    options: SpaceOptions | None = None) -> JobSizeResult:
-    """Score every valid layout of `num_gpus` GPUs in chunks; keep the `top` best that fit in memory, whose
-    full breakdowns are then computed together (the same cost model, on those rows only)."""
+                    objective: Objective, top: int, constants: Constants, target: SearchTarget | None = None,
+                    supports: Supports | None = None) -> JobSizeResult:
+    """Score every valid layout of `num_gpus` GPUs in chunks; keep the `top` best that fit in memory (and a roomier
+    alternative), whose full breakdowns are then computed together (the same cost model, on those rows only).
+    Without a target: every layout the cost model prices (Framework.ANY)."""
+    supports = supports or {}
+    target = target or SearchTarget(Framework.ANY)
     job_cluster = cluster.model_copy(update={"num_gpus": num_gpus}) if num_gpus != cluster.num_gpus else cluster
-    space = generate(model, job_cluster, train, num_gpus, options)
+    space = generate(model, job_cluster, train, num_gpus, target.space_options(supports))
     rejected = dict(space.rejected)
     size = space.layouts.size
     if size == 0:
         return JobSizeResult(num_gpus, space.generated, 0, 0, rejected, [])
-    score = np.empty(size)
-    for start in range(0, size, CHUNK_LAYOUTS):
-        chunk = space.layouts.take(np.arange(start, min(start + CHUNK_LAYOUTS, size)))
-        derived = derive(model, train, chunk)  # once per chunk, for the step model and the goodput ranking
-        chunk_step = estimate_step(model, job_cluster, train, chunk, constants, derived)
-        goodput = None
-        if objective is Objective.EFFECTIVE_TIME:  # closed-form intervals to rank; the top rows are refined below
-            goodput = layout_goodput(model, job_cluster, train, chunk, chunk_step.step_time_s, constants, fast=True,
-                                     cluster_gpus=cluster.num_gpus, derived=derived).goodput
-        score[start:start + chunk.size] = _score(objective, chunk_step, job_cluster, train, goodput)
-    feasible = int(np.isfinite(score).sum())
+    scored = _score_space(model, job_cluster, train, space.layouts, objective, constants, target, cluster.num_gpus)
+    feasible = int(np.isfinite(scored.score).sum())
     if size - feasible:
         rejected[Reason.OUT_OF_MEMORY] = size - feasible
-    order = np.argsort(score, kind="stable")[:top]
-    order = order[np.isfinite(score[order])]
-    best_layouts = space.layouts.take(order)
-    derived = derive(model, train, best_layouts)
-    step = estimate_step(model, job_cluster, train, best_layouts, constants, derived)
-    rows = reliability_rows(layout_goodput(model, job_cluster, train, best_layouts, step.step_time_s, constants,
-                                           cluster_gpus=cluster.num_gpus, derived=derived)) if best_layouts.size else []
-    best = [_candidate(step, best_layouts, i, job_cluster, train, rows[i]) for i in range(best_layouts.size)]
+    order = np.argsort(scored.score, kind="stable")[:top]
+    order = order[np.isfinite(scored.score[order])]
+    roomier = _roomier_index(scored, int(order[0]), constants.search) if order.size else None
+    if roomier is not None and roomier not in order:
+        order = np.append(order, roomier)
+    best = _candidates(model, job_cluster, train, space.layouts.take(order), constants, cluster.num_gpus, supports)
     if objective is Objective.EFFECTIVE_TIME:
-        best.sort(key=lambda c: c.days / c.reliability.goodput if c.reliability and c.reliability.goodput else np.inf)
-    return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best)
+        best[:top] = sorted(best[:top], key=_effective_days)
+    spare = next((c for c, i in zip(best, order, strict=True) if i == roomier and i != order[0]), None)
+    return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best[:top], spare)
+
+
+def _effective_days(c: Candidate) -> float:
+    return c.days / c.reliability.goodput if c.reliability and c.reliability.goodput else float(np.inf)
+
+
+def _candidates(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                cluster_gpus: int, supports: Supports) -> list[Candidate]:
+    """Full breakdowns, goodput and runnable frameworks of a few layouts."""
+    if not lay.size:
+        return []
+    derived = derive(model, train, lay)
+    step = estimate_step(model, cluster, train, lay, constants, derived)
+    rows = reliability_rows(layout_goodput(model, cluster, train, lay, step.step_time_s, constants,
+                                           cluster_gpus=cluster_gpus, derived=derived))
+    frameworks = runnable_by(lay, supports)
+    return [replace(_candidate(step, lay, i, cluster, train, rows[i]), frameworks=tuple(frameworks[i]))
+            for i in range(lay.size)]
 
 
 def job_sizes(model: ModelSpec, cluster: ClusterSpec, const: SearchConstants) -> list[int]:
@@ -218,35 +283,51 @@ def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
         raise SpecError("objective", objective.value, f"cluster {cluster.name!r} has no GPU tdp_w or node power")
 
 
-def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants, *, gpus: int | None = None,
-         objective: Objective = Objective.THROUGHPUT, top: int = 5, options: SpaceOptions | None = None,
-         on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
+def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants,
+         supports: Supports | None = None, *, gpus: int | None = None,
+         objective: Objective = Objective.THROUGHPUT, top: int = 5,
+         target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
     """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
-    jobs. `on_size(i, n, num_gpus)` is called before each job size is searched (progress reporting)."""
+    jobs. `supports` says what each framework runs (io.catalog.load_frameworks); `target` which one the plan is for
+    and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress)."""
     check_objective(objective, cluster)
+    supports = supports or {}
+    target = target or SearchTarget(framework=Framework.MEGATRON_CORE if supports else Framework.ANY)
+    target.check(supports)
     start = time.perf_counter()
     sizes = [gpus] if gpus is not None else job_sizes(model, cluster, constants.search)
     results = []
     for i, size in enumerate(sizes):
         if on_size is not None:
             on_size(i, len(sizes), size)
-        results.append(search_job_size(model, cluster, train, size, objective, top, constants, options))
+        results.append(search_job_size(model, cluster, train, size, objective, top, constants, target, supports))
     chosen = _choose_job_size(results, objective, constants.search.scaling_floor)
     return PlanResult(
-        sizes=results, objective=objective, global_batch=train.global_batch,
+        sizes=results, objective=objective, target=target, global_batch=train.global_batch,
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
         concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
+        floor=constants.search.scaling_floor,
+        framework_label=supports[target.framework].label if target.framework in supports else target.framework.value,
     )
 
 
 def _choose_job_size(results: list[JobSizeResult], objective: Objective, floor: float) -> int:
-    """The largest job size whose best per-GPU throughput (× goodput for the effective-time objective) is
-    ≥ `floor` × the best over sizes."""
-    per_gpu = {r.num_gpus: _per_gpu_rate(r.top[0], objective) for r in results if r.top}
-    if not per_gpu:
+    """Throughput (and effective time, whose rate is × goodput): the largest job size whose best per-GPU rate is
+    ≥ `floor` × the best over sizes — the cluster runs the most tokens while each job stays efficient. Time: the
+    size whose best layout trains one model soonest. Cost and energy: the cheapest (least energy) size for one
+    model."""
+    ranked = [r for r in results if r.top]
+    if not ranked:
         return results[-1].num_gpus
-    best = max(per_gpu.values())
-    return max(g for g, value in per_gpu.items() if value >= floor * best)
+    if objective in (Objective.THROUGHPUT, Objective.EFFECTIVE_TIME):
+        per_gpu = {r.num_gpus: _per_gpu_rate(r.top[0], objective) for r in ranked}
+        best = max(per_gpu.values())
+        return max(g for g, value in per_gpu.items() if value >= floor * best)
+    measure: dict[Objective, Callable[[Candidate], float]] = {
+        Objective.TIME_TO_TRAIN: lambda c: c.days,
+        Objective.COST: lambda c: c.cost_usd or 0.0, Objective.ENERGY: lambda c: c.energy_j or 0.0,
+    }
+    return min(ranked, key=lambda r: (measure[objective](r.top[0]), -r.num_gpus)).num_gpus
 
 
 def _per_gpu_rate(c: Candidate, objective: Objective) -> float:

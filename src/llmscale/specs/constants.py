@@ -118,6 +118,8 @@ class SearchConstants(Spec):
     scaling_floor: float = Field(gt=0, le=1, description="a bigger job is worth it while its per-GPU rate stays above")
     state_bytes_per_param: PositiveFloat = Field(description="training state per parameter that must fit a job")
     usable_memory_fraction: float = Field(gt=0, le=1, description="share of GPU memory the training state may use")
+    headroom_margin: float = Field(gt=0, lt=1, description="share of GPU memory a roomier alternative must free")
+    headroom_tolerance: float = Field(ge=0, lt=1, description="score loss a roomier alternative may cost")
 
 
 class MoeConstants(Spec):

@@ -1,0 +1,181 @@
+"""Framework-aware search and layout rules on `plan` (issue 13 item 1): the rule texts, what each framework's
+catalog entry lets the space hold (checked against the framework's source at the cited commit), the user's rules
+narrowing the space, a rule the framework cannot run refused, `any` naming who runs each layout, the memory cap,
+the roomier alternative, and the job size of `--objective time`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmscale.errors import SpecError
+from llmscale.io.catalog import load_cluster, load_constants, load_frameworks, load_model
+from llmscale.layout.constraints import LayoutRules, parse_rule, parse_rules
+from llmscale.layout.rules import Reason
+from llmscale.layout.space import generate
+from llmscale.search.plan import Objective, plan, search_job_size
+from llmscale.search.targets import SearchTarget
+from llmscale.specs.framework import Framework
+from llmscale.specs.layout import Schedule
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+from tests.conftest import run_cli, run_cli_json
+
+CONSTANTS = load_constants()
+SUPPORTS = load_frameworks()
+LLAMA_TRAIN = TrainSpec(seq_len=4096, global_batch=512)
+TINY = ModelSpec(name="tiny", layers=8, hidden=1024, ffn_hidden=4096, heads=16, vocab=32000)
+TINY_TRAIN = TrainSpec(seq_len=2048, global_batch=64)
+
+
+def _space(target: SearchTarget, model: ModelSpec = TINY, gpus: int = 64, train: TrainSpec = TINY_TRAIN):
+    cluster = load_cluster("eos-h100", num_gpus=gpus)
+    return generate(model, cluster, train, gpus, target.space_options(SUPPORTS))
+
+
+@pytest.mark.parametrize(("name", "text", "allowed", "refused"), [
+    ("tp", "8", [8], [4, 16]),
+    ("pp", "4..16", [4, 8, 16], [2, 32]),
+    ("pp", "..4", [1, 4], [8]),
+    ("mbs", "1,2", [1, 2], [4]),
+    ("schedule", "1f1b,interleaved", [Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED], [Schedule.ZB_V]),
+    ("cuda_graphs", "on", [True], [False]),
+])
+def test_rule_texts(name: str, text: str, allowed: list, refused: list) -> None:
+    rule = parse_rule(name, text)
+    assert all(rule.allows(v) for v in allowed)
+    assert not any(rule.allows(v) for v in refused)
+
+
+@pytest.mark.parametrize(("name", "text"), [("tp", "x"), ("pp", "8..4"), ("schedule", "gpipe"), ("sp", "maybe"),
+                                            ("nonsense", "1"), ("tp", " , ")])
+def test_bad_rule_texts_name_the_flag(name: str, text: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_rule(name, text)
+    assert text in str(err.value) or name in str(err.value)
+
+
+def test_megatron_core_space_holds_only_its_schedules() -> None:
+    # NVIDIA/Megatron-LM@d98e8a6 megatron/core/pipeline_parallel/schedules.py: no pipelining, 1F1B, interleaved.
+    lay = _space(SearchTarget(Framework.MEGATRON_CORE)).layouts
+    schedules = {Schedule(s) for s in (list(Schedule)[c].value for c in np.unique(lay.schedule))}
+    assert schedules == {Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED}
+    assert not lay.offload_params.any()
+    any_lay = _space(SearchTarget(Framework.ANY)).layouts
+    assert any_lay.size > lay.size  # zero-bubble and DualPipe layouts exist in the unbounded space
+
+
+def test_torchtitan_space_has_fsdp_and_no_expert_tp_or_module_recompute() -> None:
+    # pytorch/torchtitan@b5bcd76 configs.py: FSDP2 / DDP (no ZeRO-1), EP borrows FSDP and TP ranks (etp 1), block-level
+    # activation checkpointing only; torch.distributed.pipelining has no single-chunk ZB-H1 or two-copy DualPipe.
+    moe = load_model("mixtral-8x7b")
+    lay = _space(SearchTarget(Framework.TORCHTITAN), model=moe, gpus=64, train=LLAMA_TRAIN).layouts
+    assert lay.size > 0
+    assert set(np.unique(lay.zero)) <= {0, 2, 3} and 3 in set(np.unique(lay.zero))
+    assert np.all(lay.etp == 1)
+    assert not (lay.recompute_norm | lay.recompute_moe_act).any()
+    assert Schedule.DUALPIPE.code not in lay.schedule and Schedule.ZB_H1.code not in lay.schedule
+
+
+def test_user_rules_narrow_the_space_and_count_what_they_exclude() -> None:
+    rules = parse_rules({"tp": "4", "pp": "2..4", "cuda_graphs": "on"})
+    space = _space(SearchTarget(Framework.MEGATRON_CORE, rules))
+    lay = space.layouts
+    assert lay.size > 0
+    assert np.all(lay.tp == 4) and np.all((lay.pp >= 2) & (lay.pp <= 4)) and np.all(lay.cuda_graphs)
+    dp_rule = _space(SearchTarget(Framework.MEGATRON_CORE, parse_rules({"dp": "4"})))  # derived: masked, counted
+    assert np.all(dp_rule.layouts.dp == 4) and dp_rule.rejected[Reason.EXCLUDED] > 0
+
+
+def test_a_given_value_outside_the_defaults_is_tried() -> None:
+    # tp 16 spans two 8-GPU NVLink domains: never a default candidate, but a user who fixes it gets it scored.
+    lay = _space(SearchTarget(Framework.MEGATRON_CORE, parse_rules({"tp": "16"}))).layouts
+    assert lay.size > 0 and np.all(lay.tp == 16)
+
+
+def test_a_rule_the_framework_cannot_run_is_refused_with_the_way_out() -> None:
+    target = SearchTarget(Framework.MEGATRON_CORE, parse_rules({"schedule": "zbv"}))
+    with pytest.raises(SpecError) as err:
+        target.check(SUPPORTS)
+    assert "megatron-core" in str(err.value) and "torchtitan" in str(err.value)
+    SearchTarget(Framework.TORCHTITAN, parse_rules({"schedule": "zbv"})).check(SUPPORTS)  # torchtitan runs it
+
+
+def test_any_names_the_frameworks_that_run_each_layout() -> None:
+    model, cluster = load_model("llama3-70b"), load_cluster("eos-h100", num_gpus=256)
+    result = search_job_size(model, cluster, LLAMA_TRAIN, 256, Objective.THROUGHPUT, 30, CONSTANTS,
+                             SearchTarget(Framework.ANY), SUPPORTS)
+    for c in result.top:
+        layout = c.layouts.row(c.layout_index)
+        pipelined = layout.resolved_schedule in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+        megatron = pipelined and not layout.offload_params
+        assert (Framework.MEGATRON_CORE in c.frameworks) == megatron
+        if layout.resolved_schedule is Schedule.DUALPIPE or layout.zero == 1:
+            assert Framework.TORCHTITAN not in c.frameworks
+
+
+def test_memory_cap() -> None:
+    model, cluster = load_model("llama3-70b"), load_cluster("eos-h100", num_gpus=256)
+    capped = search_job_size(model, cluster, LLAMA_TRAIN, 256, Objective.THROUGHPUT, 50, CONSTANTS,
+                             SearchTarget(max_memory_fraction=0.6), SUPPORTS)
+    assert capped.top and all(c.memory_fraction <= 0.6 for c in capped.top)
+
+
+@pytest.mark.parametrize("framework", [Framework.ANY, Framework.MEGATRON_CORE])
+def test_roomier_alternative_is_the_best_layout_under_the_headroom_cap(framework: Framework) -> None:
+    # Definition (catalog/plan.yaml headroom_*): the best layout needing ≤ best's share − margin, listed only when
+    # it is within tolerance of the best. The same search capped at that share must find it.
+    model, cluster = load_model("llama3-70b"), load_cluster("eos-h100", num_gpus=512)
+    train = TrainSpec(seq_len=4096, global_batch=7168)
+
+    def search(cap: float = 1.0):
+        return search_job_size(model, cluster, train, 512, Objective.THROUGHPUT, 5, CONSTANTS,
+                               SearchTarget(framework, max_memory_fraction=cap), SUPPORTS)
+
+    def rate(c) -> float:
+        return float(c.step.tokens_per_s_per_gpu[c.layout_index])
+
+    free = search()
+    best = free.top[0]
+    under = search(best.memory_fraction - CONSTANTS.search.headroom_margin)
+    close = bool(under.top) and rate(under.top[0]) >= (1 - CONSTANTS.search.headroom_tolerance) * rate(best)
+    assert (free.roomier is not None) == close
+    if free.roomier is not None:
+        spare = free.roomier
+        assert spare.layouts.row(spare.layout_index) == under.top[0].layouts.row(under.top[0].layout_index)
+
+
+def test_objective_time_picks_the_size_that_trains_one_model_soonest() -> None:
+    model, cluster = load_model("llama3-8b"), load_cluster("eos-h100", num_gpus=1024)
+    train = TrainSpec(seq_len=4096, global_batch=1024, total_tokens=1e12)
+    result = plan(model, cluster, train, CONSTANTS, SUPPORTS, objective=Objective.TIME_TO_TRAIN, top=1)
+    days = {s.num_gpus: s.top[0].days for s in result.sizes if s.top}
+    assert result.gpus_per_job == min(days, key=lambda g: days[g])
+    by_rate = plan(model, cluster, train, CONSTANTS, SUPPORTS, objective=Objective.THROUGHPUT, top=1)
+    assert days[result.gpus_per_job] <= days[by_rate.gpus_per_job]
+
+
+def test_plan_cli_rules_framework_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_cli_json(capsys, "plan", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "256", "--gbs",
+                       "512", "--tp", "8", "--pp", "2..8", "--framework", "megatron-core")
+    assert doc["framework"]["name"] == "megatron-core" and doc["framework"]["checked"].startswith("megatron-core @")
+    assert doc["framework"]["rules"] == {"tp": "8", "pp": "2..8"}
+    for entry in doc["top"]:
+        assert entry["layout"]["tp"] == 8 and 2 <= entry["layout"]["pp"] <= 8
+        assert "megatron-core" in entry["frameworks"]
+    code, _, err = run_cli(capsys, "plan", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "256",
+                           "--schedule", "zbv")
+    assert code == 2 and err.startswith("error: --schedule") and "megatron-core" in err
+
+
+def test_plan_says_none_valid_apart_from_none_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    # 3 does not divide 256 GPUs' tp·cp·pp: no valid layout at all — not "nothing fits in memory".
+    _, out, _ = run_cli(capsys, "plan", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "256", "--tp", "3")
+    assert "no valid layout" in out and "fits in memory" not in out
+    _, out, _ = run_cli(capsys, "plan", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "8", "--tp", "1",
+                        "--pp", "1")
+    assert "no layout fits in memory" in out
+
+
+def test_no_rules_is_empty() -> None:
+    assert not LayoutRules.none() and parse_rules({"tp": None}).rules == {}
