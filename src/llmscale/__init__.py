@@ -7,4 +7,15 @@ try:
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.0.0+source"
 
-__all__ = ["__version__"]
+_API = ("plan", "explain", "memory", "export", "goodput", "allocate", "validate")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> object:
+    """`llmscale.plan` and the rest of the Python API (llmscale.api), imported on first use so that `import
+    llmscale` (which every module does for the version) stays light."""
+    if name in _API:
+        from importlib import import_module
+
+        return getattr(import_module("llmscale.api"), name)
+    raise AttributeError(f"module 'llmscale' has no attribute {name!r}")

@@ -10,8 +10,9 @@ where Hoffmann's own Approach-3 constants do not). `--explain-3x` adds the "3× 
 
 from __future__ import annotations
 
-import hashlib
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,28 +21,20 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
+from llmscale.api.allocate import allocate, resolve_law
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
-from llmscale.io.resolve import (
-    DEFAULT_MODEL,
-    JobRequest,
-    check_sha256,
-    constants_if_changed,
-    resolve_model,
-    resolve_setting,
-)
-from llmscale.report.allocate_html import COLUMNS, allocation_document, pure_document, write_allocate_html
+from llmscale.report.allocate_html import COLUMNS, write_allocate_html
 from llmscale.report.tables import console
-from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, allocate, default_law, pure_optimum
-from llmscale.scaling.family import Family, candidates
-from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
-from llmscale.scaling.multiplier import TARGET, Decomposition, decompose
-from llmscale.specs.fingerprint import canonical_json, spec_document
+from llmscale.scaling.allocate import JobPolicy
+from llmscale.scaling.family import Family
+from llmscale.scaling.laws import ScalingLaw
+from llmscale.scaling.multiplier import TARGET
 from llmscale.specs.train import Precision
 
-DEFAULT_DAYS = 90.0
+__all__ = ["allocate_cmd", "resolve_law"]
+
 AllocPrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
-DENSE_ONLY = (ScalingLaw.CHINCHILLA, ScalingLaw.BESIROGLU)
 
 ClusterArg = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster or file (default seed-500k)")]
 DaysOpt = Annotated[float | None, typer.Option("--days", help="deadline in days (default 90)")]
@@ -56,18 +49,6 @@ Explain3xOpt = Annotated[bool, typer.Option("--explain-3x", help="decompose '3×
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
 
 
-def resolve_law(family: Family | None, law: ScalingLaw | None, pure: bool) -> tuple[Family, ScalingLaw]:
-    """Fill in whichever of family and law is missing; refuse a dense-only law for MoE candidates."""
-    if family is None:
-        family = Family.DENSE if (law in DENSE_ONLY or (law is None and pure)) else Family.BOTH
-    if law is None:
-        law = default_law(family is not Family.DENSE)
-    if family is not Family.DENSE and law in DENSE_ONLY:
-        raise SpecError("law", law.value, f"has no mixture-of-experts term; use --law krajewski or --family dense "
-                                          f"(family is {family.value})")
-    return family, law
-
-
 def allocate_cmd(
     cluster: ClusterArg = None, gpus: o.GpusOpt = None, days: DaysOpt = None, flops: FlopsOpt = None,
     family: FamilyOpt = None, law: LawOpt = None, unique_tokens: UniqueOpt = None, model: ModelsOpt = None,
@@ -76,94 +57,44 @@ def allocate_cmd(
     calibration: o.CalibrationOpt = None, expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
     """Which model and how many tokens for a cluster and deadline: candidates → best layout → tokens → loss."""
-    if days is not None and flops is not None:
-        raise SpecError("days/flops", (days, flops), "give --days or --flops, not both")
     pure = flops is not None and cluster is None and gpus is None
-    fam, chosen_law = resolve_law(family, law, pure)
-    if pure:
-        assert flops is not None
-        if html is not None or explain_3x:
-            raise SpecError("--html/--explain-3x", str(html or "--explain-3x"), "need a cluster: add --cluster")
-        if not flops > 0:
-            raise SpecError("flops", flops, "must be a positive number of FLOPs")
-        _pure(chosen_law, flops, fam is not Family.DENSE, as_json)
-        return
-    setting = resolve_setting(JobRequest(cluster=cluster, gpus=gpus, train={"precision": precision,
-                                                                          "seq_len": seq_len or 4096},
-                                         calibration=calibration))
-    cluster_spec = setting.cluster
-    extras = tuple(model) if model else ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
-    models = candidates(fam, extras)
-    request = Request(cluster_spec, chosen_law, setting.constants,
-                      days=None if flops is not None else (DEFAULT_DAYS if days is None else days), flops=flops,
-                      gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=setting.train.seq_len,
-                      policy=job_size)
-    digest = hashlib.sha256(canonical_json({
-        **spec_document(cluster=cluster_spec), "models": [spec_document(model=m)["model"] for m in models],
-        "request": {"law": chosen_law.value, "days": request.days, "flops": flops, "gpus": gpus,
-                    "unique_tokens": unique_tokens, "precision": precision.value, "seq_len": request.seq_len,
-                    "job_size": job_size.value},
-        **({"constants": changed.model_dump(mode="json")} if (changed := constants_if_changed(setting.constants))
-           else {})}).encode("ascii")).hexdigest()
-    check_sha256(digest, expect_sha256)
-    result = _run(models, request, quiet=as_json)
-    decomposition = _decompose(result, extras, request) if explain_3x else None
-    document = allocation_document(result, digest, fam.value, list(extras), decomposition,
-                                   _sensitivity(result, list(extras)))
+    if pure and (html is not None or explain_3x):
+        raise SpecError("--html/--explain-3x", str(html or "--explain-3x"), "need a cluster: add --cluster")
+    with _progress(quiet=as_json or pure) as on_model:
+        result = allocate(cluster, gpus, days=days, flops=flops, family=family, law=law, unique_tokens=unique_tokens,
+                          models=model or (), precision=precision, seq_len=seq_len, job_size=job_size,
+                          explain_3x=explain_3x, calibration=calibration, expect_sha256=expect_sha256,
+                          on_model=on_model)
+    document = result.to_dict()
     if html is not None:
         write_allocate_html(html, document)
     if as_json:
         typer.echo(json.dumps(document, indent=2))
+    elif pure:
+        _pure(document)
     else:
         _render(document, top)
 
 
-def _run(models: list[Any], request: Request, quiet: bool) -> AllocationResult:
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[int, int, str], None]]:
+    """A progress bar over candidate models; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
-            task = progress.add_task("allocating", total=len(models))
+            task = progress.add_task("allocating", total=None)
 
             def on_model(i: int, n: int, name: str) -> None:
-                progress.update(task, completed=i, description=f"searching layouts for {name}")
+                progress.update(task, total=n, completed=i, description=f"searching layouts for {name}")
 
-            return allocate(models, request, on_model)
+            yield on_model
     except KeyboardInterrupt:
         console.print("interrupted: no allocation written")
         raise typer.Exit(130) from None
 
 
-def _decompose(result: AllocationResult, extras: tuple[str, ...], request: Request) -> Decomposition | None:
-    """The 3× levers for the first compared model (default the flagship), at the tokens it reached."""
-    name = extras[0] if extras else DEFAULT_MODEL
-    outcome = result.outcome(name)
-    spec = outcome.model if outcome is not None else resolve_model(name)
-    tokens = outcome.tokens if outcome is not None and outcome.feasible else 0.0
-    return decompose(spec, request.cluster, tokens or 20.0 * ModelScale.of(spec).active_params, request.constants,
-                     request.seq_len)
-
-
-def _sensitivity(result: AllocationResult, compared: list[str]) -> dict[str, float]:
-    """Loss gap of each compared MoE model to the recommendation under Krajewski's E = 16 refit instead."""
-    best, law = result.best, result.request.law
-    if best is None or law is not ScalingLaw.KRAJEWSKI:
-        return {}
-    refit, unique = moe_fit(16), result.request.unique_tokens
-    out = {}
-    for name in compared:
-        o_ = result.outcome(name)
-        if o_ is not None and o_.feasible and o_.scale.is_moe and o_ is not best:
-            out[name] = (predict_loss(law, o_.scale, o_.tokens, unique, refit)
-                         - predict_loss(law, best.scale, best.tokens, unique, refit))
-    return out
-
-
-def _pure(law: ScalingLaw, flops: float, moe: bool, as_json: bool) -> None:
-    document = pure_document(law, flops, pure_optimum(law, flops, moe))
-    if as_json:
-        typer.echo(json.dumps(document, indent=2))
-        return
-    console.print(f"# llmscale allocate · compute-optimal allocation of {flops:.3g} FLOPs (C = 6·N·D) · "
-                  f"law {law.value}")
+def _pure(document: dict[str, Any]) -> None:
+    console.print(f"# llmscale allocate · compute-optimal allocation of {document['flops']:.3g} FLOPs (C = 6·N·D) · "
+                  f"law {document['law']}")
     for kind, a in document["by_family"].items():
         gran = f", granularity {a['granularity']}" if a["granularity"] else ""
         console.print(f"{kind}: {a['params'] / 1e9:,.1f}B params ({a['active_params'] / 1e9:,.1f}B active{gran}), "
