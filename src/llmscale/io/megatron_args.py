@@ -226,6 +226,10 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
     if balancing == "none" and train.get("routing") != "loss-free":
         raise SpecError("--moe-router-load-balancing-type", "none", "llmscale models 'none' with "
                         "--moe-router-enable-expert-bias only (aux-loss-free routing)", where=WHERE)
+    if not {"--bf16", "--fp16"} & set(flags):
+        raise SpecError("--bf16", None, "neither --bf16 nor --fp16: Megatron would train in fp32, which llmscale "
+                        "does not model", where=WHERE)
+    layout.setdefault("zero", 0)  # Megatron's default: no distributed optimizer (llmscale's default is ZeRO-1)
     strategy = _choice(flags, "--data-parallel-sharding-strategy", ("optim_grads", "optim_grads_params"))
     if strategy:
         layout["zero"] = 2 if strategy == "optim_grads" else 3
