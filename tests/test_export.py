@@ -17,7 +17,8 @@ import pytest
 
 from llmscale.cli.main import main
 from llmscale.export.document import ExportFormat
-from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args, moe_layer_pattern, pipeline_layout
+from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args, pipeline_layout
+from llmscale.export.megatron_model import moe_layer_pattern
 from llmscale.export.torchtitan import TORCHTITAN_KEYS, torchtitan_toml
 from llmscale.io.catalog import load_model
 from llmscale.io.resolve import Job, JobRequest, resolve
@@ -27,31 +28,38 @@ from llmscale.specs.model import ModelSpec
 # tomllib is stdlib from Python 3.11; on 3.10 the TOML checks skip and the Megatron ones still run.
 tomllib: Any = importlib.import_module("tomllib") if importlib.util.find_spec("tomllib") else None
 
-# Every flag name below was read in NVIDIA/Megatron-LM megatron/training/arguments.py at commit
-# 000c4ac24f61159c138b0975def722c65245983c (group.add_argument definitions), except
-# --pipeline-model-parallel-layout's grammar, read in megatron/core/transformer/pipeline_parallel_layer_layout.py
-# @ 00caa53af30912914981c86f39db123961678bbd, and the Megatron-FSDP set (--use-megatron-fsdp,
-# --data-parallel-sharding-strategy, --no-gradient-accumulation-fusion, --use-distributed-optimizer,
-# --ckpt-format fsdp_dtensor), which docs/discussions/megatron-fsdp-user-guide
-# @ f6f94c70974acffa8141a1886fbc076a68e44190 lists as required (each flag is defined in arguments.py @ 000c4ac).
+# Every flag name below is defined by NVIDIA/Megatron-LM's pretrain_gpt.py parser at commit
+# d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/training/arguments.py: its add_argument calls and the
+# ArgumentGroupFactory dataclass groups, TransformerConfig among them), extracted with
+# `python scripts/megatron_flags.py --git <Megatron-LM> --commit d98e8a64ddf34856e74b24714e3bedb2f5a39553`;
+# test_frozen_megatron_flags_are_defined_at_the_cited_commit re-extracts them when a Megatron-LM clone is at hand.
+# --pipeline-model-parallel-layout's grammar: megatron/core/transformer/pipeline_parallel_layer_layout.py; the
+# Megatron-FSDP set: docs/discussions/megatron-fsdp-user-guide (both read at f6f94c70974acffa8141a1886fbc076a68e44190
+# / 00caa53af30912914981c86f39db123961678bbd, re-checked as flag names at d98e8a6).
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 VERIFIED_MEGATRON_FLAGS = frozenset({
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
-    "--num-virtual-stages-per-pipeline-rank", "--context-parallel-size", "--expert-model-parallel-size",
-    "--expert-tensor-parallel-size", "--sequence-parallel", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
-    "--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-granularity", "--recompute-method",
-    "--recompute-num-layers", "--recompute-modules", "--exp-avg-dtype", "--exp-avg-sq-dtype",
-    "--cpu-offloading-num-layers", "--cuda-graph-impl",
-    "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-    "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
-    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer", "--bf16", "--fp16", "--fp8-format",
-    "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16", "--attention-backend", "--num-layers",
-    "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention", "--num-query-groups",
-    "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
-    "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--position-embedding-type", "--max-position-embeddings",
-    "--normalization", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
-    "--attention-dropout", "--hidden-dropout", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-    "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-expert-capacity-factor",
-    "--moe-token-dispatcher-type", "--mtp-num-layers",
+    "--attention-backend", "--attention-dropout", "--bf16", "--ckpt-format", "--context-parallel-size",
+    "--cpu-offloading-num-layers", "--cuda-graph-impl", "--data-parallel-sharding-strategy", "--disable-bias-linear",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--ffn-hidden-size", "--fp16", "--fp4-format", "--fp4-recipe", "--fp8-format", "--fp8-recipe",
+    "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-dropout", "--hidden-size",
+    "--kv-channels", "--kv-lora-rank", "--max-position-embeddings", "--micro-batch-size",
+    "--moe-expert-capacity-factor", "--moe-ffn-hidden-size", "--moe-grouped-gemm", "--moe-layer-freq",
+    "--moe-pad-expert-input-to-capacity", "--moe-router-dtype", "--moe-router-enable-expert-bias",
+    "--moe-router-force-load-balancing", "--moe-router-group-topk", "--moe-router-load-balancing-type",
+    "--moe-router-num-groups", "--moe-router-score-function", "--moe-router-topk",
+    "--moe-shared-expert-intermediate-size", "--moe-token-dispatcher-type", "--mscale", "--mscale-all-dim",
+    "--mtp-num-layers", "--multi-latent-attention", "--no-gradient-accumulation-fusion", "--norm-epsilon",
+    "--normalization", "--num-attention-heads", "--num-experts", "--num-layers", "--num-query-groups",
+    "--num-virtual-stages-per-pipeline-rank", "--optimizer", "--optimizer-cpu-offload", "--overlap-grad-reduce",
+    "--overlap-moe-expert-parallel-comm", "--overlap-param-gather", "--pipeline-model-parallel-layout",
+    "--pipeline-model-parallel-size", "--position-embedding-type", "--q-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--recompute-granularity", "--recompute-method", "--recompute-modules",
+    "--recompute-num-layers", "--rope-scaling-factor", "--rope-type", "--rotary-base", "--rotary-scaling-factor",
+    "--seq-length", "--sequence-parallel", "--swiglu", "--tensor-model-parallel-size", "--tp-comm-overlap",
+    "--train-samples", "--untie-embeddings-and-output-weights", "--use-distributed-optimizer", "--use-megatron-fsdp",
+    "--use-precision-aware-optimizer", "--use-rope-scaling", "--use-tp-pp-dp-mapping", "--v-head-dim", "--vocab-size",
+    "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
 })  # fmt: skip
 
 # Every key below was read in pytorch/torchtitan torchtitan/config/job_config.py at commit
@@ -87,11 +95,12 @@ GPT3_MEGATRON = [
     "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "8",
     "--num-virtual-stages-per-pipeline-rank", "4", "--context-parallel-size", "1", "--sequence-parallel",
     "--micro-batch-size", "1", "--global-batch-size", "1536", "--seq-length", "2048",
+    "--train-samples", "4882812500",  # llmscale's default total_tokens 10T / 2048
     "--recompute-granularity", "selective", "--use-distributed-optimizer", "--overlap-grad-reduce",
     "--overlap-param-gather", "--bf16",
     "--num-layers", "96", "--hidden-size", "12288", "--ffn-hidden-size", "49152", "--num-attention-heads", "96",
     "--vocab-size", "50257", "--position-embedding-type", "learned_absolute", "--max-position-embeddings", "2048",
-    "--normalization", "LayerNorm",
+    "--normalization", "LayerNorm", "--norm-epsilon", "1e-05",  # ModelSpec's (and Megatron's) default epsilon
 ]  # fmt: skip
 
 # DeepSeek-V3 as its report (arXiv:2412.19437 §3.2) trained it: 2048 H800, pp 16, ep 64, DualPipe, fp8.
@@ -185,7 +194,7 @@ def test_gpt3_megatron_flags(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "export", "--format", "megatron", *GPT3)
     assert code == 0
     assert body(out).replace(" \\\n", " ").split() == GPT3_MEGATRON
-    assert "000c4ac24f61159c138b0975def722c65245983c" in out and "data-parallel size dp 24" in out
+    assert "d98e8a64ddf34856e74b24714e3bedb2f5a39553" in out and "data-parallel size dp 24" in out
 
 
 def test_zero_stages_and_full_recompute() -> None:
@@ -206,7 +215,11 @@ def test_deepseek_v3_megatron_shape() -> None:
     joined = " ".join(args)
     for piece in ("--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 "
                   "--qk-pos-emb-head-dim 64 --v-head-dim 128", "--num-experts 256 --moe-router-topk 8 "
-                  "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048",
+                  "--moe-ffn-hidden-size 2048 --moe-grouped-gemm --moe-shared-expert-intermediate-size 2048",
+                  # DeepSeek-V3 config.json: rope_theta 10000, rms_norm_eps 1e-6, YaRN factor 40, mscale 1 / 1;
+                  # report §3.2.2: at most 4 nodes per token — over the 8 nodes of an ep-64 group of 8-GPU nodes.
+                  "--rotary-base 10000 --rotary-scaling-factor 40 --mscale 1 --mscale-all-dim 1 --rope-type yarn",
+                  "--norm-epsilon 1e-06", "--moe-router-num-groups 8 --moe-router-group-topk 4",
                   "--fp8-format hybrid --fp8-recipe tensorwise", "--mtp-num-layers 1", "--swiglu",
                   "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1"):
         assert piece in joined

@@ -1,4 +1,5 @@
-"""`llmscale export`: one layout as Megatron-LM flags or a torchtitan TOML, from flags or from a saved plan.
+"""`llmscale export`: one layout as Megatron-LM flags or a torchtitan TOML, from flags or from a saved plan; and
+`llmscale read-megatron FILE`, which reads such flags back (io.megatron_args) and explains the job they describe.
 
 The job comes from the same flags as `explain` or from `--from-plan FILE` (the JSON of `llmscale plan --json`,
 its best layout `top[0]`, or of `llmscale explain --json`), resolved by the one resolver (`io.resolve`).
@@ -6,6 +7,8 @@ its best layout `top[0]`, or of `llmscale explain --json`), resolved by the one 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +16,7 @@ import typer
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
 from llmscale.export.document import ExportFormat, export_text
+from llmscale.io.megatron_args import parse_megatron_args
 from llmscale.io.resolve import resolve
 
 FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (TOML)")]
@@ -32,3 +36,26 @@ def parse_format(value: str) -> ExportFormat:
     except ValueError:
         allowed = ", ".join(f.value for f in ExportFormat)
         raise SpecError("format", value, f"must be one of {allowed}", where="--format") from None
+
+
+FileArg = Annotated[Path, typer.Argument(help="Megatron-LM arguments, as `llmscale export --format megatron` writes")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="catalog name or file (default: the preamble's)")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs (default: the preamble's)")]
+
+
+def read_megatron(path: FileArg, cluster: ClusterOpt = None, gpus: GpusOpt = None, as_json: o.JsonOpt = False) -> None:
+    """Explain the job that Megatron-LM launch flags describe (the round trip of `export --format megatron`)."""
+    from llmscale.cost.step import estimate_step
+    from llmscale.report.documents import explain_document
+    from llmscale.report.tables import explain_table
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError("FILE", str(path), f"cannot be read ({err.strerror})") from None
+    inputs = resolve(parse_megatron_args(text).request(cluster=cluster, gpus=gpus))
+    step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
+    if as_json:
+        typer.echo(json.dumps(explain_document(inputs, step), indent=2))
+    else:
+        explain_table(inputs, step)

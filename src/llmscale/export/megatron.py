@@ -11,13 +11,14 @@ import shlex
 
 import numpy as np
 
+from llmscale.export.megatron_model import model_args, model_notes
 from llmscale.io.resolve import Job
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
-from llmscale.specs.model import ModelSpec, Norm
+from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Fp8Cache, Optimizer, Precision
 
-MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
+MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
 # Every flag megatron_args can emit (tests/test_export.py checks each against arguments.py).
 MEGATRON_FLAGS = (
@@ -27,7 +28,7 @@ MEGATRON_FLAGS = (
     "--sequence-parallel", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--micro-batch-size", "--global-batch-size", "--seq-length",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
-    "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+    "--use-distributed-optimizer", "--use-tp-pp-dp-mapping", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
     "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
     "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--exp-avg-dtype", "--exp-avg-sq-dtype",
     "--optimizer", "--cpu-offloading-num-layers", "--cuda-graph-impl",
@@ -36,10 +37,16 @@ MEGATRON_FLAGS = (
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
     "--num-query-groups", "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
     "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--position-embedding-type",
-    "--max-position-embeddings", "--normalization", "--swiglu", "--disable-bias-linear",
+    "--max-position-embeddings", "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor", "--rope-type",
+    "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--yarn-original-max-position-embeddings",
+    "--yarn-beta-fast", "--yarn-beta-slow", "--normalization", "--norm-epsilon", "--swiglu", "--disable-bias-linear",
     "--untie-embeddings-and-output-weights", "--attention-dropout", "--hidden-dropout",
     "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
     "--moe-layer-freq", "--moe-expert-capacity-factor", "--moe-token-dispatcher-type", "--mtp-num-layers",
+    "--moe-grouped-gemm", "--moe-router-load-balancing-type", "--moe-router-dtype",
+    "--moe-pad-expert-input-to-capacity",
+    "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
+    "--moe-router-score-function", "--moe-router-force-load-balancing", "--train-samples",
 )
 
 LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -58,7 +65,7 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "offload_params": (),  # no flag: a note
     "offload_activations": ("--cpu-offloading-num-layers",), "cuda_graphs": ("--cuda-graph-impl",),
     "tp_comm_overlap": ("--tp-comm-overlap",), "ep_comm_overlap": ("--overlap-moe-expert-parallel-comm",),
-    "rank_order": (),  # --use-tp-pp-dp-mapping not verified at the pinned commit: a note
+    "rank_order": ("--use-tp-pp-dp-mapping",),
 }
 """How every layout field reaches Megatron-LM: the flags that carry it, or () where a note says why none does
 (tests/test_export.py checks that every field of the layout definition is here)."""
@@ -68,7 +75,7 @@ _NO_SCHEDULE_FLAG = (Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE)
 
 def megatron_args(job: Job) -> list[str]:
     """The job as Megatron-LM argv tokens (flag, then its values), in the order a launch script groups them."""
-    return _megatron_parallel(job) + _megatron_memory(job) + _megatron_precision(job) + _megatron_model(job)
+    return _megatron_parallel(job) + _megatron_memory(job) + _megatron_precision(job) + model_args(job)
 
 
 def _megatron_parallel(job: Job) -> list[str]:
@@ -89,8 +96,10 @@ def _megatron_parallel(job: Job) -> list[str]:
             args.append("--tp-comm-overlap")  # validate_args: TP overlap needs sequence parallel
     if lay.ep_comm_overlap and job.model.is_moe and lay.ep > 1:
         args.append("--overlap-moe-expert-parallel-comm")
+    if lay.rank_order is RankOrder.TP_CP_EP_PP_DP:
+        args.append("--use-tp-pp-dp-mapping")  # megatron/training/initialize.py: order tp-cp-ep-pp-dp
     args += ["--micro-batch-size", str(lay.mbs), "--global-batch-size", str(train.global_batch),
-             "--seq-length", str(train.seq_len)]
+             "--seq-length", str(train.seq_len), "--train-samples", str(round(train.total_tokens / train.seq_len))]
     return args
 
 
@@ -150,57 +159,6 @@ def _megatron_precision(job: Job) -> list[str]:
     return args
 
 
-def _megatron_model(job: Job) -> list[str]:
-    m, seq_len = job.model, job.train.seq_len
-    args = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
-            "--num-attention-heads", str(m.heads)]
-    if m.mla is not None:
-        args.append("--multi-latent-attention")
-        if m.mla.q_lora_rank is not None:
-            args += ["--q-lora-rank", str(m.mla.q_lora_rank)]
-        args += ["--kv-lora-rank", str(m.mla.kv_lora_rank), "--qk-head-dim", str(m.mla.qk_nope_head_dim),
-                 "--qk-pos-emb-head-dim", str(m.mla.qk_rope_head_dim), "--v-head-dim", str(m.mla.v_head_dim)]
-    else:
-        if m.num_kv_heads < m.heads:
-            args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
-        if m.head_dim is not None:
-            args += ["--kv-channels", str(m.head_dim)]
-    args += ["--vocab-size", str(m.vocab)]
-    if m.learned_position_embeddings:
-        args += ["--position-embedding-type", "learned_absolute",
-                 "--max-position-embeddings", str(m.learned_position_embeddings)]
-    else:
-        args += ["--position-embedding-type", "rope", "--max-position-embeddings", str(seq_len)]
-    args += ["--normalization", "RMSNorm" if m.norm is Norm.RMSNORM else "LayerNorm"]
-    if m.gated_mlp:
-        args.append("--swiglu")
-    if not m.linear_bias:
-        args.append("--disable-bias-linear")
-    if not m.tied_embeddings:
-        args.append("--untie-embeddings-and-output-weights")
-    if not m.dropout:
-        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
-    return args + _megatron_moe(m, job.resolved_layout)
-
-
-def _megatron_moe(m: ModelSpec, lay: Layout) -> list[str]:
-    args: list[str] = []
-    if m.is_moe:
-        args += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
-                 "--moe-ffn-hidden-size", str(m.expert_ffn_hidden)]
-        if m.shared_experts:
-            args += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.shared_ffn)]
-        if m.first_dense_layers or m.moe_layer_freq > 1:
-            args += ["--moe-layer-freq", moe_layer_pattern(m)]
-        if m.capacity_factor is not None:
-            args += ["--moe-expert-capacity-factor", str(m.capacity_factor)]
-        if lay.ep > 1:
-            args += ["--moe-token-dispatcher-type", "alltoall"]  # arguments.py: recommended with EP
-    if m.mtp_layers:
-        args += ["--mtp-num-layers", str(m.mtp_layers)]
-    return args
-
-
 def pipeline_layout(m: ModelSpec, lay: Layout) -> str:
     """Megatron --pipeline-model-parallel-layout for llmscale's split (stages.chunk_bounds: chunk k = j·pp + r,
     the shortfall on the last and first rank); E = embedding on the first chunk, m = MTP and L = loss on the
@@ -214,24 +172,6 @@ def pipeline_layout(m: ModelSpec, lay: Layout) -> str:
             parts += ["m"] * m.mtp_layers + ["L"]
         stages.append(",".join(parts))
     return "|".join(stages)
-
-
-def moe_layer_pattern(m: ModelSpec) -> str:
-    """Megatron --moe-layer-freq for this model: an integer N (layer i is MoE iff i % N == 0) when no layer
-    leads densely, else a list expression, 1 = MoE layer (DeepSeek-V3: "([0]*3+[1]*58)")."""
-    if not m.first_dense_layers:
-        return str(m.moe_layer_freq)
-    rest, freq = m.layers - m.first_dense_layers, m.moe_layer_freq
-    parts = [f"[0]*{m.first_dense_layers}"]
-    if freq == 1:
-        parts.append(f"[1]*{rest}")
-    else:
-        full, left = divmod(rest, freq)
-        if full:
-            parts.append(f"([1]+[0]*{freq - 1})*{full}")
-        if left:
-            parts.append("[1]" + (f"+[0]*{left - 1}" if left > 1 else ""))
-    return "(" + "+".join(parts) + ")"
 
 
 def megatron_notes(job: Job) -> list[str]:
@@ -248,9 +188,6 @@ def megatron_notes(job: Job) -> list[str]:
         notes.append("tp_comm_overlap needs sequence parallel in Megatron-LM (--tp-comm-overlap asserts it): not set")
     if lay.offload_params:
         notes.append("offload_params has no Megatron-LM flag (--cpu-offloading-num-layers offloads activations)")
-    if lay.rank_order is not RankOrder.TP_CP_EP_DP_PP:
-        notes.append(f"rank_order {lay.rank_order.value}: Megatron-LM's --use-tp-pp-dp-mapping selects this order in "
-                     "initialize_model_parallel; the flag is not verified against the pinned arguments.py: not emitted")
     if not job.train.fp32_master_weights:
         notes.append("fp32_master_weights = false has no Megatron-LM flag: it always keeps a main copy "
                      "(fp32, or fp16 via --use-precision-aware-optimizer --main-params-dtype fp16)")
@@ -260,6 +197,7 @@ def megatron_notes(job: Job) -> list[str]:
     if m.learned_position_embeddings and m.learned_position_embeddings < job.train.seq_len:
         notes.append(f"seq_len {job.train.seq_len} exceeds the {m.learned_position_embeddings} learned positions: "
                      "Megatron requires --max-position-embeddings ≥ --seq-length")
+    notes += model_notes(job)
     notes.append(f"--vocab-size {m.vocab} is before padding; Megatron pads it to a multiple of "
                  f"--make-vocab-size-divisible-by (128) × tp")
     return notes

@@ -26,11 +26,17 @@ qwen3, qwen3_moe, deepseek_v2, deepseek_v3. A config without `model_type` is rec
 | q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim | mla.* | DeepSeek     |
 | num_nextn_predict_layers                | mtp_layers                         | DeepSeek-V3                 |
 | topk_group (< n_group)                  | moe_max_nodes                      | DeepSeek-V2/V3              |
+| rope_theta                              | rope_theta                         | if present                  |
+| rms_norm_eps, layer_norm_epsilon        | norm_eps                           | if present                  |
+| rope_scaling                            | rope_scaling.*                     | llama3, yarn (4)            |
 
 (1) MLA: v_head_dim, Megatron-LM's `kv_channels` for MLA models (its DeepSeek-V2/V3 configs set 128).
 (2) The default of LlamaConfig, MixtralConfig, Qwen2/3(Moe)Config and DeepseekV2/V3Config.
 (3) The MoE layers the family's modelling code selects must fit ModelSpec's layout "a dense prefix,
     then every k-th layer"; a layout that does not (e.g. `mlp_only_layers: [5]`) is a SpecError.
+(4) `rope_type` (formerly `type`) llama3 or yarn; factor, original_max_position_embeddings, low/high_freq_factor,
+    beta_fast/slow, mscale, mscale_all_dim as present. Other kinds (linear, dynamic, longrope) are not modelled:
+    a warning, and no scaling.
 
 Not modelled, each under 0.01% of the parameters: Qwen2's QKV biases, Qwen3's q/k norms, the
 Qwen2-MoE shared-expert gate, DeepSeek's router score bias. Llama's `attention_bias` + `mlp_bias`
@@ -143,7 +149,35 @@ def _dense_fields(cfg: _Config) -> dict[str, Any]:
     if cfg.data.get("head_dim") is not None:
         cfg.put(spec, "head_dim", "head_dim", cfg.data["head_dim"])
     cfg.put(spec, "tied_embeddings", "tie_word_embeddings", bool(cfg.data.get("tie_word_embeddings", False)))
+    if cfg.data.get("rope_theta") is not None:
+        cfg.put(spec, "rope_theta", "rope_theta", cfg.data["rope_theta"])
+    for key in ("rms_norm_eps", "layer_norm_epsilon"):
+        if cfg.data.get(key) is not None:
+            cfg.put(spec, "norm_eps", key, cfg.data[key])
+    _rope_scaling(cfg, spec)
     return spec
+
+
+_ROPE_SCALING_KEYS = {"factor": "factor", "original_max_positions": "original_max_position_embeddings",
+                      "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor",
+                      "beta_fast": "beta_fast", "beta_slow": "beta_slow", "mscale": "mscale",
+                      "mscale_all_dim": "mscale_all_dim"}
+
+
+def _rope_scaling(cfg: _Config, spec: dict[str, Any]) -> None:
+    """HF `rope_scaling` (transformers modeling_rope_utils: `rope_type`, formerly `type`) for llama3 and yarn."""
+    scaling = cfg.data.get("rope_scaling")
+    if not scaling:
+        return
+    if not isinstance(scaling, dict):
+        raise SpecError("rope_scaling", scaling, "must be an object or null", where=cfg.where)
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind not in ("llama3", "yarn"):
+        warnings.warn(f"{cfg.where}: rope_scaling type {kind!r} is not modelled (llama3 and yarn are): "
+                      "the model is read without RoPE scaling", stacklevel=3)
+        return
+    values = {name: scaling[key] for name, key in _ROPE_SCALING_KEYS.items() if scaling.get(key) is not None}
+    cfg.put(spec, "rope_scaling", "rope_scaling", {"kind": kind, **values})
 
 
 def _moe_fields(cfg: _Config, spec: dict[str, Any]) -> None:

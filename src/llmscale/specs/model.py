@@ -23,6 +23,30 @@ class Norm(str, Enum):
     """LayerNorm: weight and bias vectors of size h."""
 
 
+class RopeScalingKind(str, Enum):
+    """How the rotary frequencies are stretched beyond the pre-training context (HF `rope_scaling.rope_type`)."""
+
+    LLAMA3 = "llama3"
+    """Llama 3.1: low frequencies divided by `factor`, high kept, a smooth ramp between (HF
+    `_compute_llama3_parameters`; Megatron-LM RotaryEmbedding._apply_scaling)."""
+    YARN = "yarn"
+    """YaRN (Peng et al. 2023, arXiv:2309.00071 §3): NTK-by-parts interpolation plus an attention temperature."""
+
+
+class RopeScalingSpec(Spec):
+    """RoPE context extension. Fields follow HF config.json `rope_scaling`; which kind reads which is noted."""
+
+    kind: RopeScalingKind
+    factor: float = Field(gt=0, description="context extension factor (Llama 3.1: 8, DeepSeek-V3 YaRN: 40)")
+    original_max_positions: PositiveInt = Field(description="pre-training context (original_max_position_embeddings)")
+    low_freq_factor: float = Field(1.0, gt=0, description="llama3: wavelengths above orig/low are scaled")
+    high_freq_factor: float = Field(4.0, gt=0, description="llama3: wavelengths below orig/high are kept")
+    beta_fast: float = Field(32.0, gt=0, description="yarn: rotations where interpolation stops")
+    beta_slow: float = Field(1.0, gt=0, description="yarn: rotations where interpolation is full")
+    mscale: float = Field(1.0, ge=0, description="yarn: attention temperature coefficient")
+    mscale_all_dim: float = Field(0.0, ge=0, description="yarn: temperature coefficient of all dimensions (MLA)")
+
+
 class MLASpec(Spec):
     """DeepSeek multi-head latent attention dimensions (DeepSeek-V2 §2.1; HF DeepseekV3Config)."""
 
@@ -47,6 +71,9 @@ class ModelSpec(Spec):
     tied_embeddings: bool = False
     gated_mlp: bool = Field(True, description="SwiGLU-style 3-matrix MLP; False = 2-matrix GELU MLP")
     norm: Norm = Norm.RMSNORM
+    norm_eps: float = Field(1e-5, gt=0, lt=1, description="epsilon of every norm (HF rms_norm_eps; Megatron's default)")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base θ (HF rope_theta; Llama 3: 500000)")
+    rope_scaling: RopeScalingSpec | None = Field(None, description="RoPE context extension; None = none")
     linear_bias: bool = Field(False, description="biases on the attention and MLP linear layers (GPT-3)")
     learned_position_embeddings: int = Field(0, ge=0, description="rows of a learned position table; 0 = RoPE")
     dropout: bool = Field(False, description="dropout layers present (their masks are stored activations)")

@@ -1,0 +1,166 @@
+"""The model half of the Megatron-LM flags: shape, attention (GQA, MLA), RoPE base and scaling, norm, MLP, MoE.
+
+Every flag is defined in NVIDIA/Megatron-LM megatron/training/arguments.py at the commit `megatron.MEGATRON_SOURCE`
+names (directly, or through `ArgumentGroupFactory(TransformerConfig)`; scripts/megatron_flags.py lists them).
+What a flag cannot say becomes a note (`model_notes`).
+"""
+
+from __future__ import annotations
+
+from llmscale.io.resolve import Job
+from llmscale.specs.layout import Layout
+from llmscale.specs.model import ModelSpec, Norm, RopeScalingKind, RopeScalingSpec
+from llmscale.specs.train import Routing
+
+# Megatron-LM RotaryEmbedding._apply_scaling (megatron/core/models/common/embeddings/rotary_pos_embedding.py)
+# fixes the Llama 3.1 ramp: only the factor is a flag.
+LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_positions": 8192}
+# MLATransformerConfig's YaRN defaults (megatron/core/transformer/transformer_config.py): for MLA only the factor
+# and the two mscales are flags (--rotary-scaling-factor, --mscale, --mscale-all-dim).
+MLA_YARN_FIXED = {"original_max_positions": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def number(value: float) -> str:
+    """A flag value: integral floats without a fraction (500000), others as Python writes them (1e-06)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def model_args(job: Job) -> list[str]:
+    """Shape, attention, positions, norm, MLP and MoE flags."""
+    m = job.model
+    args = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
+            "--num-attention-heads", str(m.heads)]
+    if m.mla is not None:
+        args.append("--multi-latent-attention")
+        if m.mla.q_lora_rank is not None:
+            args += ["--q-lora-rank", str(m.mla.q_lora_rank)]
+        args += ["--kv-lora-rank", str(m.mla.kv_lora_rank), "--qk-head-dim", str(m.mla.qk_nope_head_dim),
+                 "--qk-pos-emb-head-dim", str(m.mla.qk_rope_head_dim), "--v-head-dim", str(m.mla.v_head_dim)]
+    elif m.num_kv_heads < m.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    if m.head_dim is not None:  # for MLA Megatron's kv_channels is v_head_dim (its DeepSeek configs set 128)
+        args += ["--kv-channels", str(m.head_dim)]
+    args += ["--vocab-size", str(m.vocab), *_position_args(m, job.train.seq_len)]
+    args += ["--normalization", "RMSNorm" if m.norm is Norm.RMSNORM else "LayerNorm",
+             "--norm-epsilon", number(m.norm_eps)]
+    if m.gated_mlp:
+        args.append("--swiglu")
+    if not m.linear_bias:
+        args.append("--disable-bias-linear")
+    if not m.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not m.dropout:
+        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    return args + moe_args(job)
+
+
+def _position_args(m: ModelSpec, seq_len: int) -> list[str]:
+    """Learned positions, or RoPE with its base (--rotary-base is an int flag) and scaling."""
+    if m.learned_position_embeddings:
+        return ["--position-embedding-type", "learned_absolute",
+                "--max-position-embeddings", str(m.learned_position_embeddings)]
+    scaling = m.rope_scaling
+    yarn = scaling is not None and scaling.kind is RopeScalingKind.YARN
+    kind = "yarn" if yarn and m.mla is None else "rope"
+    args = ["--position-embedding-type", kind, "--max-position-embeddings", str(seq_len),
+            "--rotary-base", str(round(m.rope_theta))]
+    if scaling is None:  # MLA defaults to YaRN in Megatron (MLATransformerConfig.rope_type)
+        return args + (["--rope-type", "rope"] if m.mla is not None else [])
+    if scaling.kind is RopeScalingKind.LLAMA3:
+        return [*args, "--use-rope-scaling", "--rope-scaling-factor", number(scaling.factor)]
+    args += ["--rotary-scaling-factor", number(scaling.factor), "--mscale", number(scaling.mscale),
+             "--mscale-all-dim", number(scaling.mscale_all_dim)]
+    if m.mla is not None:
+        return [*args, "--rope-type", "yarn"]
+    return [*args, "--yarn-original-max-position-embeddings", str(scaling.original_max_positions),
+            "--yarn-beta-fast", number(scaling.beta_fast), "--yarn-beta-slow", number(scaling.beta_slow)]
+
+
+def router_groups(m: ModelSpec, lay: Layout, gpus_per_node: int) -> int:
+    """Megatron's node-limited routing: `--moe-router-num-groups` = the nodes an EP group spans (TransformerConfig
+    docstring of moe_router_num_groups), so that `--moe-router-group-topk` = moe_max_nodes bounds the nodes a token
+    reaches. 0 when the limit does not bind (the group spans no more nodes than the limit) or cannot be set."""
+    nodes = -(-lay.ep // gpus_per_node)
+    if m.moe_max_nodes is None or nodes <= m.moe_max_nodes or m.experts % nodes:
+        return 0
+    return nodes
+
+
+ROUTING_ARGS = {
+    Routing.AUX_LOSS: ("--moe-router-load-balancing-type", "aux_loss"),
+    Routing.LOSS_FREE: ("--moe-router-load-balancing-type", "none", "--moe-router-enable-expert-bias",
+                        "--moe-router-score-function", "sigmoid"),
+    Routing.FORCED: ("--moe-router-force-load-balancing",),
+}
+"""How each routing reaches Megatron: its auxiliary loss (aux_loss, the default), DeepSeek-V3's expert bias (which
+TransformerConfig allows with the sigmoid score only), or the forced random routing of its benchmarks."""
+
+
+def moe_args(job: Job) -> list[str]:
+    """Experts, top-k, grouped GEMM, dispatcher, shared experts, layer pattern, balancing, capacity, groups, MTP."""
+    m, lay, gpus_per_node = job.model, job.resolved_layout, job.cluster.node.gpus_per_node
+    args: list[str] = []
+    if m.is_moe:
+        args += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
+                 "--moe-ffn-hidden-size", str(m.expert_ffn_hidden), "--moe-grouped-gemm"]
+        if m.shared_experts:
+            args += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.shared_ffn)]
+        if m.first_dense_layers or m.moe_layer_freq > 1:
+            args += ["--moe-layer-freq", moe_layer_pattern(m)]
+        args += [*ROUTING_ARGS[job.train.routing], "--moe-router-dtype", "fp32"]
+        if m.capacity_factor is not None:
+            args += ["--moe-expert-capacity-factor", number(m.capacity_factor)]
+            if m.pad_to_capacity:
+                args.append("--moe-pad-expert-input-to-capacity")
+        groups = router_groups(m, lay, gpus_per_node)
+        if groups:
+            args += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(m.moe_max_nodes)]
+        if lay.ep > 1:
+            args += ["--moe-token-dispatcher-type", "alltoall"]  # arguments.py: recommended with EP
+    if m.mtp_layers:
+        args += ["--mtp-num-layers", str(m.mtp_layers)]
+    return args
+
+
+def moe_layer_pattern(m: ModelSpec) -> str:
+    """Megatron --moe-layer-freq for this model: an integer N (layer i is MoE iff i % N == 0) when no layer
+    leads densely, else a list expression, 1 = MoE layer (DeepSeek-V3: "([0]*3+[1]*58)")."""
+    if not m.first_dense_layers:
+        return str(m.moe_layer_freq)
+    rest, freq = m.layers - m.first_dense_layers, m.moe_layer_freq
+    parts = [f"[0]*{m.first_dense_layers}"]
+    if freq == 1:
+        parts.append(f"[1]*{rest}")
+    else:
+        full, left = divmod(rest, freq)
+        if full:
+            parts.append(f"([1]+[0]*{freq - 1})*{full}")
+        if left:
+            parts.append("[1]" + (f"+[0]*{left - 1}" if left > 1 else ""))
+    return "(" + "+".join(parts) + ")"
+
+
+def _fixed_differs(scaling: RopeScalingSpec, fixed: dict[str, float]) -> list[str]:
+    return [f"{name} {getattr(scaling, name):g} (Megatron fixes {value:g})" for name, value in fixed.items()
+            if float(getattr(scaling, name)) != value]
+
+
+def model_notes(job: Job) -> list[str]:
+    """What the model flags cannot say, one line each."""
+    m, notes = job.model, []
+    if not m.learned_position_embeddings and not float(m.rope_theta).is_integer():
+        notes.append(f"rope_theta {m.rope_theta:g}: Megatron's --rotary-base is an integer; "
+                     f"{round(m.rope_theta)} is exported")
+    scaling = m.rope_scaling
+    if scaling is not None and not m.learned_position_embeddings:
+        fixed = LLAMA3_FIXED if scaling.kind is RopeScalingKind.LLAMA3 else MLA_YARN_FIXED if m.mla else {}
+        differs = _fixed_differs(scaling, fixed)
+        if differs:
+            notes.append(f"rope_scaling {scaling.kind.value}: " + ", ".join(differs) + ": no flag carries it")
+    lay = job.resolved_layout
+    if m.is_moe and m.moe_max_nodes is not None and not router_groups(m, lay, job.cluster.node.gpus_per_node):
+        notes.append(f"moe_max_nodes {m.moe_max_nodes}: the EP group (ep {job.resolved_layout.ep}) spans no more "
+                     "nodes than that, so no --moe-router-num-groups/--moe-router-group-topk is set")
+    if m.is_moe and job.train.fp8_dispatch:
+        notes.append("fp8_dispatch (DeepEP FP8 dispatch) has no Megatron-LM flag at this commit: tokens travel in bf16")
+    return notes

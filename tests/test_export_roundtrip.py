@@ -1,0 +1,168 @@
+"""Plan → export → parse back → the same predicted step (issue 13, item 2), through Megatron-LM flags.
+
+Each case resolves a job (a plan's best layout or a fixed one), writes it with `export --format megatron`, reads the
+text back with `io.megatron_args.parse_megatron_args`, and predicts the step of the parsed job with `estimate_step`.
+The two steps must agree to 1e-9 relative: a flag the exporter dropped (a layout flag, the MoE pattern, the
+precision) changes the parsed job and with it the step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmscale.cli.main import main
+from llmscale.cost.step import estimate_step
+from llmscale.errors import SpecError
+from llmscale.export.document import ExportFormat, export_text
+from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args
+from llmscale.io.megatron_args import KNOWN_FLAGS, parse_megatron_args
+from llmscale.io.resolve import Job, JobRequest, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+HF = ROOT / "tests" / "fixtures" / "hf"
+
+
+def step_s(job: Job) -> float:
+    return float(estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants).step_time_s[0])
+
+
+def round_trip(job: Job) -> tuple[float, float, Job]:
+    text = export_text(job, ExportFormat.MEGATRON)
+    back = resolve(parse_megatron_args(text).request(cluster=job.cluster))
+    return step_s(job), step_s(back), back
+
+
+def plan_best(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> Job:
+    """The best layout of `llmscale plan --json`, resolved again through --from-plan."""
+    with pytest.raises(SystemExit):
+        main(["plan", *args, "--json"])
+    out, _ = capsys.readouterr()
+    path = tmp_path / "plan.json"
+    path.write_text(out, encoding="utf-8")
+    return resolve(JobRequest(from_plan=path))
+
+
+def yaml_model(tmp_path: Path) -> Path:
+    # A 24-layer GQA model with its own RoPE base and epsilon, written as a llmscale model file.
+    path = tmp_path / "m24.yaml"
+    path.write_text(yaml.safe_dump({"name": "m24", "layers": 24, "hidden": 2048, "ffn_hidden": 5632, "heads": 16,
+                                    "kv_heads": 4, "vocab": 32000, "rope_theta": 250000.0, "norm_eps": 1e-6}),
+                    encoding="utf-8")
+    return path
+
+
+CASES: dict[str, Any] = {
+    "a-catalog-plan": lambda tmp, cap: plan_best(cap, tmp, "--model", "llama3-8b", "--cluster", "eos-h100",
+                                                 "--gpus", "64", "--gbs", "512", "--seq-len", "8192"),
+    "b-yaml-model": lambda tmp, cap: resolve(JobRequest(model=yaml_model(tmp), cluster="eos-h100", gpus=32,
+                                                        train={"global_batch": 256, "seq_len": 4096},
+                                                        layout={"tp": 2, "pp": 4, "dp": 4, "vpp": 3})),
+    "c-hf-config": lambda tmp, cap: resolve(JobRequest(model=HF / "Llama-3.1-8B" / "config.json", cluster="eos-h100",
+                                                       gpus=64, train={"global_batch": 512, "seq_len": 8192},
+                                                       layout={"tp": 4, "pp": 2, "dp": 8, "recompute": "full"})),
+    "d-fp8": lambda tmp, cap: resolve(JobRequest(model="llama3-405b", cluster="eos-h100", gpus=8192,
+                                                 train={"global_batch": 2048, "seq_len": 8192, "precision": "fp8"},
+                                                 layout={"tp": 8, "pp": 16, "vpp": 4, "cp": 1, "zero": 1})),
+    # DeepSeek-V3's 61 layers on pp 16 (not divisible): the uneven split travels in --pipeline-model-parallel-layout.
+    "e-moe-ep-uneven-pp": lambda tmp, cap: resolve(JobRequest(
+        model="deepseek-v3", cluster="deepseek-v3-h800", gpus=2048,
+        train={"global_batch": 15360, "seq_len": 4096, "precision": "fp8", "routing": "loss-free"},
+        layout={"pp": 16, "dp": 128, "ep": 64, "recompute_mla_up": True})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_round_trip_predicts_the_same_step(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = CASES[case](tmp_path, capsys)
+    before, after, back = round_trip(job)
+    print(f"{case}: step {before:.9f} s → {after:.9f} s (model {job.model.name}, {job.num_gpus} GPUs)")
+    assert after == pytest.approx(before, rel=1e-9)
+    assert back.resolved_layout == job.resolved_layout
+    assert back.model.model_dump(exclude={"name", "source"}) == job.model.model_dump(exclude={"name", "source"})
+    assert back.train.model_dump(exclude={"total_tokens"}) == job.train.model_dump(exclude={"total_tokens"})
+
+
+def test_the_uneven_case_is_uneven_and_has_ep() -> None:
+    # Case (e) must exercise what its name says: 61 layers over 16 stages, experts spread over 64 ranks.
+    job = CASES["e-moe-ep-uneven-pp"](None, None)
+    assert job.model.layers % job.resolved_layout.pp and job.resolved_layout.ep == 64
+    assert "--pipeline-model-parallel-layout" in megatron_args(job)
+
+
+def same_job(job: Job, back: Job) -> bool:
+    """What test_round_trip_predicts_the_same_step holds: the step, the layout, the model and the run agree."""
+    return (step_s(back) == pytest.approx(step_s(job), rel=1e-9) and back.resolved_layout == job.resolved_layout
+            and back.model.model_dump(exclude={"name", "source"}) == job.model.model_dump(exclude={"name", "source"})
+            and back.train.model_dump(exclude={"total_tokens"}) == job.train.model_dump(exclude={"total_tokens"}))
+
+
+@pytest.mark.parametrize(("case", "flag"), [
+    ("d-fp8", "--pipeline-model-parallel-layout"),  # 126 layers on pp 16 × vpp 4: the layout carries vpp
+    ("d-fp8", "--rotary-base"), ("d-fp8", "--fp8-format"), ("d-fp8", "--use-distributed-optimizer"),
+    ("e-moe-ep-uneven-pp", "--expert-model-parallel-size"), ("e-moe-ep-uneven-pp", "--moe-layer-freq"),
+    ("e-moe-ep-uneven-pp", "--recompute-modules"), ("e-moe-ep-uneven-pp", "--moe-router-enable-expert-bias"),
+])  # fmt: skip
+def test_a_dropped_flag_fails_the_round_trip(case: str, flag: str) -> None:
+    # The round trip can fail: without one of these flags the parsed job is another job.
+    job = CASES[case](None, None)
+    args = megatron_args(job)
+    i = args.index(flag)
+    j = next((k for k in range(i + 1, len(args)) if args[k].startswith("--")), len(args))
+    text = f"# llmscale export megatron · model m · cluster c · {job.num_gpus:,} GPUs\n" + " ".join(args[:i] + args[j:])
+    try:
+        back = resolve(parse_megatron_args(text).request(cluster=job.cluster))
+    except SpecError:
+        return  # refused outright is a failure too
+    assert not same_job(job, back)
+
+
+def test_dropping_rotary_base_changes_the_model() -> None:
+    # --rotary-base does not move the step, but without it Megatron trains Llama 3 with θ = 10000.
+    job = CASES["d-fp8"](None, None)
+    text = export_text(job, ExportFormat.MEGATRON).replace("--rotary-base 500000 \\\n", "")
+    assert parse_megatron_args(text).model.rope_theta == 10000.0
+
+
+def test_reader_knows_every_exported_flag() -> None:
+    assert set(MEGATRON_FLAGS) <= KNOWN_FLAGS
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("--num-layers 4 --frobnicate", "--frobnicate"),  # not a flag llmscale writes: refused, not skipped
+    ("--num-layers 4 --num-layers 8", "--num-layers"),  # given twice
+    ("--num-layers four", "--num-layers"),
+    ("--position-embedding-type rope --moe-layer-freq '__import__(\"os\")'", "--moe-layer-freq"),  # not evaluated
+])  # fmt: skip
+def test_bad_arguments_are_one_line(text: str, named: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_megatron_args(text)
+    assert named in str(info.value) and "\n" not in str(info.value)
+
+
+def test_read_megatron_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = CASES["e-moe-ep-uneven-pp"](tmp_path, capsys)
+    path = tmp_path / "launch.sh"
+    path.write_text(export_text(job, ExportFormat.MEGATRON), encoding="utf-8")
+    with pytest.raises(SystemExit) as info:
+        main(["read-megatron", str(path), "--json"])
+    out, _ = capsys.readouterr()
+    assert info.value.code in (0, None)
+    assert json.loads(out)["step_time_s"] == pytest.approx(step_s(job), rel=1e-9)
+
+
+@pytest.mark.skipif(not os.environ.get("MEGATRON_LM_GIT"), reason="set MEGATRON_LM_GIT to a Megatron-LM clone")
+def test_frozen_megatron_flags_are_defined_at_the_cited_commit() -> None:
+    from tests.test_export import MEGATRON_COMMIT, VERIFIED_MEGATRON_FLAGS
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "megatron_flags.py"), "--git",
+                           os.environ["MEGATRON_LM_GIT"], "--commit", MEGATRON_COMMIT], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert set(proc.stdout.split()) >= VERIFIED_MEGATRON_FLAGS
