@@ -152,7 +152,7 @@ def test_memory_flags_are_frozen() -> None:
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
         "--flash-attention", "--no-flash-attention", "--bf16-moments", "--fp32-moments", "--fp8-cache",
         "--routing", "--fp8-dispatch", "--bf16-dispatch",
-        "--json", "--expect-sha256", "--calibration", "--from-plan",
+        "--json", "--expect-sha256", "--calibration", "--force-calibration", "--from-plan",
     }  # fmt: skip
 
 
@@ -190,7 +190,8 @@ def test_routing_and_fp8_dispatch_flags_reach_the_cost_model(capsys: pytest.Capt
     # An aux-loss router leaves its busiest EP rank more tokens than a forced-balanced one (arXiv:2408.15664
     # Table 5 MaxVio), so its expert GEMMs and all-to-alls take longer; FP8 dispatch halves the dispatch bytes.
     job = ["--model", "deepseek-v3", "--cluster", "eos-h100", "--gpus", "1024", "--tp", "1", "--pp", "8",
-           "--ep", "64", "--mbs", "1", "--gbs", "8192", "--precision", "fp8", "--json"]
+           "--ep", "64", "--mbs", "1", "--gbs", "8192", "--precision", "fp8", "--recompute", "full", "--json"]
+    # (full recompute: without it the layout needs 126 GiB of 80, and explain refuses a layout that does not fit)
     forced = json.loads(run(capsys, "explain", *job, "--routing", "forced"))
     aux = json.loads(run(capsys, "explain", *job, "--routing", "aux-loss"))
     fp8 = json.loads(run(capsys, "explain", *job, "--routing", "forced", "--fp8-dispatch"))

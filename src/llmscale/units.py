@@ -33,3 +33,30 @@ SECONDS_PER_DAY = 86400.0
 def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
     """Network rates are quoted in Gbit/s (400G NIC = 400e9 bit/s = 50e9 B/s)."""
     return gbit_per_s * GB / BITS_PER_BYTE
+
+
+SI_SUFFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15}
+"""Decimal multipliers a count or token flag accepts (`15T`, `500K`; B = G, as in "70B parameters")."""
+
+
+def parse_count(text: str) -> float:
+    """A number as a user types a count: `15T`, `1.5e13`, `500K`, `2M`, `1024` (suffixes: SI_SUFFIXES, either
+    case). Raises ValueError for anything else (not a number, negative, infinite or NaN)."""
+    value = text.strip().replace("_", "")
+    scale = SI_SUFFIXES.get(value[-1:].upper(), 1.0) if value else 1.0
+    number = float(value[:-1] if scale != 1.0 else value)
+    result = number * scale
+    if not (result >= 0 and result != float("inf")):
+        raise ValueError(f"{text!r} is not a non-negative finite number")
+    return result
+
+
+def si_count(value: float, digits: int = 1) -> str:
+    """A count with a decimal SI suffix, the inverse of `parse_count`: 500000 -> '500K', 1.5e13 -> '15T',
+    2048 -> '2K' and 2500 -> '2.5K' (up to `digits` decimals, trailing zeros dropped; 1000, never 1024: a count is
+    not a byte size)."""
+    for suffix, scale in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            text = f"{value / scale:,.{digits}f}"
+            return (text.rstrip("0").rstrip(".") if "." in text else text) + suffix
+    return f"{value:,.0f}"

@@ -38,10 +38,12 @@ AllocPrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensit
 
 ClusterArg = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster or file (default seed-500k)")]
 DaysOpt = Annotated[float | None, typer.Option("--days", help="deadline in days (default 90)")]
-FlopsOpt = Annotated[float | None, typer.Option("--flops", help="training FLOP budget instead of a deadline")]
+FlopsOpt = Annotated[float | None, typer.Option("--flops", parser=o.amount_parser("--flops"), metavar="FLOPS",
+                                               help="training FLOP budget instead of a deadline (3e25)")]
 FamilyOpt = Annotated[Family | None, typer.Option("--family", case_sensitive=False, help="dense, moe or both")]
 LawOpt = Annotated[ScalingLaw | None, typer.Option("--law", case_sensitive=False, help="scaling law for the loss")]
-UniqueOpt = Annotated[float | None, typer.Option("--unique-tokens", help="unique tokens available (repeat beyond)")]
+UniqueOpt = Annotated[float | None, typer.Option("--unique-tokens", parser=o.amount_parser("--unique-tokens"),
+                                                metavar="TOKENS", help="unique tokens available (repeat beyond; 15T)")]
 ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="extra catalog model or file (repeatable)")]
 PolicyOpt = Annotated[JobPolicy, typer.Option("--job-size", case_sensitive=False, help="fastest or efficient")]
 TopOpt = Annotated[int | None, typer.Option("--top", min=1, help="rows to print (default all)")]
@@ -68,6 +70,7 @@ def allocate_cmd(
     document = result.to_dict()
     if html is not None:
         write_allocate_html(html, document)
+        o.wrote(html)
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     elif pure:

@@ -28,6 +28,14 @@ BlockOpt = Annotated[float, typer.Option("--block-ms", min=0.1, help="millisecon
 SizesOpt = Annotated[str | None, typer.Option("--sizes", help="comma-separated bytes, K/M/G = 2^10/2^20/2^30")]
 
 CPU_GEMM_WARN_FLOPS = 2e11
+CPU_GEMM_MODEL, CPU_GEMM_SEQ_LEN = "llama3-8b", 128
+"""`bench gemm` on a CPU without --model: the smallest catalog model at a short sequence, so the default run ends in
+well under a minute (the flagship's GEMMs take 13+ minutes and ~10 GB on a CPU, issue 13)."""
+BenchModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME|FILE", help="catalog model name or "
+                                                   f"file [default: {o.DEFAULT_MODEL} on a GPU, {CPU_GEMM_MODEL} on a "
+                                                   "CPU]")]
+BenchSeqOpt = Annotated[int | None, typer.Option("--seq-len", help="sequence length (tokens) [default: 4096; "
+                                                 f"{CPU_GEMM_SEQ_LEN} on a CPU without --model]")]
 _UNITS = {"": 1, "K": KIB, "M": KIB**2, "G": KIB**3}
 
 
@@ -50,8 +58,8 @@ def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
 @o.with_layout_flags("tp", "cp", "ep", "etp", "mbs")
 def gemm(
     layout: dict[str, Any],
-    model: o.ModelOpt = o.DEFAULT_MODEL,
-    seq_len: o.SeqOpt = None,
+    model: BenchModelOpt = None,
+    seq_len: BenchSeqOpt = None,
     dtype: Annotated[str | None, typer.Option("--dtype", help="float32|bfloat16 (CPU), bfloat16|float16|float32|"
                                               "float8 (GPU)")] = None,
     device: DeviceOpt = None,
@@ -65,13 +73,14 @@ def gemm(
     from llmscale.io.resolve import resolve_model
     from llmscale.measure import gemm as g
     from llmscale.measure import table
-
-    spec = resolve_model(model)
-    tp, cp, ep, etp, mbs = (layout[k] for k in ("tp", "cp", "ep", "etp", "mbs"))
-    seq = _check_layout(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, seq_len=seq_len)
     from llmscale.measure.launch import resolve_device
 
     dev = resolve_device(device)
+    on_cpu = dev == "cpu"
+    spec = resolve_model(model or (CPU_GEMM_MODEL if on_cpu else o.DEFAULT_MODEL))
+    tp, cp, ep, etp, mbs = (layout[k] for k in ("tp", "cp", "ep", "etp", "mbs"))
+    seq = _check_layout(spec, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs,
+                        seq_len=seq_len or (CPU_GEMM_SEQ_LEN if on_cpu and model is None else None))
     kind = dtype or g.default_dtype(dev)
     allowed = g.GPU_DTYPES if dev.startswith("cuda") else g.CPU_DTYPES
     if kind not in allowed:
@@ -81,7 +90,11 @@ def gemm(
     if dev == "cpu" and biggest > CPU_GEMM_WARN_FLOPS:
         typer.echo(f"warning: the largest GEMM is {biggest / TERA:.1f} TFLOP, seconds to minutes per call on a CPU "
                    "(~0.1-1 TFLOP/s); lower --seq-len or --mbs, or raise --tp", err=True)
-    rows = g.bench_gemm(shapes, kind, dev, target_s=block_ms / 1e3)
+    def progress(i: int, shape: Any) -> None:
+        typer.echo(f"[{i + 1}/{len(shapes)}] {shape.name} {shape.m}x{shape.n}x{shape.k} "
+                   f"({shape.flops / 1e9:,.1f} GFLOP per call)", err=True)
+
+    rows = g.bench_gemm(shapes, kind, dev, target_s=block_ms / 1e3, on_shape=progress)
     info = table.versions()
     total_flops = sum(s.flops for s in shapes)
     overall = total_flops / sum(r["time_s"] for r in rows)

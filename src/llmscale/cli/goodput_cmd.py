@@ -16,9 +16,9 @@ import typer
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
 from llmscale.io.resolve import JobRequest, resolve
-from llmscale.reliability.estimate import job_goodput, simulate_job
+from llmscale.reliability.estimate import job_goodput, peak_step_s, simulate_job
 from llmscale.reliability.rates import failures_of
-from llmscale.report.goodput_output import goodput_document, goodput_table
+from llmscale.report.goodput_output import MinInterval, goodput_document, goodput_table
 from llmscale.specs.failures import Mitigation
 from llmscale.units import SECONDS_PER_DAY
 
@@ -33,6 +33,9 @@ MitigationOpt = Annotated[
     list[Mitigation] | None,
     typer.Option("--mitigation", case_sensitive=False, help="predictive-migration and/or subhealthy-eviction"),
 ]
+StepOpt = Annotated[float | None, typer.Option("--step-s", help="the job's step time (from `explain` or `plan`): no "
+                                              "checkpoint interval is shorter (default: one step at the GPUs' dense "
+                                              "peak, a lower bound)")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="write charts (goodput vs interval and vs job size)")]
 
 
@@ -48,6 +51,7 @@ def goodput(
     mitigation: MitigationOpt = None,
     as_json: o.JsonOpt = False,
     plot: PlotOpt = None,
+    step_s: StepOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
 ) -> None:
     """Job MTBF, expected interruptions, the best checkpoint policy per tier, goodput and its Monte Carlo spread."""
@@ -56,11 +60,15 @@ def goodput(
     model_spec, cluster_spec, train, constants = job.model, job.cluster, job.train, job.constants
     num_gpus = job.num_gpus
     mitigations = tuple(dict.fromkeys(mitigation or []))
+    if step_s is not None and not step_s > 0:
+        raise SpecError("step_s", step_s, "must be a positive number of seconds")
+    floor = MinInterval(step_s, "--step-s") if step_s is not None else MinInterval(
+        float(peak_step_s(model_spec, cluster_spec, train, num_gpus)[0]), "one step at the dense peak (MFU 1)")
     est = job_goodput(model_spec, cluster_spec, train, num_gpus, days * SECONDS_PER_DAY, constants,
-                      hot_spares=hot_spares, mitigations=mitigations)
+                      floor_s=floor.seconds, hot_spares=hot_spares, mitigations=mitigations)
     nodes = -(-num_gpus // cluster_spec.node.gpus_per_node)
     mc = simulate_job(est, 0, nodes, trials=trials, seed=seed) if trials else None
-    document = goodput_document(est, mc, interval_min or [], days=days, digest=job.input_sha256)
+    document = goodput_document(est, mc, interval_min or [], days=days, digest=job.input_sha256, floor=floor)
     document.update({"cluster": cluster_spec.name, "model": model_spec.name, "num_gpus": num_gpus,
                      "num_nodes": nodes, "hot_spares": hot_spares, "mitigations": [m.value for m in mitigations],
                      "failure_profile": failures_of(cluster_spec, constants.failures).name})
@@ -68,6 +76,7 @@ def goodput(
         from llmscale.report.goodput_charts import write_charts
 
         write_charts(plot, est, model_spec, cluster_spec, train, constants, num_gpus, days, hot_spares, mitigations)
+        o.wrote(plot)
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:

@@ -31,6 +31,10 @@ app = typer.Typer(
 )
 
 
+EXIT_NOT_RUNNABLE = 3
+"""`explain` of a layout that does not fit in memory (README, commands); bad input is 2."""
+
+
 class ShowKind(str, Enum):
     """What `llmscale show` describes."""
 
@@ -53,11 +57,20 @@ def _root(
 
 
 @app.command()
-def catalog(kind: Annotated[Kind | None, typer.Argument(help="models, gpus or clusters")] = None) -> None:
-    """List the built-in models, GPUs and clusters."""
+def catalog(
+    kind: Annotated[Kind | None, typer.Argument(help="models, gpus or clusters")] = None,
+    sources: Annotated[bool, typer.Option("--sources", metavar="", help="add each entry's source")] = False,
+    as_json: o.JsonOpt = False,
+) -> None:
+    """The built-in models, GPUs and clusters: a table of each one's key facts (sources with --sources or --json)."""
+    from llmscale.report.catalog_rows import catalog_rows
     from llmscale.report.tables import catalog_tables
 
-    catalog_tables([kind] if kind else list(Kind))
+    rows = catalog_rows([kind] if kind else list(Kind))
+    if as_json:
+        typer.echo(json.dumps({k.value: v for k, v in rows.items()}, indent=2))
+    else:
+        catalog_tables(rows, sources=sources)
 
 
 @app.command()
@@ -123,6 +136,8 @@ def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     else:
         excess = RecordCheck(inputs)(step)
         explain_table(inputs, step, record_note=excess.text() if excess else None)
+    if not bool(step.memory.fits[0]):
+        raise typer.Exit(EXIT_NOT_RUNNABLE)
 
 
 app.command("plan")(plan_cmd)
@@ -181,7 +196,7 @@ def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2."""
     keep_freed_memory()
     try:
-        return app(args=argv, standalone_mode=True)
+        return app(args=o.expand_multi_values(sys.argv[1:] if argv is None else argv), standalone_mode=True)
     except LlmscaleError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -17,24 +17,57 @@ from typing import Annotated, Any, get_type_hints
 import typer
 from rich.markup import escape
 
+from llmscale.errors import SpecError
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
 from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Precision, Routing
+from llmscale.units import parse_count
 
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="catalog model name, YAML/JSON file or HF "
-                                              "config.json" + escape(f" [default: {DEFAULT_MODEL}]"))]
-ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster name or YAML/JSON file"
+
+def count_parser(flag: str) -> Callable[[str], int]:
+    """A whole-number flag that takes SI suffixes (`16K`, `1.5e4`: `units.parse_count`); a bad value is one error
+    line (exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = parse_count(text)
+        except ValueError:
+            value = -1.0
+        if value < 0 or value != int(value):
+            raise SpecError(flag, text, f"must be a whole number, e.g. 512, 16K or 1.5e4 ({SI_HELP})")
+        return int(value)
+    return parse
+
+
+def amount_parser(flag: str) -> Callable[[str], float]:
+    """A non-negative number flag that takes SI suffixes (`15T`, `1.5e13`, `3e25`)."""
+    def parse(text: str) -> float:
+        try:
+            return parse_count(text)
+        except ValueError:
+            raise SpecError(flag, text, f"must be a number, e.g. 15T, 1.5e13 or 500K ({SI_HELP})") from None
+    return parse
+
+
+SI_HELP = "suffixes K M G/B T P = 1e3 … 1e15"
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME|FILE", help="catalog model name, "
+                                              "YAML/JSON file or HF config.json"
+                                              + escape(f" [default: {DEFAULT_MODEL}]"))]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", metavar="NAME|GPU:COUNT|FILE",
+                                                help="catalog cluster name, a standard topology of a catalog GPU "
+                                                "(h100-sxm:512, gb200:72; docs/inputs.md) or YAML/JSON file"
                                                 + escape(f" [default: {DEFAULT_CLUSTER}]"))]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs of the job (default tp·cp·pp·dp, else the cluster)")]
-GbsOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["global_batch"], help="global batch (sequences)")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=count_parser("--gpus"), metavar="COUNT",
+                                             help="GPUs of the job (default tp·cp·pp·dp, else the cluster; 16K ok)")]
+GbsOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["global_batch"], parser=count_parser("--gbs"),
+                                            metavar="COUNT", help="global batch (sequences)")]
 SeqOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["seq_len"], help="sequence length (tokens)"
                                             + escape(" [default: 4096]"))]
 PrecisionOpt = Annotated[Precision | None, typer.Option(TRAIN_FLAGS["precision"], case_sensitive=False,
                                                         help="GEMM precision" + escape(" [default: bf16]"))]
-FlashOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["flash_attention"] + "/--no-flash-attention",
+FlashOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["flash_attention"] + "/--no-flash-attention", metavar="",
                                                help="fused attention (off: unfused s×s scores, as before 2022; "
                                                     "default: on)")]
-MomentsOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["bf16_moments"] + "/--fp32-moments",
+MomentsOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["bf16_moments"] + "/--fp32-moments", metavar="",
                                                  help="Adam moments in bf16 (default: fp32)")]
 Fp8CacheOpt = Annotated[Fp8Cache | None, typer.Option(TRAIN_FLAGS["fp8_cache"], case_sensitive=False,
                                                       help="which saved activations an FP8 run keeps in FP8"
@@ -42,7 +75,7 @@ Fp8CacheOpt = Annotated[Fp8Cache | None, typer.Option(TRAIN_FLAGS["fp8_cache"], 
 RoutingOpt = Annotated[Routing | None, typer.Option(TRAIN_FLAGS["routing"], case_sensitive=False,
                                                     help="how the MoE router balances its experts (sets the busiest "
                                                     "rank's load)" + escape(" [default: aux-loss]"))]
-Fp8DispatchOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["fp8_dispatch"] + "/--bf16-dispatch",
+Fp8DispatchOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["fp8_dispatch"] + "/--bf16-dispatch", metavar="",
                                                      help="MoE tokens dispatched in FP8 with block scales "
                                                           "(default: 16-bit)")]
 FromPlanOpt = Annotated[
@@ -50,15 +83,20 @@ FromPlanOpt = Annotated[
     typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
                  "a model, cluster, GPU or layout flag beside it must agree with the file"),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="machine-readable output")]
 ExpectShaOpt = Annotated[
-    str | None, typer.Option("--expect-sha256", help="refuse to run unless the inputs hash to this value")
+    str | None, typer.Option("--expect-sha256", metavar="SHA256",
+                              help="refuse to run unless the inputs hash to this value")
 ]
 CalibrationOpt = Annotated[
     Path | None,
     typer.Option("--calibration", help="profile from `llmscale calibrate`: measured peaks, efficiencies and bandwidths "
                  "replace the datasheet ones"),
 ]
+
+ForceCalibrationOpt = Annotated[bool, typer.Option("--force-calibration", metavar="",
+                                                   help="apply a --calibration profile measured on another kind of "
+                                                   "device (a CPU profile on GPUs) [default: off]")]
 
 
 def layout_option(field: LayoutField) -> tuple[Any, Any]:
@@ -72,9 +110,10 @@ def option_for(field: LayoutField, default: Any) -> tuple[Any, Any]:
     """`layout_option` with the default the help names (`default`: the spec's, or a command's own)."""
     flag = field.knob.cli_flag(field.name)
     if field.kind is bool and field.is_flag:
-        return Annotated[bool, typer.Option(flag, help=field.description)], False
+        switch = typer.Option(flag, metavar="", help=field.description + escape(" [default: off]"))
+        return Annotated[bool, switch], False
     if field.kind is bool:
-        return Annotated[bool | None, typer.Option(f"{flag}/--no-{flag[2:]}", help=field.description)], None
+        return Annotated[bool | None, typer.Option(f"{flag}/--no-{flag[2:]}", metavar="", help=field.description)], None
     shown = "" if default is None else escape(f" [default: {getattr(default, 'value', default)}]")  # not markup
     option = typer.Option(flag, help=field.description + shown, show_default=False, case_sensitive=False)
     optional: Any = field.kind | None  # a type built at run time: typer reads it, mypy cannot
@@ -122,7 +161,8 @@ class JobFlags:
         """What these flags ask the resolver for (`io.resolve.resolve`)."""
         v = self.values
         return JobRequest(model=v["model"], cluster=v["cluster"], gpus=v["gpus"], train=train_fields(**v),
-                          layout=self.layout, calibration=v["calibration"], from_plan=v["from_plan"],
+                          layout=self.layout, calibration=v["calibration"],
+                          force_calibration=bool(v["force_calibration"]), from_plan=v["from_plan"],
                           expect_sha256=v["expect_sha256"])
 
 
@@ -130,7 +170,7 @@ _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
     ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt), ("from_plan", FromPlanOpt),
-    ("calibration", CalibrationOpt), ("expect_sha256", ExpectShaOpt),
+    ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt), ("expect_sha256", ExpectShaOpt),
 )
 
 
@@ -206,3 +246,43 @@ def with_rule_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=rule_option(f))
               for f in spec_fields(Layout)]
     return _with_flags(command, "rules", shared, lambda values: values)
+
+
+def wrote(path: Path) -> None:
+    """Say on stderr that a file was written (stdout stays clean for --json)."""
+    typer.echo(f"wrote {path}", err=True)
+
+
+MULTI_VALUE_FLAGS = frozenset({"--interval-min"})
+"""List flags that take several values after one flag (`--interval-min 5 10 30`, or `5,10,30`); click options take
+one value each, so `expand_multi_values` rewrites them as repeated flags before parsing."""
+
+
+def expand_multi_values(argv: list[str]) -> list[str]:
+    """`--interval-min 5 10 30` and `--interval-min 5,10,30` as `--interval-min 5 --interval-min 10 …`; the values
+    run to the next argument that starts with `--` (or `-` and is not a number)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        name, eq, given = argv[i].partition("=")
+        i += 1
+        if name not in MULTI_VALUE_FLAGS:
+            out.append(argv[i - 1])
+            continue
+        values = [given] if eq else []
+        while not eq and i < len(argv) and not _is_flag(argv[i]):
+            values.append(argv[i])
+            i += 1
+        parts = [part for value in values for part in value.split(",") if part != ""]
+        out.extend([name] if not parts else [x for part in parts for x in (name, part)])
+    return out
+
+
+def _is_flag(arg: str) -> bool:
+    if not arg.startswith("-"):
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False

@@ -23,10 +23,12 @@ from llmscale.search.targets import SearchTarget
 from llmscale.specs.framework import Framework
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
-TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"], help="tokens to train (default 10T)")]
+TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"], parser=o.amount_parser("--tokens"),
+                                                 metavar="TOKENS", help="tokens to train: 15T, 1.5e13 (default 10T)")]
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")]
 TopOpt = Annotated[int, typer.Option("--top", min=1, help="layouts to show")]
-BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens",
+BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens", metavar="TOKENS",
+                                                   parser=o.amount_parser("--max-global-batch-tokens"),
                                                    help="global batch cap (default: critical batch law)")]
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
 FrameworkOpt = Annotated[Framework, typer.Option(
@@ -60,13 +62,15 @@ def plan_cmd(
     html: HtmlOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
     calibration: o.CalibrationOpt = None,
+    force_calibration: o.ForceCalibrationOpt = False,
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
                            bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
                            fp8_dispatch=fp8_dispatch)
     job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
-                             calibration=calibration, expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
+                             calibration=calibration, force_calibration=force_calibration,
+                             expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
     target = SearchTarget(framework, parse_rules(rules), max_memory_fraction)
     result = _search(job, objective, top, gpus, target, quiet=as_json)
     document = plan_document(result, job)
@@ -74,6 +78,7 @@ def plan_cmd(
         from llmscale.report.plan_html import write_plan_html
 
         write_plan_html(html, result, document)
+        o.wrote(html)
     if as_json:
         typer.echo(json.dumps(document, indent=2))
     else:

@@ -61,6 +61,7 @@ def probe(
             output.write_text(json.dumps(document, indent=2), encoding="utf-8")
         except OSError as exc:
             raise InputFileError(f"--output {output}: cannot write ({exc})") from None
+        typer.echo(f"wrote {output}", err=True)
     typer.echo(json.dumps(document, indent=2) if as_json else probe_table(document))
 
 

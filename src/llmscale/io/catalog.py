@@ -13,6 +13,7 @@ import yaml
 
 from llmscale.errors import CatalogError, InputFileError
 from llmscale.io.files import parse_spec, read_document
+from llmscale.io.standard import is_standard_ref, standard_entry
 from llmscale.specs.cluster import ClusterSpec, GPUSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.framework import Framework, FrameworkSupport
@@ -106,6 +107,9 @@ def failure_profile(name: str | None = None) -> dict[str, Any]:
     return {"name": name, **profiles[name]}
 
 
+STANDARD_FILE = "standard_clusters.yaml"
+"""The standard topologies of `--cluster GPU:COUNT` (io.standard)."""
+
 CONSTANTS_FILES = {"step": "step.yaml", "memory": "memory.yaml", "comm": "comm.yaml", "moe": "moe.yaml",
                    "checkpoint": "checkpoint.yaml", "search": "plan.yaml"}
 """The catalog file of each component of `specs.constants.Constants`."""
@@ -169,10 +173,14 @@ def load_model(ref: str) -> ModelSpec:
 
 
 def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
-    """A catalog cluster name or a YAML/JSON cluster file; `gpu` may name a catalog GPU.
+    """A catalog cluster name, a standard cluster `GPU:COUNT` (io.standard) or a YAML/JSON cluster file; `gpu` may
+    name a catalog GPU.
     `num_gpus` overrides the cluster's GPU count (a job on part of the cluster)."""
     if _is_path(ref):
         data, where = read_document(Path(ref)), ref
+    elif is_standard_ref(ref):
+        data, where = standard_entry(ref, catalog_file(STANDARD_FILE), names(Kind.GPUS), lambda g: entry(Kind.GPUS, g),
+                                     lambda c: entry(Kind.CLUSTERS, c)), f"standard cluster {ref}"
     else:
         data, where = entry(Kind.CLUSTERS, ref), f"catalog cluster {ref}"
     gpu = data.get("gpu")

@@ -20,7 +20,7 @@ from typing import Any
 from llmscale.cost.calibrate import apply_calibration
 from llmscale.errors import LlmscaleError, SpecError
 from llmscale.io.calibration import load_profile
-from llmscale.io.catalog import load_cluster, load_constants, load_model
+from llmscale.io.catalog import load_cluster, load_constants, load_gpu, load_model
 from llmscale.io.files import parse_spec
 from llmscale.io.saved import read_saved
 from llmscale.layout.arrays import Layouts
@@ -60,6 +60,8 @@ class JobRequest:
     layout: Mapping[str, Any] | Layout | None = None
     """None: the command takes no layout (plan, goodput)."""
     calibration: Path | CalibrationProfile | None = None
+    force_calibration: bool = False
+    """Apply a calibration profile measured on another kind of device (`check_calibration_device`)."""
     from_plan: Path | None = None
     expect_sha256: str | None = None
     batch: BatchDefault = BatchDefault.SPEC
@@ -147,9 +149,11 @@ def resolve_setting(request: JobRequest) -> Setting:
     cluster = resolve_cluster(request.cluster)
     constants = request.constants if request.constants is not None else load_constants()
     if request.calibration is not None:
-        profile = request.calibration
-        calibrated = apply_calibration(cluster, constants, profile if isinstance(profile, CalibrationProfile)
-                                       else load_profile(profile))
+        given = request.calibration
+        profile = given if isinstance(given, CalibrationProfile) else load_profile(given)
+        if not request.force_calibration:
+            check_calibration_device(cluster, profile, str(given) if isinstance(given, Path) else "profile")
+        calibrated = apply_calibration(cluster, constants, profile)
         cluster, constants = calibrated.cluster, calibrated.constants
     train = request.train if isinstance(request.train, TrainSpec) else parse_spec(
         TrainSpec, {k: v for k, v in request.train.items() if v is not None}, where=_where(request, "train"))
@@ -169,6 +173,21 @@ def resolve_model(ref: str | Path | ModelSpec | None) -> ModelSpec:
 def resolve_cluster(ref: str | Path | ClusterSpec | None) -> ClusterSpec:
     """A cluster: a spec as given, a catalog name or a YAML/JSON file (default: the flagship)."""
     return ref if isinstance(ref, ClusterSpec) else load_cluster(str(ref if ref is not None else DEFAULT_CLUSTER))
+
+
+def check_calibration_device(cluster: ClusterSpec, profile: CalibrationProfile, where: str) -> None:
+    """Refuse a profile measured on another kind of device than the cluster's: a CPU profile on GPUs (its GEMM peak
+    would set an MFU of ~0 %), or one made for another catalog GPU (`calibrate --gpu`). `--force-calibration`
+    skips this check."""
+    measured_on = f"{profile.device.kind} ({profile.device.name})"
+    if profile.device.kind == "cpu":
+        problem = f"was measured on {measured_on}, not on cluster {cluster.name!r}'s {cluster.gpu.name}"
+    elif profile.gpu is not None and load_gpu(profile.gpu).name != cluster.gpu.name:
+        problem = f"stands for GPU {profile.gpu!r}, not cluster {cluster.name!r}'s {cluster.gpu.name}"
+    else:
+        return
+    raise LlmscaleError(f"--calibration {where} {problem}: refusing to apply it (give --force-calibration to apply "
+                        "it anyway)")
 
 
 def check_sha256(actual: str, expected: str | None) -> None:
@@ -206,7 +225,8 @@ def _with_saved(request: JobRequest) -> JobRequest:
                             "the flag or the file")
     train = {k: v for k, v in request.train.items() if v is not None} if isinstance(request.train, Mapping) else {}
     return JobRequest(model=saved.model, cluster=saved.cluster, gpus=saved.gpus, train={**saved.train, **train},
-                      layout={**saved.layout}, calibration=request.calibration, expect_sha256=request.expect_sha256,
+                      layout={**saved.layout}, calibration=request.calibration,
+                      force_calibration=request.force_calibration, expect_sha256=request.expect_sha256,
                       batch=request.batch, constants=request.constants if request.constants is not None
                       else saved.constants, origin=f"{request.from_plan}")
 

@@ -19,6 +19,7 @@ torch._scaled_mm with per-tensor scales) on GPU; the GPU types have not run in t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,12 +105,15 @@ def _operands(shape: GemmShape, dtype: str, device: str) -> Any:
 
 
 def bench_gemm(shapes: list[GemmShape], dtype: str, device: str, target_s: float = 0.1,
-               repeats: int = 3) -> list[dict[str, Any]]:
-    """One row per shape: the median seconds per call and 2·m·n·k / that."""
+               repeats: int = 3, on_shape: Callable[[int, GemmShape], None] | None = None) -> list[dict[str, Any]]:
+    """One row per shape: the median seconds per call and 2·m·n·k / that; `on_shape(i, shape)` is called before
+    each shape is timed (progress)."""
     from llmscale.measure.timing import time_per_call_s
 
     rows = []
-    for shape in shapes:
+    for i, shape in enumerate(shapes):
+        if on_shape is not None:
+            on_shape(i, shape)
         seconds = time_per_call_s(_operands(shape, dtype, device), device, target_s=target_s, repeats=repeats)
         rows.append({"name": shape.name, "m": shape.m, "n": shape.n, "k": shape.k, "type": dtype,
                      "time_s": seconds, "flops_per_s": shape.flops / seconds})

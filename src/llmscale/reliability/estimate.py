@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.derived import LayoutDerived
+from llmscale.cost.flops import model_flops_per_token
 from llmscale.layout.arrays import Layouts
 from llmscale.reliability.checkpoint import even_checkpoint_cost, layout_checkpoint_cost, restart_cost
 from llmscale.reliability.goodput import (
@@ -34,11 +35,23 @@ from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 
 
-def job_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: np.ndarray | int,
-                wall_s: np.ndarray | float, constants: Constants, *, floor_s: float = 1.0, hot_spares: bool = True,
-                mitigations: tuple[Mitigation, ...] = ()) -> GoodputEstimate:
-    """Every policy at its best intervals for jobs of `num_gpus` GPUs, the state spread evenly over them."""
+def peak_step_s(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: np.ndarray | int) -> np.ndarray:
+    """The shortest a training step can be: the step's model FLOPs (cost.flops.model_flops_per_token × tokens per
+    step) over the job's dense peak at the run's precision (MFU = 1). A lower bound on any layout's step: the
+    floor of a checkpoint interval when no layout is given (`llmscale goodput`)."""
+    flops = model_flops_per_token(model, train.seq_len, causal=True) * train.tokens_per_step
     gpus = np.atleast_1d(np.asarray(num_gpus, dtype=float))
+    result: np.ndarray = flops / (gpus * cluster.gpu.peak_flops_per_s(train.precision))
+    return result
+
+
+def job_goodput(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: np.ndarray | int,
+                wall_s: np.ndarray | float, constants: Constants, *, floor_s: np.ndarray | float | None = None,
+                hot_spares: bool = True, mitigations: tuple[Mitigation, ...] = ()) -> GoodputEstimate:
+    """Every policy at its best intervals for jobs of `num_gpus` GPUs, the state spread evenly over them; no
+    interval is shorter than `floor_s` (default: one step at peak, `peak_step_s`)."""
+    gpus = np.atleast_1d(np.asarray(num_gpus, dtype=float))
+    floor_s = peak_step_s(model, cluster, train, gpus) if floor_s is None else floor_s
     rates = cluster_rates(cluster, gpus, constants, mitigations)
     ckpt = even_checkpoint_cost(model, cluster, train, gpus, constants.checkpoint)
     restart = restart_cost(ckpt, constants.checkpoint, hot_spares)

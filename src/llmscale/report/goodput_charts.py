@@ -14,7 +14,7 @@ from llmscale.specs.constants import Constants
 from llmscale.specs.failures import Mitigation
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.units import SECONDS_PER_DAY
+from llmscale.units import SECONDS_PER_DAY, si_count
 
 INTERVALS_MIN = np.geomspace(1.0 / 6.0, 1440.0, 48)
 """10 s to a day."""
@@ -47,7 +47,7 @@ def _size_panel(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, consta
     series = tuple(Series(policy.value, sizes, np.where(result.terms.feasible, result.goodput, np.nan))
                    for policy, result in est.policies.items())
     step = max(1, len(sizes) // 6)  # at most ~7 labels
-    ticks = tuple((float(g), f"{g / 1024:,.0f}K" if g >= 1024 else f"{g:,.0f}") for g in sizes[::step])
+    ticks = tuple((float(g), si_count(float(g))) for g in sizes[::step])  # decimal: 500,000 GPUs is 500K
     return Panel("GOODPUT VS JOB SIZE (BEST INTERVALS)", "JOB SIZE (GPUS)", "GOODPUT", series, ticks,
                  marker_x=float(num_gpus), legend_low=True)
 

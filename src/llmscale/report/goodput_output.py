@@ -3,6 +3,7 @@ reads it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,13 +19,27 @@ from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 MINUTE = 60.0
 
 
+@dataclass(frozen=True)
+class MinInterval:
+    """The shortest checkpoint interval the optimizer may advise: one training step."""
+
+    seconds: float
+    source: str
+    """Where the step time came from (`--step-s`, or the dense-peak lower bound)."""
+
+    def clamped(self, interval_s: float) -> bool:
+        """Whether the optimizer's interval sits on this floor (it would have gone shorter)."""
+        return interval_s <= self.seconds * (1.0 + 1e-6)
+
+
 def _minutes(values: dict[Tier, np.ndarray]) -> dict[str, float]:
     return {tier.value: float(v[0]) / MINUTE for tier, v in values.items()}
 
 
 def goodput_document(est: GoodputEstimate, mc: MonteCarloResult | None, intervals_min: list[float], *, days: float,
-                     digest: str) -> dict[str, Any]:
-    """The JSON of `llmscale goodput` (one job: element 0 of the estimate)."""
+                     digest: str, floor: MinInterval | None = None) -> dict[str, Any]:
+    """The JSON of `llmscale goodput` (one job: element 0 of the estimate); `floor`: the shortest interval allowed
+    (`min_interval`: its seconds, source, and the tiers whose best interval sits on it)."""
     best = est.best_policy[0]
     value = float(est.goodput[0])
     unplanned, planned = float(est.expected_unplanned[0]), float(est.expected_planned[0])
@@ -50,6 +65,10 @@ def goodput_document(est: GoodputEstimate, mc: MonteCarloResult | None, interval
         "at_intervals": [{"interval_min": m, "goodput": {p.value: float(at_interval(est, p, m * MINUTE)[0])
                                                           for p in est.policies}} for m in intervals_min],
         "monte_carlo": None,
+        "min_interval": None if floor is None else {
+            "seconds": floor.seconds, "source": floor.source,
+            "clamped_tiers": [tier.value for tier in Tier if np.isfinite(est.interval_s(tier)[0])
+                              and floor.clamped(float(est.interval_s(tier)[0]))]},
     }
     if mc is not None:
         doc["monte_carlo"] = {**mc.percentiles(mc.goodput), "stderr": mc.stderr, "trials": int(mc.goodput.size),
@@ -106,6 +125,10 @@ def goodput_table(doc: dict[str, Any]) -> None:
                   + ", ".join(f"{k} {v:.3g} min" for k, v in doc["checkpoint_interval_min"].items())
                   + f" · {doc['days']:g} days of work take "
                   f"{doc['effective_time_to_train_days'] or float('inf'):,.1f} days")
+    floor = doc.get("min_interval")
+    if floor and floor["clamped_tiers"]:
+        console.print(f"[yellow]clamped[/yellow]: the {', '.join(floor['clamped_tiers'])} interval would be shorter "
+                      f"than one step; held at {floor['seconds']:.3g} s ({floor['source']})")
     mc = doc["monte_carlo"]
     if mc is not None:
         console.print(f"Monte Carlo ({mc['trials']:,} trials, seed {mc['seed']}): goodput p5 {mc['p5']:.4f} "

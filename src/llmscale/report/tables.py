@@ -13,7 +13,7 @@ from rich.table import Table
 from llmscale import __version__
 from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
-from llmscale.io.catalog import Kind, entry, names
+from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
 from llmscale.units import GIB
@@ -25,14 +25,36 @@ def _gib(value: float) -> str:
     return f"{value / GIB:,.2f}"
 
 
-def catalog_tables(kinds: list[Kind]) -> None:
-    for kind in kinds:
+CATALOG_COLUMNS: dict[Kind, tuple[str, ...]] = {
+    Kind.CLUSTERS: ("name", "GPU", "GPUs", "nodes", "GPUs/node", "tiers: ranks @ GB/s per GPU one way"),
+    Kind.GPUS: ("name", "GPU", "BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s", "HBM GiB", "HBM TB/s", "NVLink GB/s"),
+    Kind.MODELS: ("name", "type", "layers", "hidden", "total params", "active params"),
+}
+"""The key facts `llmscale catalog` shows per kind (report.documents.catalog_rows builds them)."""
+
+
+def catalog_tables(rows: dict[Kind, list[dict[str, Any]]], sources: bool = False) -> None:
+    """`llmscale catalog`: a table of each kind's key facts (`catalog_rows`), the sources only when asked."""
+    for kind, kind_rows in rows.items():
         table = Table(title=f"catalog {kind.value}", title_justify="left")
-        table.add_column("name")
-        table.add_column("source", overflow="fold", max_width=90)
-        for name in names(kind):
-            table.add_row(name, str(entry(kind, name).get("source", "")))
+        columns = CATALOG_COLUMNS[kind]
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("name", "GPU", "type") or ":" in column
+                             else "right")
+        if sources:
+            table.add_column("source", overflow="fold", max_width=80)
+        for row in kind_rows:
+            cells = [_cell(row["facts"].get(column)) for column in columns]
+            table.add_row(*cells, *([row["source"]] if sources else []))
         console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if value < 1000 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def spec_table(kind: str, name: str, document: dict[str, Any]) -> None:
@@ -47,9 +69,10 @@ def spec_table(kind: str, name: str, document: dict[str, Any]) -> None:
     console.print(table)
 
 
-def memory_table(job: Job, result: MemoryBreakdown, i: int = 0) -> None:
+def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "memory") -> None:
+    """The memory breakdown of layout i under a `# llmscale VERSION COMMAND · …` header."""
     console.print(
-        f"# llmscale {__version__} memory · model {job.model.name} · cluster {job.cluster.name} · "
+        f"# llmscale {__version__} {command} · model {job.model.name} · cluster {job.cluster.name} · "
         f"{job.num_gpus:,} GPUs · input_sha256 {job.input_sha256[:16]}…"
     )
     console.print(f"# {layout_line(job.resolved_layout)}")
@@ -112,8 +135,15 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | 
         value = float(getattr(step, part)[i])
         table.add_row(part_label(part), f"{value:,.3f}", f"{value / total:.1%}")
     table.add_row("step", f"{total:,.3f}", "100.0%", style="bold")
-    memory_table(job, step.memory, i)
+    memory_table(job, step.memory, i, command="explain")
     console.print(table)
+    if not bool(step.memory.fits[i]):
+        console.print(
+            f"[bold red]NOT RUNNABLE[/bold red]: the layout does not fit in memory "
+            f"({_gib(float(step.memory.total_bytes[i]))} of {_gib(step.memory.capacity_bytes)} GiB on pipeline rank "
+            f"{int(step.memory.pipeline_rank[i])}); the step time above assumes it did"
+        )
+        return
     console.print(
         f"MFU {float(step.mfu[i]):.1%} · HFU {float(step.hfu[i]):.1%} · "
         f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "

@@ -189,7 +189,8 @@ def job_from_run(run: PublishedRun, constants: Constants, calibration: Calibrati
              **{key: facts[key] for key in TRAIN_FACTS if key in facts}}
     request = JobRequest(model=model, cluster=reference_cluster(run), gpus=run.num_gpus, train=train,
                          calibration=calibration if calibration is not None and calibrates(calibration, run.gpu)
-                         else None, constants=constants, origin=f"published run {run.name!r}")
+                         else None, force_calibration=True,  # validate picks the runs a profile applies to itself
+                         constants=constants, origin=f"published run {run.name!r}")
     given = run.recompute or (Recompute(facts["recompute"]) if "recompute" in facts else None)
     last: Job | None = None
     for recompute in [given] if given is not None else list(Recompute):
