@@ -6,17 +6,18 @@ arguments). Each takes catalog names, file paths or spec objects, resolves them 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llmscale.api.results import Document, Explain, Plan
+from llmscale.api.results import Explain, Memory, Plan
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
 from llmscale.export.document import ExportFormat, export_text
 from llmscale.io.catalog import load_frameworks
-from llmscale.io.resolve import BatchDefault, Job, JobRequest, resolve
+from llmscale.io.resolve import BatchDefault, JobRequest, resolve
 from llmscale.layout.constraints import parse_rules
 from llmscale.report.documents import explain_document, memory_document, plan_document
 from llmscale.search.plan import Objective
@@ -75,46 +76,70 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
     train: TrainSpec fields ({'total_tokens': 15e12, 'seq_len': 8192, 'precision': 'fp8'}); without a
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
     'schedule': ['1f1b', 'interleaved']})."""
-    if not isinstance(top, int) or top < 1:
-        raise SpecError("top", top, "a positive number of layouts")
-    job = resolve(job_request(model, cluster, gpus, train, calibration=calibration, expect_sha256=expect_sha256,
-                              batch=BatchDefault.CRITICAL))
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
-    result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=gpus,
-                         objective=choice(Objective, objective, "objective"), top=top, target=target,
-                         on_size=on_size)
+    request = job_request(model, cluster, gpus, train, calibration=calibration, expect_sha256=expect_sha256)
+    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size)
+
+
+def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, top: int = 5,
+             on_size: Callable[[int, int, int], None] | None = None) -> Plan:
+    """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
+    if not isinstance(top, int) or top < 1:
+        raise SpecError("top", top, "a positive number of layouts")
+    job = resolve(replace(request, batch=BatchDefault.CRITICAL))
+    result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
+                         objective=objective, top=top, target=target, on_size=on_size)
     return Plan.of(plan_document(result, job), result, job)
 
 
-def _one_layout(model: ModelRef, cluster: ClusterRef, gpus: int | None, layout: LayoutRef,
-                train: Mapping[str, Any] | TrainSpec | None, from_plan: Path | None, calibration: Path | None,
-                expect_sha256: str | None) -> Job:
-    return resolve(job_request(model, cluster, gpus, train, layout if layout is not None else {},
-                               from_plan=from_plan, calibration=calibration, expect_sha256=expect_sha256))
+def _request(model: ModelRef, cluster: ClusterRef, gpus: int | None, layout: LayoutRef,
+             train: Mapping[str, Any] | TrainSpec | None, from_plan: Path | None, calibration: Path | None,
+             expect_sha256: str | None) -> JobRequest:
+    return job_request(model, cluster, gpus, train, layout if layout is not None else {}, from_plan=from_plan,
+                       calibration=calibration, expect_sha256=expect_sha256)
 
 
 def explain(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
             train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
             calibration: Path | None = None, expect_sha256: str | None = None) -> Explain:
     """Step time, MFU, throughput and the step and memory breakdowns of one layout (`llmscale explain`)."""
-    job = _one_layout(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256)
+    return explain_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256))
+
+
+def explain_job(request: JobRequest) -> Explain:
+    """`explain` of a resolver request (the CLI's way in)."""
+    job = resolve(request)
     step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
-    return Explain.of(explain_document(job, step), job)
+    return Explain.of(explain_document(job, step), job, step)
 
 
 def memory(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
            train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
-           calibration: Path | None = None, expect_sha256: str | None = None) -> Document:
+           calibration: Path | None = None, expect_sha256: str | None = None) -> Memory:
     """Memory of the most-loaded GPU by class and whether it fits (`llmscale memory`)."""
-    job = _one_layout(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256)
+    return memory_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256))
+
+
+def memory_job(request: JobRequest) -> Memory:
+    """`memory` of a resolver request (the CLI's way in)."""
+    job = resolve(request)
     result = memory_breakdown(job.model, job.cluster, job.train, job.layouts, job.constants)
-    return Document(memory_document(job, result))
+    return Memory(memory_document(job, result), job=job, breakdown=result)
 
 
 def export(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
            train: Mapping[str, Any] | TrainSpec | None = None, fmt: ExportFormat | str = ExportFormat.MEGATRON,
            from_plan: Path | None = None, calibration: Path | None = None) -> str:
-    """One layout as a training framework's launch arguments (`llmscale export`): the text the command writes."""
-    job = _one_layout(model, cluster, gpus, layout, train, from_plan, calibration, None)
-    return export_text(job, choice(ExportFormat, fmt, "format"))
+    """One layout as a training framework's launch arguments (`llmscale export`): the text the command writes.
+    A layout (or `from_plan`) is required: the default one-GPU-per-replica layout is rarely one anybody runs."""
+    return export_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, None),
+                      choice(ExportFormat, fmt, "format"))
+
+
+def export_job(request: JobRequest, fmt: ExportFormat) -> str:
+    """`export` of a resolver request (the CLI's way in)."""
+    if not request.layout and request.from_plan is None:
+        raise SpecError("layout", "none given", "export writes one planned layout: give layout flags (--tp 8 --pp 16 "
+                        "…) or --from-plan FILE from `llmscale plan --json`")
+    return export_text(resolve(request), fmt)

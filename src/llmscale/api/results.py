@@ -8,9 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmscale.cost.memory import MemoryBreakdown
+from llmscale.cost.step import StepBreakdown
 from llmscale.errors import LlmscaleError
 from llmscale.io.resolve import Job
+from llmscale.reliability.goodput import GoodputEstimate
 from llmscale.search.plan import PlanResult
+from llmscale.specs.failures import Mitigation
 from llmscale.specs.layout import Layout
 
 
@@ -93,6 +97,8 @@ class Explain:
 
     document: dict[str, Any] = field(repr=False)
     job: Job = field(repr=False)
+    step: StepBreakdown = field(repr=False)
+    """The cost model's breakdown itself (one layout: index 0)."""
     step_time_s: float
     mfu: float
     tokens_per_s_per_gpu: float
@@ -101,9 +107,9 @@ class Explain:
     breakdown: dict[str, float] = field(repr=False)
 
     @classmethod
-    def of(cls, document: dict[str, Any], job: Job) -> Explain:
+    def of(cls, document: dict[str, Any], job: Job, step: StepBreakdown) -> Explain:
         memory = document["memory"]
-        return cls(document, job, document["step_time_s"], document["mfu"], document["tokens_per_s_per_gpu"],
+        return cls(document, job, step, document["step_time_s"], document["mfu"], document["tokens_per_s_per_gpu"],
                    bool(memory["fits"]), memory["total_bytes"], document["breakdown"])
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +129,7 @@ class Document:
 
     document: dict[str, Any] = field(repr=False)
     rows_key: str | None = None
+    job: Job | None = field(default=None, repr=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.document[key]
@@ -140,3 +147,22 @@ class Document:
         if isinstance(rows, dict):  # keyed rows (goodput's policies): the key becomes the first column
             rows = [{"name": key, **value} for key, value in rows.items()]
         return pandas.DataFrame([{k: v for k, v in r.items() if not isinstance(v, dict | list)} for r in rows])
+
+
+@dataclass(frozen=True)
+class Memory(Document):
+    """`llmscale.memory(...)`: the document (`["total_bytes"]`, `["fits"]`, …) and the breakdown itself."""
+
+    breakdown: MemoryBreakdown | None = field(default=None, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.document["fits"])
+
+
+@dataclass(frozen=True)
+class Goodput(Document):
+    """`llmscale.goodput(...)`: the document (`["goodput"]`, `["best_policy"]`, …) and the estimate it came from."""
+
+    estimate: GoodputEstimate | None = field(default=None, repr=False)
+    mitigations: tuple[Mitigation, ...] = ()

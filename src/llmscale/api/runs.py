@@ -4,20 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmscale.api.jobs import ClusterRef, ModelRef, choice
-from llmscale.api.results import Document
+from llmscale.api.results import Document, Goodput
 from llmscale.errors import SpecError
 from llmscale.io.resolve import JobRequest, resolve
-from llmscale.reliability.estimate import job_goodput, simulate_job
+from llmscale.reliability.estimate import job_goodput, peak_step_s, simulate_job
 from llmscale.reliability.rates import failures_of
 from llmscale.report.documents import validation_document
-from llmscale.report.goodput_output import goodput_document
+from llmscale.report.goodput_output import MinInterval, goodput_document
 from llmscale.specs.failures import Mitigation
 from llmscale.units import SECONDS_PER_DAY
 from llmscale.validation.runs import load_rows
-from llmscale.validation.validate import validate_rows
+from llmscale.validation.validate import ValidationReport, validate_rows
 
 MAX_TRIALS = 1_000_000
 
@@ -34,27 +35,61 @@ def _check(days: float, intervals_min: list[float], trials: int) -> None:
 
 def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef = None, *, days: float = 90.0,
             intervals_min: Iterable[float] = (), trials: int = 10_000, seed: int = 0, hot_spares: bool = True,
-            mitigations: Iterable[Mitigation | str] = (), expect_sha256: str | None = None) -> Document:
+            mitigations: Iterable[Mitigation | str] = (), step_s: float | None = None,
+            expect_sha256: str | None = None) -> Goodput:
     """Job MTBF, expected interruptions, the best checkpoint policy and intervals per tier, goodput and its Monte
-    Carlo spread (`llmscale goodput`). `to_frame()`: one row per checkpoint policy."""
-    intervals = [float(v) for v in intervals_min]
-    _check(days, intervals, trials)
-    if seed < 0:
-        raise SpecError("seed", seed, "must be a non-negative integer")
-    job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256))
+    Carlo spread (`llmscale goodput`); no interval shorter than one step (`step_s`, default one step at the GPUs'
+    dense peak, a lower bound). `to_frame()`: one row per checkpoint policy."""
     chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in mitigations))
-    est = job_goodput(job.model, job.cluster, job.train, job.num_gpus, days * SECONDS_PER_DAY, job.constants,
-                      hot_spares=hot_spares, mitigations=chosen)
+    request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256)
+    return goodput_job(request, GoodputRun(days, [float(v) for v in intervals_min], trials, seed, hot_spares, chosen,
+                                           step_s))
+
+
+@dataclass(frozen=True)
+class GoodputRun:
+    """What `goodput` is asked about the job: the run's length, intervals to evaluate, the Monte Carlo, spares."""
+
+    days: float = 90.0
+    intervals_min: list[float] = field(default_factory=list)
+    trials: int = 10_000
+    seed: int = 0
+    hot_spares: bool = True
+    mitigations: tuple[Mitigation, ...] = ()
+    step_s: float | None = None
+
+    def check(self) -> None:
+        _check(self.days, self.intervals_min, self.trials)
+        if self.seed < 0:
+            raise SpecError("seed", self.seed, "must be a non-negative integer")
+        if self.step_s is not None and not 0 < self.step_s < float("inf"):
+            raise SpecError("step_s", self.step_s, "must be a positive number of seconds")
+
+
+def goodput_job(request: JobRequest, run: GoodputRun) -> Goodput:
+    """`goodput` of a resolver request (the CLI's way in)."""
+    run.check()
+    job = resolve(request)
+    floor = MinInterval(run.step_s, "--step-s") if run.step_s is not None else MinInterval(
+        float(peak_step_s(job.model, job.cluster, job.train, job.num_gpus)[0]), "one step at the dense peak (MFU 1)")
+    est = job_goodput(job.model, job.cluster, job.train, job.num_gpus, run.days * SECONDS_PER_DAY, job.constants,
+                      floor_s=floor.seconds, hot_spares=run.hot_spares, mitigations=run.mitigations)
     nodes = -(-job.num_gpus // job.cluster.node.gpus_per_node)
-    mc = simulate_job(est, 0, nodes, trials=trials, seed=seed) if trials else None
-    document = goodput_document(est, mc, intervals, days=days, digest=job.input_sha256)
+    mc = simulate_job(est, 0, nodes, trials=run.trials, seed=run.seed) if run.trials else None
+    document = goodput_document(est, mc, run.intervals_min, days=run.days, digest=job.input_sha256, floor=floor)
     document.update({"cluster": job.cluster.name, "model": job.model.name, "num_gpus": job.num_gpus,
-                     "num_nodes": nodes, "hot_spares": hot_spares, "mitigations": [m.value for m in chosen],
+                     "num_nodes": nodes, "hot_spares": run.hot_spares,
+                     "mitigations": [m.value for m in run.mitigations],
                      "failure_profile": failures_of(job.cluster, job.constants.failures).name})
-    return Document(document, rows_key="policies")
+    return Goodput(document, rows_key="policies", job=job, estimate=est, mitigations=run.mitigations)
 
 
 def validate(runs: Path | str | None = None, calibration: Path | None = None) -> Document:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (default: the shipped set;
     `llmscale validate`). `to_frame()`: one row per evaluated run."""
-    return Document(validation_document(validate_rows(*load_rows(runs), calibration=calibration)), rows_key="rows")
+    return Document(validation_document(validate_report(runs, calibration)), rows_key="rows")
+
+
+def validate_report(runs: Path | str | None = None, calibration: Path | None = None) -> ValidationReport:
+    """The validation report itself (validation.validate), for tables and charts."""
+    return validate_rows(*load_rows(runs), calibration=calibration)

@@ -13,11 +13,11 @@ from typing import Annotated
 
 import typer
 
+from llmscale.api.jobs import export_job
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
-from llmscale.export.document import ExportFormat, export_text
+from llmscale.export.document import ExportFormat
 from llmscale.io.megatron_args import parse_megatron_args
-from llmscale.io.resolve import resolve
 
 FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (TOML)")]
 
@@ -25,8 +25,7 @@ FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM 
 @o.with_job_flags
 def export(job: o.JobFlags, fmt: FormatOpt) -> None:
     """Write one layout as a training framework's launch arguments (Megatron-LM flags or torchtitan TOML)."""
-    export_format = parse_format(fmt)
-    typer.echo(export_text(resolve(job.request()), export_format), nl=False)
+    typer.echo(export_job(job.request(), parse_format(fmt)), nl=False)
 
 
 def parse_format(value: str) -> ExportFormat:
@@ -45,17 +44,16 @@ GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs (default: the 
 
 def read_megatron(path: FileArg, cluster: ClusterOpt = None, gpus: GpusOpt = None, as_json: o.JsonOpt = False) -> None:
     """Explain the job that Megatron-LM launch flags describe (the round trip of `export --format megatron`)."""
-    from llmscale.cost.step import estimate_step
-    from llmscale.report.documents import explain_document
+    from llmscale.api.jobs import explain_job
     from llmscale.report.tables import explain_table
 
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError("FILE", str(path), f"cannot be read ({err.strerror})") from None
-    inputs = resolve(parse_megatron_args(text).request(cluster=cluster, gpus=gpus))
-    step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
+    result = explain_job(parse_megatron_args(text).request(cluster=cluster, gpus=gpus))
+    inputs, step = result.job, result.step
     if as_json:
-        typer.echo(json.dumps(explain_document(inputs, step), indent=2))
+        typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         explain_table(inputs, step)

@@ -106,37 +106,31 @@ def show(
 @o.with_job_flags
 def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
-    from llmscale.cost.memory import memory_breakdown
-    from llmscale.io.resolve import resolve
-    from llmscale.report.documents import memory_document
+    from llmscale.api.jobs import memory_job
     from llmscale.report.tables import memory_table
 
-    inputs = resolve(job.request())
-    result = memory_breakdown(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
+    result = memory_job(job.request())
     if as_json:
-        typer.echo(json.dumps(memory_document(inputs, result), indent=2))
+        typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        memory_table(inputs, result)
+        assert result.job is not None and result.breakdown is not None
+        memory_table(result.job, result.breakdown)
 
 
 @app.command()
 @o.with_job_flags
 def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
-    from llmscale.cost.step import estimate_step
-    from llmscale.io.resolve import resolve
-    from llmscale.report.documents import explain_document
+    from llmscale.api.jobs import explain_job
     from llmscale.report.tables import explain_table
-    from llmscale.validation.record import RecordCheck
 
-    inputs = resolve(job.request())
-    step = estimate_step(inputs.model, inputs.cluster, inputs.train, inputs.layouts, inputs.constants)
+    result = explain_job(job.request())
     if as_json:
-        typer.echo(json.dumps(explain_document(inputs, step), indent=2))
+        typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        excess = RecordCheck(inputs)(step)
-        explain_table(inputs, step, record_note=excess.text() if excess else None)
-    if not bool(step.memory.fits[0]):
+        excess = result.document["above_published_mfu"]
+        explain_table(result.job, result.step, record_note=excess["note"] if excess else None)
+    if not result.fits:
         raise typer.Exit(EXIT_NOT_RUNNABLE)
 
 
@@ -150,12 +144,11 @@ def validate(
     calibration: o.CalibrationOpt = None,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
+    from llmscale.api.runs import validate_report
     from llmscale.report.documents import validation_document
     from llmscale.report.tables import validation_table
-    from llmscale.validation.runs import load_rows
-    from llmscale.validation.validate import validate_rows
 
-    report = validate_rows(*load_rows(runs), calibration=calibration)
+    report = validate_report(runs, calibration)
     if as_json:
         typer.echo(json.dumps(validation_document(report), indent=2))
     else:

@@ -10,15 +10,15 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
+from llmscale.api.jobs import plan_job
+from llmscale.api.results import Plan
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
-from llmscale.io.catalog import load_frameworks
-from llmscale.io.resolve import BatchDefault, Job, JobRequest, resolve
+from llmscale.io.resolve import JobRequest
 from llmscale.layout.constraints import parse_rules
-from llmscale.report.documents import plan_document
 from llmscale.report.plan_table import plan_table
 from llmscale.report.tables import console
-from llmscale.search.plan import Objective, PlanResult, plan
+from llmscale.search.plan import Objective
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.framework import Framework
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
@@ -68,21 +68,19 @@ def plan_cmd(
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
                            bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
                            fp8_dispatch=fp8_dispatch)
-    job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
-                             calibration=calibration, force_calibration=force_calibration,
-                             expect_sha256=expect_sha256, batch=BatchDefault.CRITICAL))
+    request = JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
+                         calibration=calibration, force_calibration=force_calibration, expect_sha256=expect_sha256)
     target = SearchTarget(framework, parse_rules(rules), max_memory_fraction)
-    result = _search(job, objective, top, gpus, target, quiet=as_json)
-    document = plan_document(result, job)
+    result = _search(request, objective, top, target, quiet=as_json)
     if html is not None:
         from llmscale.report.plan_html import write_plan_html
 
-        write_plan_html(html, result, document)
+        write_plan_html(html, result.result, result.document)
         o.wrote(html)
     if as_json:
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(json.dumps(result.document, indent=2))
     else:
-        plan_table(result, document, job)
+        plan_table(result.result, result.document, result.job)
 
 
 def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> int | None:
@@ -94,9 +92,8 @@ def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> in
     return max(1, int(cap_tokens // (seq_len or TrainSpec().seq_len)))
 
 
-def _search(job: Job, objective: Objective, top: int, gpus: int | None, target: SearchTarget,
-            quiet: bool) -> PlanResult:
-    """search.plan.plan with a progress bar over job sizes; Ctrl-C stops cleanly."""
+def _search(request: JobRequest, objective: Objective, top: int, target: SearchTarget, quiet: bool) -> Plan:
+    """api.plan_job with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
             task = progress.add_task("searching layouts", total=None)
@@ -104,9 +101,7 @@ def _search(job: Job, objective: Objective, top: int, gpus: int | None, target: 
             def on_size(i: int, n: int, size: int) -> None:
                 progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
 
-            return plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=gpus,
-                        objective=objective, top=top, target=target, on_size=on_size)
+            return plan_job(request, objective, target, top, on_size)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None
-
