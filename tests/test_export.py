@@ -1,4 +1,4 @@
-"""`llmscale export`: a layout as Megatron-LM flags or a torchtitan TOML.
+"""`llmscale export`: a layout as Megatron-LM flags (the torchtitan recipe: tests/test_torchtitan_export.py).
 
 The flag and key names are frozen against the frameworks' own definitions, read at one commit each:
 a name that is not in the verified sets below was never checked and must not be emitted.
@@ -6,8 +6,6 @@ a name that is not in the verified sets below was never checked and must not be 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -19,14 +17,10 @@ from llmscale.cli.main import main
 from llmscale.export.document import ExportFormat
 from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args, pipeline_layout
 from llmscale.export.megatron_model import moe_layer_pattern
-from llmscale.export.torchtitan import TORCHTITAN_KEYS, torchtitan_toml
 from llmscale.io.catalog import load_model
 from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
-
-# tomllib is stdlib from Python 3.11; on 3.10 the TOML checks skip and the Megatron ones still run.
-tomllib: Any = importlib.import_module("tomllib") if importlib.util.find_spec("tomllib") else None
 
 # Every flag name below is defined by NVIDIA/Megatron-LM's pretrain_gpt.py parser at commit
 # d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/training/arguments.py: its add_argument calls and the
@@ -61,32 +55,6 @@ VERIFIED_MEGATRON_FLAGS = frozenset({
     "--use-precision-aware-optimizer", "--use-rope-scaling", "--use-tp-pp-dp-mapping", "--v-head-dim", "--vocab-size",
     "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
 })  # fmt: skip
-
-# Every key below was read in pytorch/torchtitan torchtitan/config/job_config.py at commit
-# 0a8d2b0a6b4ebadee4f99e7cbc924714adf4a0d1 (dataclasses Training, Parallelism, ActivationCheckpoint, Model,
-# Compile, Quantize.dense.float8 = Float8Dense, Quantize.moe.float8 = Float8MoE). The converter names
-# "quantize.dense.float8" / "quantize.moe.float8" are those torchtitan's quantization module of the same
-# generation accepts (components/quantization/mx.py, validate_only_mx_converters).
-VERIFIED_TORCHTITAN_KEYS = frozenset({
-    "training.local_batch_size", "training.global_batch_size", "training.seq_len", "training.dtype",
-    "training.enable_cpu_offload", "parallelism.data_parallel_replicate_degree",
-    "parallelism.data_parallel_shard_degree", "parallelism.fsdp_reshard_after_forward",
-    "parallelism.tensor_parallel_degree", "parallelism.enable_async_tensor_parallel",
-    "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
-    "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_layers_per_stage",
-    "parallelism.pipeline_parallel_first_stage_less_layers", "parallelism.pipeline_parallel_last_stage_less_layers",
-    "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
-    "parallelism.expert_tensor_parallel_degree", "activation_checkpoint.mode",
-    "activation_checkpoint.selective_ac_option", "model.converters", "compile.enable", "compile.components",
-    "quantize.dense.float8.recipe_name", "quantize.dense.float8.enable_fsdp_float8_all_gather",
-    "quantize.dense.float8.precompute_float8_dynamic_scale_for_fsdp", "quantize.dense.float8.filter_fqns",
-    "quantize.moe.float8.fqns",
-})  # fmt: skip
-
-# torch.distributed.pipelining get_schedule_class names (pytorch/pytorch schedules.py @
-# 1fd7abc2f521e4429a29c3088e39ebaca20f4698, plus DualPipeV, registered by later releases).
-TORCH_SCHEDULES = frozenset({"1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
-                             "ZBVZeroBubble", "DualPipeV"})
 
 # GPT-3 175B on Selene as Narayanan et al. 2021 (arXiv:2104.04473) ran it: tp 8, pp 8, batch 1536 × 2048.
 GPT3 = ["--model", "gpt3-175b", "--cluster", "selene", "--tp", "8", "--pp", "8", "--dp", "24", "--vpp", "4",
@@ -129,13 +97,6 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return (code if isinstance(code, int) else 0), out, err
 
 
-def load_toml(text: str) -> dict[str, Any]:
-    if tomllib is None:
-        pytest.skip("tomllib needs Python 3.11")
-    document: dict[str, Any] = tomllib.loads(text)
-    return document
-
-
 def body(text: str) -> str:
     """The export without its `#` preamble."""
     return "\n".join(line for line in text.splitlines() if not line.startswith("#")).strip()
@@ -143,14 +104,6 @@ def body(text: str) -> str:
 
 def flags_of(args: list[str]) -> set[str]:
     return {token for token in args if token.startswith("--")}
-
-
-def dotted_keys(table: dict[str, Any], prefix: str = "") -> set[str]:
-    keys: set[str] = set()
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        keys |= dotted_keys(value, name + ".") if isinstance(value, dict) else {name}
-    return keys
 
 
 def parse_layout(text: str) -> list[str]:
@@ -168,11 +121,6 @@ def test_megatron_flag_tuple_is_verified() -> None:
     assert len(MEGATRON_FLAGS) == len(set(MEGATRON_FLAGS))
 
 
-def test_torchtitan_key_tuple_is_verified() -> None:
-    # torchtitan's config manager rejects unknown keys: an unchecked name fails the launch.
-    assert set(TORCHTITAN_KEYS) <= VERIFIED_TORCHTITAN_KEYS
-
-
 @pytest.mark.parametrize("make", [
     job, lambda: job(zero=0), lambda: job(zero=2), lambda: job(zero=3), lambda: job(recompute="full"),
     lambda: job(offload_optimizer=True),
@@ -183,7 +131,6 @@ def test_torchtitan_key_tuple_is_verified() -> None:
 def test_every_emitted_name_is_listed(make: Any) -> None:
     exported = make()
     assert flags_of(megatron_args(exported)) <= set(MEGATRON_FLAGS)
-    assert dotted_keys(load_toml(torchtitan_toml(exported))) <= set(TORCHTITAN_KEYS)
 
 
 # ---- Megatron-LM ----------------------------------------------------------------------------------
@@ -262,62 +209,6 @@ def test_unsupported_settings_become_notes(capsys: pytest.CaptureFixture[str]) -
     assert "# note: offload_params has no Megatron-LM flag" in out
 
 
-# ---- torchtitan -----------------------------------------------------------------------------------
-
-
-def test_gpt3_torchtitan_toml(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "export", "--format", "torchtitan", *GPT3)
-    assert code == 0
-    config = load_toml(out)
-    assert config["training"] == {"local_batch_size": 64, "global_batch_size": 1536, "seq_len": 2048}
-    par = config["parallelism"]
-    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 24)  # ZeRO-1 → FSDP
-    assert par["fsdp_reshard_after_forward"] == "never"
-    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (8, 8, 1)
-    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert par["pipeline_parallel_microbatch_size"] == 1
-    # torchtitan builds ceil((96 + 0 + 0) / 3) = 32 = pp × vpp stages.
-    assert par["pipeline_parallel_layers_per_stage"] == 3
-    assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    assert "0a8d2b0a6b4ebadee4f99e7cbc924714adf4a0d1" in out and "ZeRO-1 maps to FSDP2" in out
-
-
-def test_torchtitan_zero0_replicates_and_zero3_shards() -> None:
-    zero0 = load_toml(torchtitan_toml(job(zero=0, recompute="full")))
-    assert zero0["parallelism"]["data_parallel_replicate_degree"] == 24
-    assert zero0["parallelism"]["data_parallel_shard_degree"] == 1
-    assert zero0["activation_checkpoint"] == {"mode": "full"}
-    zero3 = load_toml(torchtitan_toml(job(zero=3)))["parallelism"]
-    assert zero3["data_parallel_shard_degree"] == 24 and "fsdp_reshard_after_forward" not in zero3
-
-
-def test_torchtitan_without_pipeline_accumulates_micro_batches() -> None:
-    # No PP: local_batch_size is one micro-batch; 1536 / (2 × 192) = 4 accumulation steps.
-    config = load_toml(torchtitan_toml(job(tp=8, pp=1, dp=192, vpp=1, mbs=2)))
-    assert config["training"]["local_batch_size"] == 2
-    assert "pipeline_parallel_schedule" not in config["parallelism"]
-
-
-def test_deepseek_v3_torchtitan_toml() -> None:
-    text = torchtitan_toml(dsv3())
-    config = load_toml(text)
-    par = config["parallelism"]
-    assert par["pipeline_parallel_schedule"] == "DualPipeV" and par["pipeline_parallel_schedule"] in TORCH_SCHEDULES
-    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (64, 1)
-    assert config["model"]["converters"] == ["quantize.dense.float8", "quantize.moe.float8"]
-    assert config["quantize"]["dense"]["float8"]["recipe_name"] == "tensorwise"
-    assert config["quantize"]["moe"]["float8"]["fqns"] == ["experts"]
-    assert config["compile"]["enable"] is True
-    # 61 layers cannot make 32 stages of whole layers: torchtitan's default split, with a note.
-    assert "pipeline_parallel_layers_per_stage" not in par and "default split" in text
-
-
-@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "zbv"])
-def test_torchtitan_schedule_names_exist(schedule: str) -> None:
-    par = load_toml(torchtitan_toml(job(vpp=1, schedule=schedule)))["parallelism"]
-    assert par["pipeline_parallel_schedule"] in TORCH_SCHEDULES
-
-
 # ---- --from-plan and errors -----------------------------------------------------------------------
 
 
@@ -384,15 +275,3 @@ def test_llama31_405b_layout_matches_megatron_embedding_and_loss_accounting() ->
     stages = parse_layout(pipeline_layout(model, Layout(tp=8, pp=16, vpp=4, dp=1)))
     assert [stage.count("t") for stage in stages] == [1] + [2] * 62 + [1]
 
-
-def test_torchtitan_v_schedule_keeps_its_default_split_when_stages_are_uneven(tmp_path: Path) -> None:
-    # ZBVZeroBubble puts stages r and 2·pp − 1 − r on rank r, so torchtitan's first and last stage would both land
-    # on rank 0 — not the looped split llmscale costs: no first/last settings, a note instead (review finding).
-    model = tmp_path / "m62.json"
-    model.write_text(json.dumps({"name": "m62", "layers": 62, "hidden": 1024, "ffn_hidden": 4096, "heads": 8,
-                                 "vocab": 1000}), encoding="utf-8")
-    train = {"global_batch": 64, "seq_len": 2048}
-    job62 = resolve(JobRequest(model=str(model), cluster="eos-h100", gpus=64, train=train,
-                               layout={"pp": 8, "dp": 8, "schedule": "zbv"}))
-    text = torchtitan_toml(job62)
-    assert "pipeline_parallel_layers_per_stage" not in load_toml(text)["parallelism"] and "default split" in text

@@ -82,6 +82,9 @@ _OFF_DEFAULT: dict[str, JobRequest] = {
     "offload_params": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "offload_params": True, "zero": 3}),
     "rank_order": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "rank_order": "tp-cp-ep-pp-dp"}),
     "sp": JobRequest(**_GPT3, layout={"tp": 8, "pp": 8, "dp": 24, "sp": False}),
+    # torchtitan has no expert-TP degree: etp 2 (= tp) must be named.
+    "etp": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
+                      layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8}),
     "ep_comm_overlap": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
                                   layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8, "ep_comm_overlap": True}),
     "offload_activations": JobRequest(model="llama3-8b", cluster="eos-h100", train={"global_batch": 64},

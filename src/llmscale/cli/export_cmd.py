@@ -1,5 +1,6 @@
-"""`llmscale export`: one layout as Megatron-LM flags or a torchtitan TOML, from flags or from a saved plan; and
-`llmscale read-megatron FILE`, which reads such flags back (io.megatron_args) and explains the job they describe.
+"""`llmscale export`: one layout as Megatron-LM flags or a torchtitan recipe module, from flags or from a saved plan;
+`llmscale read-megatron FILE` and `llmscale read-torchtitan FILE`, which read such text back (io.megatron_args,
+io.torchtitan_recipe) and explain the job it describes.
 
 The job comes from the same flags as `explain` or from `--from-plan FILE` (the JSON of `llmscale plan --json`,
 its best layout `top[0]`, or of `llmscale explain --json`), resolved by the one resolver (`io.resolve`).
@@ -13,18 +14,21 @@ from typing import Annotated
 
 import typer
 
-from llmscale.api.jobs import export_job
+from llmscale.api.jobs import explain_job, export_job
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
 from llmscale.export.document import ExportFormat
 from llmscale.io.megatron_args import parse_megatron_args
+from llmscale.io.resolve import JobRequest
+from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
 
-FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (TOML)")]
+FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (a Trainer.Config "
+                                                        "recipe module)")]
 
 
 @o.with_job_flags
 def export(job: o.JobFlags, fmt: FormatOpt) -> None:
-    """Write one layout as a training framework's launch arguments (Megatron-LM flags or torchtitan TOML)."""
+    """Write one layout as a training framework's launch arguments (Megatron-LM flags or a torchtitan recipe)."""
     typer.echo(export_job(job.request(), parse_format(fmt)), nl=False)
 
 
@@ -44,16 +48,32 @@ GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs (default: the 
 
 def read_megatron(path: FileArg, cluster: ClusterOpt = None, gpus: GpusOpt = None, as_json: o.JsonOpt = False) -> None:
     """Explain the job that Megatron-LM launch flags describe (the round trip of `export --format megatron`)."""
-    from llmscale.api.jobs import explain_job
-    from llmscale.report.tables import explain_table
+    _explain(parse_megatron_args(_read(path)).request(cluster=cluster, gpus=gpus), as_json)
 
+
+RecipeArg = Annotated[Path, typer.Argument(help="a torchtitan recipe, as `llmscale export --format torchtitan` writes")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="catalog name or file (default: the flavor's model, "
+                                              "else the preamble's)")]
+
+
+def read_torchtitan(path: RecipeArg, model: ModelOpt = None, cluster: ClusterOpt = None, gpus: GpusOpt = None,
+                    as_json: o.JsonOpt = False) -> None:
+    """Explain the job a torchtitan recipe describes (the round trip of `export --format torchtitan`)."""
+    _explain(parse_torchtitan_recipe(_read(path), model).request(cluster=cluster, gpus=gpus), as_json)
+
+
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError("FILE", str(path), f"cannot be read ({err.strerror})") from None
-    result = explain_job(parse_megatron_args(text).request(cluster=cluster, gpus=gpus))
-    inputs, step = result.job, result.step
+
+
+def _explain(request: JobRequest, as_json: bool) -> None:
+    from llmscale.report.tables import explain_table
+
+    result = explain_job(request)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        explain_table(inputs, step)
+        explain_table(result.job, result.step)

@@ -172,12 +172,13 @@ def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster fil
 from llmscale.cli.allocate_cmd import allocate_cmd  # noqa: E402
 from llmscale.cli.bench_cmd import bench_app  # noqa: E402
 from llmscale.cli.calibrate_cmd import calibrate  # noqa: E402
-from llmscale.cli.export_cmd import export, read_megatron  # noqa: E402
+from llmscale.cli.export_cmd import export, read_megatron, read_torchtitan  # noqa: E402
 from llmscale.cli.goodput_cmd import goodput  # noqa: E402
 from llmscale.cli.probe_cmd import probe  # noqa: E402
 
 app.command("export")(export)
 app.command("read-megatron")(read_megatron)
+app.command("read-torchtitan")(read_torchtitan)
 app.command("goodput")(goodput)
 app.command("allocate")(allocate_cmd)
 app.command("probe")(probe)

@@ -1,5 +1,6 @@
 """The document `llmscale export` prints: one layout as a training framework's own launch arguments (Megatron-LM
-flags or a torchtitan TOML) under a `#` preamble naming the inputs and the framework commit the names were checked at.
+flags or a torchtitan recipe module) under a `#` preamble naming the inputs and the framework commit the names were
+checked at.
 
 Pure functions of a validated job (`Job`); nothing is imported from either framework. What a framework cannot
 express (a schedule it does not have, a ZeRO stage it maps differently, an offload it lacks) becomes a `#` note in
@@ -15,8 +16,9 @@ from enum import Enum
 
 from llmscale import __version__
 from llmscale.export.megatron import MEGATRON_SOURCE, megatron_args, megatron_notes, shell_lines
-from llmscale.export.torchtitan import TORCHTITAN_SOURCE, torchtitan_toml
+from llmscale.export.torchtitan import torchtitan_notes, torchtitan_recipe
 from llmscale.io.resolve import Job
+from llmscale.io.torchtitan_names import TORCHTITAN_SOURCE
 
 
 class ExportFormat(str, Enum):
@@ -25,7 +27,7 @@ class ExportFormat(str, Enum):
     MEGATRON = "megatron"
     """Megatron-LM `pretrain_gpt.py` command-line flags."""
     TORCHTITAN = "torchtitan"
-    """torchtitan JobConfig TOML sections ([training], [parallelism], [activation_checkpoint], fp8)."""
+    """A torchtitan recipe: a Python module with one function returning `Trainer.Config` (`--module`/`--config`)."""
 
 
 def export_text(job: Job, fmt: ExportFormat) -> str:
@@ -36,5 +38,6 @@ def export_text(job: Job, fmt: ExportFormat) -> str:
         preamble.append(f"# flags verified against {MEGATRON_SOURCE}")
         preamble += [f"# note: {note}" for note in megatron_notes(job)]
         return "\n".join(preamble + shell_lines(megatron_args(job))) + "\n"
-    preamble.append(f"# keys verified against {TORCHTITAN_SOURCE}")
-    return "\n".join(preamble) + "\n" + torchtitan_toml(job)
+    preamble.append(f"# names verified against {TORCHTITAN_SOURCE}")
+    preamble += [f"# note: {note}" for note in torchtitan_notes(job)]
+    return "\n".join(preamble) + "\n" + torchtitan_recipe(job)
