@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from llmscale.cli.main import main
-from llmscale.export.document import ExportFormat
-from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args, pipeline_layout
-from llmscale.export.megatron_model import moe_layer_pattern
 from llmscale.io.catalog import load_model
 from llmscale.io.resolve import Job, JobRequest, resolve
+from llmscale.launch.document import ExportFormat
+from llmscale.launch.megatron import MEGATRON_FLAGS, megatron_args, pipeline_layout
+from llmscale.launch.megatron_model import moe_layer_pattern
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
 

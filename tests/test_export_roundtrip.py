@@ -21,10 +21,10 @@ import yaml
 from llmscale.cli.main import main
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
-from llmscale.export.document import ExportFormat, export_text
-from llmscale.export.megatron import MEGATRON_FLAGS, megatron_args
 from llmscale.io.megatron_args import KNOWN_FLAGS, parse_megatron_args
 from llmscale.io.resolve import Job, JobRequest, resolve
+from llmscale.launch.document import ExportFormat, export_text
+from llmscale.launch.megatron import MEGATRON_FLAGS, megatron_args
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"

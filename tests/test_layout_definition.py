@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from llmscale.cli.main import app
 from llmscale.cli.options import JobFlags, with_job_flags
 from llmscale.cost.step import estimate_step
-from llmscale.export.megatron import LAYOUT_FLAGS, MEGATRON_FLAGS, megatron_notes
-from llmscale.export.torchtitan import LAYOUT_KEYS, TORCHTITAN_KEYS, torchtitan_notes
 from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.io.resolve import JobRequest, resolve
+from llmscale.launch.megatron import LAYOUT_FLAGS, MEGATRON_FLAGS, megatron_notes
+from llmscale.launch.torchtitan import LAYOUT_KEYS, TORCHTITAN_KEYS, torchtitan_notes
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.space import SpaceOptions, generate
 from llmscale.report.text import layout_line, layout_text

@@ -18,12 +18,12 @@ import pytest
 from llmscale.cli.main import main
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
-from llmscale.export.document import ExportFormat, export_text
-from llmscale.export.torchtitan import TORCHTITAN_KEYS, torchtitan_recipe
 from llmscale.io.catalog import load_model
 from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.io.torchtitan_names import FLAVORS
 from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
+from llmscale.launch.document import ExportFormat, export_text
+from llmscale.launch.torchtitan import TORCHTITAN_KEYS, torchtitan_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,9 +15,9 @@ from llmscale.api.results import Explain, Memory, Plan
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
-from llmscale.export.document import ExportFormat, export_text
 from llmscale.io.catalog import load_frameworks
 from llmscale.io.resolve import BatchDefault, JobRequest, resolve
+from llmscale.launch.document import ExportFormat, export_text
 from llmscale.layout.constraints import parse_rules
 from llmscale.report.documents import explain_document, memory_document, plan_document
 from llmscale.search.plan import Objective

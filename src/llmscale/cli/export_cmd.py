@@ -17,10 +17,10 @@ import typer
 from llmscale.api.jobs import explain_job, export_job
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
-from llmscale.export.document import ExportFormat
 from llmscale.io.megatron_args import parse_megatron_args
 from llmscale.io.resolve import JobRequest
 from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
+from llmscale.launch.document import ExportFormat
 
 FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (a Trainer.Config "
                                                         "recipe module)")]

@@ -11,8 +11,8 @@ import shlex
 
 import numpy as np
 
-from llmscale.export.megatron_model import model_args, model_notes
 from llmscale.io.resolve import Job
+from llmscale.launch.megatron_model import model_args, model_notes
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec

@@ -15,10 +15,10 @@ from __future__ import annotations
 from enum import Enum
 
 from llmscale import __version__
-from llmscale.export.megatron import MEGATRON_SOURCE, megatron_args, megatron_notes, shell_lines
-from llmscale.export.torchtitan import torchtitan_notes, torchtitan_recipe
 from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import TORCHTITAN_SOURCE
+from llmscale.launch.megatron import MEGATRON_SOURCE, megatron_args, megatron_notes, shell_lines
+from llmscale.launch.torchtitan import torchtitan_notes, torchtitan_recipe
 
 
 class ExportFormat(str, Enum):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 
 from llmscale import __version__
-from llmscale.export.torchtitan_notes import torchtitan_notes
-from llmscale.export.torchtitan_source import Call, Name, call, identifier, recipe_source
 from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import FLAVOR_OF_MODEL, SCHEDULE_NAMES, split_settings
+from llmscale.launch.torchtitan_notes import torchtitan_notes
+from llmscale.launch.torchtitan_source import Call, Name, call, identifier, recipe_source
 from llmscale.specs.cluster import Generation
 from llmscale.specs.layout import Layout, Recompute
 from llmscale.specs.train import Precision, Routing
