@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -84,3 +85,33 @@ def test_ticks_cover_the_data() -> None:
     assert linear_ticks(7.86) == [0.0, 2.0, 4.0, 6.0, 8.0]
     assert log_ticks(289.0, 9066.0) == [200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
     assert len(log_ticks(300.0, 300.0)) >= 2  # one value still spans an axis
+
+
+def test_page_shows_goodput_mtbf_and_why_the_job_size_won(capsys: pytest.CaptureFixture[str], page: str) -> None:
+    document = json.loads(run(capsys, *PLAN, "--json"))
+    best, jobs = document["top"][0], document["jobs"]
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert f"{best['goodput']:.3f}" in text and "job MTBF" in text and best["checkpoint_policy"] in text
+    assert f"Why {jobs['gpus_per_job']:,} GPUs per job" in text
+    assert f"▶ {jobs['gpus_per_job']:,}" in text  # the chosen row is marked in the job-size table
+    assert "stays ≥ 90% of the best job size" in text  # the throughput rule, with the scaling floor
+    assert document["framework"]["checked"] in text
+
+
+def test_page_explains_every_rejection_code_it_counts(page: str) -> None:
+    from llmscale.layout.rules import Reason
+
+    counted = set(re.findall(r"<td class=l>([a-z ]+)</td><td>[\d,]+</td><td>", page))
+    assert counted, "the meanings table lists each counted reason"
+    for name in counted:
+        reason = Reason[name.upper().replace(" ", "_")]
+        assert html.escape(reason.meaning) in page
+
+
+def test_step_parts_get_distinct_colours(page: str) -> None:
+    from llmscale.cost.step import STEP_PARTS
+
+    section = page[page.index("<h2>Step time"):page.index("<h2>Memory")]
+    legend = re.findall(r'<span style="--c:(#[0-9a-f]{6})">([^<]+)</span>', section)
+    assert [name for _, name in legend] == [p.removesuffix("_s").replace("_", " ") for p in STEP_PARTS]
+    assert len({colour for colour, _ in legend}) == len(STEP_PARTS)

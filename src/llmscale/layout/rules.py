@@ -19,44 +19,60 @@ from llmscale.specs.train import TrainSpec
 
 
 class Reason(IntEnum):
-    """Why a layout is rejected; 0 means valid. Order is the order rules are checked."""
+    """Why a layout is rejected; 0 means valid. Order is the order rules are checked; `meaning` says each rule."""
 
     OK = 0
     GPU_COUNT = 1
-    """tp × cp × pp × dp must equal the job's GPUs."""
     TP_HEADS = 2
-    """tp must divide the attention heads and the key/value heads."""
     PP_LAYERS = 3
-    """pp × vpp must not exceed the layers + 2: Megatron can give the embedding and the loss a virtual stage
-    each (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split)."""
     SCHEDULE = 4
-    """vpp > 1 exactly when the schedule is interleaved; DualPipe needs an even pp."""
     EP_EXPERTS = 5
-    """ep must divide the routed experts (ep = 1 for a dense model)."""
     EP_FOLD = 6
-    """ep × etp must divide the tp × cp × dp ranks of a stage."""
     SP_TP = 7
-    """sequence parallelism needs tp > 1."""
     CP_SEQ = 8
-    """2 × cp must divide the sequence length (load-balanced context parallelism)."""
     BATCH = 9
-    """dp × mbs must divide the global batch."""
     MICROBATCHES = 10
-    """interleaving needs the micro-batch count to be a multiple of pp; DualPipe an even count ≥ 2·pp."""
     RECOMPUTE_MODULES = 11
-    """a module recompute needs its module (MLA for mla_up, experts for moe_act) and no full recompute."""
     OFFLOAD_ACTIVATIONS = 12
-    """activation offload needs pp = 1, no recompute and fewer offloaded layers than layers (Megatron-Core
-    TransformerConfig.__post_init__ at NVIDIA/Megatron-LM@000c4ac24f61 raises on each)."""
     CUDA_GRAPHS = 13
-    """CUDA graphs need no full recompute (Megatron's validate_args asserts it, NVIDIA/Megatron-LM@000c4ac24f61
-    megatron/training/arguments.py)."""
     OUT_OF_MEMORY = 14
-    """the most-loaded GPU needs more memory than it has, or than `--max-memory-fraction` of it (set by the memory
-    model, not by `check`)."""
     EXCLUDED = 15
-    """outside what the user fixed or bounded on `plan` (`--tp 8`, `--pp 4..16`) or what the target framework runs
-    (set by the space, not by `check`)."""
+
+    @property
+    def meaning(self) -> str:
+        """The rule this reason stands for, in one sentence (reports print it beside the count)."""
+        return _MEANING[self]
+
+
+_MEANING: dict[Reason, str] = {
+    Reason.OK: "valid",
+    Reason.GPU_COUNT: "tp × cp × pp × dp must equal the job's GPUs",
+    Reason.TP_HEADS: "tp must divide the attention heads and the key/value heads",
+    Reason.PP_LAYERS: "pp × vpp must not exceed the layers + 2: Megatron can give the embedding and the loss a virtual "
+                      "stage each (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split)",
+    Reason.SCHEDULE: "vpp > 1 exactly when the schedule is interleaved, DualPipe needs an even pp; the search also "
+                     "drops here what is no distinct runnable layout (a pipelined schedule without a pipeline, "
+                     "ZeRO-2/3 with pipelining, a second rank order where pp or dp is 1, module recompute beside "
+                     "full)",
+    Reason.EP_EXPERTS: "ep must divide the routed experts (ep = 1 for a dense model)",
+    Reason.EP_FOLD: "ep × etp must divide the tp × cp × dp ranks of a stage",
+    Reason.SP_TP: "sequence parallelism needs tp > 1",
+    Reason.CP_SEQ: "2 × cp must divide the sequence length (load-balanced context parallelism)",
+    Reason.BATCH: "dp × mbs must divide the global batch",
+    Reason.MICROBATCHES: "interleaving needs the micro-batch count to be a multiple of pp; DualPipe an even count "
+                         "≥ 2·pp",
+    Reason.RECOMPUTE_MODULES: "a module recompute needs its module (MLA for mla_up, experts for moe_act) and no full "
+                              "recompute",
+    Reason.OFFLOAD_ACTIVATIONS: "activation offload needs pp = 1, no recompute and fewer offloaded layers than layers "
+                                "(Megatron-Core TransformerConfig.__post_init__ at NVIDIA/Megatron-LM@000c4ac24f61 "
+                                "raises on each)",
+    Reason.CUDA_GRAPHS: "CUDA graphs need no full recompute (Megatron's validate_args asserts it, "
+                        "NVIDIA/Megatron-LM@000c4ac24f61 megatron/training/arguments.py)",
+    Reason.OUT_OF_MEMORY: "the most-loaded GPU needs more memory than it has, or than --max-memory-fraction of it "
+                          "(set by the memory model, not by `check`)",
+    Reason.EXCLUDED: "outside what the user fixed or bounded on `plan` (--tp 8, --pp 4..16) or what the target "
+                     "framework runs (set by the space, not by `check`)",
+}
 
 
 def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: Layouts) -> np.ndarray:

@@ -36,7 +36,7 @@ def _header(document: dict[str, Any]) -> str:
     batch, jobs, top = document["global_batch"], document["jobs"], document["top"]
     seq_len = batch["tokens"] // max(batch["sequences"], 1)
     facts = [("model", document["model"]), ("cluster", f"{document['cluster']} ({num(jobs['cluster_gpus'])} GPUs)"),
-             ("objective", document["objective"]),
+             ("objective", document["objective"]), ("framework", document["framework"]["checked"]),
              ("global batch", f"{num(batch['sequences'])} sequences × {num(seq_len)} tokens = "
                               f"{num(batch['tokens'])} tokens ({batch['source']})"),
              ("layouts", f"{num(document['generated_layouts'])} generated, {num(document['evaluated_layouts'])} "
@@ -46,9 +46,12 @@ def _header(document: dict[str, Any]) -> str:
     rows = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v) if k != 'input_sha256' else f'<code>{escape(v)}</code>'}</dd>"
                    for k, v in facts)
     if top:
-        sentence = (f"Recommendation: {num(jobs['concurrent_jobs'])} concurrent job(s) × "
-                    f"{num(jobs['gpus_per_job'])} GPUs per job; cluster throughput "
-                    f"{num(jobs['cluster_tokens_per_s'])} tokens/s; one job trains in {num(top[0]['days'], 1)} days.")
+        sentence = (f"Recommendation: one job of {num(jobs['gpus_per_job'])} GPUs trains in "
+                    f"{num(top[0]['days'], 1)} days ({num(jobs['tokens_per_s_per_job'])} tokens/s); the cluster "
+                    f"holds {num(jobs['concurrent_jobs'])} such job(s) at once "
+                    f"({num(jobs['cluster_tokens_per_s'])} tokens/s together).")
+    elif document["evaluated_layouts"] == 0:
+        sentence = "No valid layout at any job size: every candidate broke a rule (see the rejected layouts below)."
     else:
         sentence = "No layout fits in memory at any job size."
     title = f"llmscale plan: {document['model']} on {document['cluster']}"
@@ -112,29 +115,80 @@ def _rejection_section(document: dict[str, Any]) -> str:
     totals = sorted(((sum(s["rejected"].get(r, 0) for s in sizes), r) for r in reasons), reverse=True)
     chart = bar_chart([r.replace("_", " ") for _, r in totals], [float(n) for n, _ in totals], "layouts",
                        "rejected layouts") if totals else "<p>No layout was rejected.</p>"
+    meanings = html_table(["reason", "rejected", "the rule"], None,
+                          [[r.replace("_", " "), num(n), Reason[r.upper()].meaning] for n, r in totals], left=1)
     return ("<h2>Rejected layouts by reason</h2>" + html_table(header, None, rows, left=0)
-            + "<p class=note>Totals over all job sizes:</p>" + chart)
+            + "<p class=note>Totals over all job sizes, and what each reason means:</p>" + chart + meanings)
 
 
-def _top_table(top: list[dict[str, Any]]) -> str:
-    header = ["#", "layout", "step", "MFU", "throughput", "memory", "time to train", "cost", "energy"]
-    units = ["", "", "s", "%", "tokens/s/GPU", "GiB", "days", "USD", "MWh"]
-    rows = [[str(rank), layout_text(layout_of(e["layout"])), f"{e['step_time_s']:.3f}", f"{e['mfu'] * 100:.1f}",
+def _reliability_section(best: dict[str, Any]) -> str:
+    """Goodput of the best layout under failures: job MTBF, interruptions, the checkpoint policy and intervals."""
+    if best.get("goodput") is None:
+        return ""
+    intervals = ", ".join(f"{tier} every {num(minutes, 2)} min" for tier, minutes in
+                          best["checkpoint_interval_min"].items())
+    facts = [("goodput", f"{best['goodput']:.3f} of the wall time is training progress"),
+             ("job MTBF", f"{num(best['job_mtbf_hours'], 2)} h between interruptions of this job"),
+             ("interruptions", f"{num(best['expected_interruptions'], 0)} expected over the run"),
+             ("checkpoints", f"{best['checkpoint_policy']}: {intervals}"),
+             ("effective time", f"{num(best['effective_days'], 1)} days = {num(best['days'], 1)} days ÷ goodput"
+              if best["effective_days"] else "no progress under these failures")]
+    rows = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
+    return "<h2>Failures and goodput of the best layout (llmscale goodput)</h2><dl>" + rows + "</dl>"
+
+
+def _size_row(size: dict[str, Any], chosen: bool, best_rate: float) -> list[str]:
+    best = size["best"]
+    return [("▶ " if chosen else "") + num(size["num_gpus"]), layout_text(layout_of(best["layout"])),
+            num(best["tokens_per_s_per_gpu"], 1), f"{best['tokens_per_s_per_gpu'] / best_rate:.1%}",
+            num(best["days"], 1), f"{best['goodput']:.3f}" if best["goodput"] is not None else "n/a",
+            num(best["effective_days"], 1) if best["effective_days"] else "n/a"]
+
+
+def _job_size_section(result: PlanResult, document: dict[str, Any]) -> str:
+    """Every job size's best layout side by side, and the rule that picked one (search.plan._choose_job_size)."""
+    sizes = [s for s in document["job_sizes"] if s["best"]]
+    if not sizes:
+        return ""
+    best_rate = max(s["best"]["tokens_per_s_per_gpu"] for s in sizes)
+    chosen = document["jobs"]["gpus_per_job"]
+    rows = [_size_row(s, s["num_gpus"] == chosen, best_rate) for s in sizes]
+    header = ["GPUs", "best layout", "throughput", "vs best rate", "time to train", "goodput", "effective"]
+    units = ["", "", "tokens/s/GPU", "%", "days", "", "days"]
+    objective = result.objective.value
+    if objective in ("throughput", "effective-time"):
+        rule = (f"the largest job whose best per-GPU rate{' × goodput' if objective == 'effective-time' else ''} "
+                f"stays ≥ {result.floor:.0%} of the best job size's: beyond it, more GPUs per job buy less than they "
+                "cost, and the cluster does better running more jobs")
+    else:
+        rule = f"the job size with the best {objective} for one model"
+    return (f"<h2>Why {num(chosen)} GPUs per job</h2><p>Chosen by objective {escape(objective)}: "
+            f"{escape(rule)}.</p>" + html_table(header, units, rows, left=2))
+
+
+def _top_table(document: dict[str, Any]) -> str:
+    top, roomier = document["top"], document["roomier"]
+    header = ["#", "layout", "step", "MFU", "throughput", "memory", "time to train", "cost", "energy", "runs on"]
+    units = ["", "", "s", "%", "tokens/s/GPU", "GiB", "days", "USD", "MWh", ""]
+    ranked = [(str(rank), e) for rank, e in enumerate(top, 1)] + ([("roomier", roomier)] if roomier else [])
+    rows = [[rank, layout_text(layout_of(e["layout"])), f"{e['step_time_s']:.3f}", f"{e['mfu'] * 100:.1f}",
              num(e["tokens_per_s_per_gpu"], 1), num(e["memory_bytes"] / GIB, 1), num(e["days"], 1),
              num(e["cost_usd"]) if e["cost_usd"] is not None else "n/a",
-             num(e["energy_j"] / J_PER_MWH, 1) if e["energy_j"] is not None else "n/a"]
-            for rank, e in enumerate(top, 1)]
-    return "<h2>Top layouts</h2>" + html_table(header, units, rows, left=2)
+             num(e["energy_j"] / J_PER_MWH, 1) if e["energy_j"] is not None else "n/a",
+             ", ".join(e["frameworks"]) or "no catalog framework"] for rank, e in ranked]
+    note = ("<p class=note>roomier: the best layout that leaves clearly more GPU memory free while staying within a "
+            "few percent of the best (catalog/plan.yaml headroom_margin, headroom_tolerance).</p>" if roomier else "")
+    return "<h2>Top layouts</h2>" + html_table(header, units, rows, left=2) + note
 
 
 def plan_html(result: PlanResult, document: dict[str, Any]) -> str:
     """The whole page as a string."""
     body = [_header(document)]
     if document["top"]:
-        body += [_step_section(document["top"]), _memory_section(result)]
-    body += [_pareto_section(document), _rejection_section(document)]
+        body += [_step_section(document["top"]), _memory_section(result), _reliability_section(document["top"][0])]
+    body += [_job_size_section(result, document), _pareto_section(document), _rejection_section(document)]
     if document["top"]:
-        body.append(_top_table(document["top"]))
+        body.append(_top_table(document))
     title = f"llmscale plan · {document['model']} · {document['cluster']}"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")

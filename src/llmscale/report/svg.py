@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from html import escape
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac")
-"""Per-GPU memory classes that add up to `MemoryBreakdown.total_bytes` (weights … fragmentation)."""
+           "#9c755f", "#bab0ac", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#499894", "#86bcb6", "#d37295",
+           "#fabfd2", "#79706e", "#d4a6c8")
+"""Tableau 20 (Tableau's 10 and their light tones): one distinct colour for each of up to 20 parts of a stacked bar
+(the step's 11 parts, the memory classes); a chart with more parts reuses them in order."""
 CHART_W = 1060
 CHAR_W = 7.0
 """Upper estimate of a 12 px sans-serif character's width, to size label columns."""
