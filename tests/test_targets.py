@@ -179,3 +179,11 @@ def test_plan_says_none_valid_apart_from_none_fits(capsys: pytest.CaptureFixture
 
 def test_no_rules_is_empty() -> None:
     assert not LayoutRules.none() and parse_rules({"tp": None}).rules == {}
+
+
+def test_explain_says_which_framework_runs_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "512", "--tp", "8", "--pp", "4")
+    assert run_cli_json(capsys, *base)["frameworks"] == ["megatron-core"]  # 1F1B, distributed optimizer
+    # ZB-V with FSDP: torchtitan's ZBVZeroBubble over fully_shard; Megatron-Core has no zero-bubble schedule.
+    assert run_cli_json(capsys, *base, "--schedule", "zbv", "--zero", "3")["frameworks"] == ["torchtitan"]
+    assert run_cli_json(capsys, *base, "--schedule", "zbv")["frameworks"] == []  # zero 1: neither

@@ -129,7 +129,8 @@ def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         excess = result.document["above_published_mfu"]
-        explain_table(result.job, result.step, record_note=excess["note"] if excess else None)
+        explain_table(result.job, result.step, record_note=excess["note"] if excess else None,
+                      frameworks=result.document["frameworks"])
     if not result.fits:
         raise typer.Exit(EXIT_NOT_RUNNABLE)
 

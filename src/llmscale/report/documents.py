@@ -9,12 +9,16 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
+import numpy as np
+
 from llmscale import __version__
 from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
+from llmscale.io.catalog import load_frameworks
 from llmscale.io.resolve import Job
 from llmscale.search.plan import Candidate, PlanResult
 from llmscale.search.plausibility import MfuExcess
+from llmscale.search.targets import runnable_by
 from llmscale.specs.constants import SearchConstants
 from llmscale.validation.record import RecordCheck
 from llmscale.validation.validate import ValidationReport
@@ -82,10 +86,16 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
         "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),
         "tokens_per_step": step.tokens_per_step,
         "above_published_mfu": excess_entry(RecordCheck(job)(step, i)),
+        "frameworks": runs_on(job, i),
     }
     document["memory"] = {k: v for k, v in memory_document(job, step.memory, i).items()
                           if k.endswith("_bytes") or k in ("fits", "pipeline_rank")}
     return document
+
+
+def runs_on(job: Job, i: int = 0) -> list[str]:
+    """The catalog frameworks whose features include layout i of the job (catalog/frameworks.yaml)."""
+    return [f.value for f in runnable_by(job.layouts.take(np.array([i])), load_frameworks())[0]]
 
 
 def validation_document(report: ValidationReport) -> dict[str, Any]:

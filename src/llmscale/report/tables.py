@@ -122,10 +122,11 @@ def part_label(part: str) -> str:
     return PART_LABELS.get(part, part.removesuffix("_s").replace("_", " "))
 
 
-def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | None = None) -> None:
+def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | None = None,
+                  frameworks: list[str] | None = None) -> None:
     """The step and memory breakdowns of layout i and its rates; `record_note` (search.plausibility.MfuExcess.text,
     or the `above_published_mfu` note of its document) is printed beside the MFU when it lies above the published
-    record."""
+    record; `frameworks` (report.documents.runs_on) which catalog frameworks run it."""
     total = float(step.step_time_s[i])
     table = Table(title="step breakdown", title_justify="left")
     table.add_column("part")
@@ -151,6 +152,9 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | 
     )
     if record_note is not None:
         console.print(f"[yellow]MFU {float(step.mfu[i]):.1%} is {escape(record_note)}[/yellow]")
+    if frameworks is not None:
+        console.print("runs on: " + (", ".join(frameworks) or "no catalog framework (catalog/frameworks.yaml: none "
+                                     "runs all of this layout)"))
 
 
 def validation_table(report: ValidationReport) -> None:
