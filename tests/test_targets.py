@@ -30,7 +30,7 @@ TINY_TRAIN = TrainSpec(seq_len=2048, global_batch=64)
 
 def _space(target: SearchTarget, model: ModelSpec = TINY, gpus: int = 64, train: TrainSpec = TINY_TRAIN):
     cluster = load_cluster("eos-h100", num_gpus=gpus)
-    return generate(model, cluster, train, gpus, target.space_options(SUPPORTS))
+    return generate(model, cluster, train, gpus, target.space_options(SUPPORTS, model.is_moe))
 
 
 @pytest.mark.parametrize(("name", "text", "allowed", "refused"), [
@@ -187,3 +187,10 @@ def test_explain_says_which_framework_runs_the_layout(capsys: pytest.CaptureFixt
     # ZB-V with FSDP: torchtitan's ZBVZeroBubble over fully_shard; Megatron-Core has no zero-bubble schedule.
     assert run_cli_json(capsys, *base, "--schedule", "zbv", "--zero", "3")["frameworks"] == ["torchtitan"]
     assert run_cli_json(capsys, *base, "--schedule", "zbv")["frameworks"] == []  # zero 1: neither
+
+
+def test_a_dense_model_keeps_tensor_parallel_on_torchtitan() -> None:
+    # etp (experts' tensor parallelism) binds only MoE models: a dense model's etp is its tp (Megatron's default),
+    # and torchtitan's "no expert TP" must not strip TP from a dense search.
+    lay = _space(SearchTarget(Framework.TORCHTITAN)).layouts
+    assert lay.size > 0 and {1, 2, 4, 8} <= set(np.unique(lay.tp))

@@ -182,10 +182,16 @@ def parse_rules(texts: Mapping[str, str | None], spec: type[Layout] = Layout) ->
     return LayoutRules({name: parse_rule(name, text, spec) for name, text in texts.items() if text is not None})
 
 
-def framework_rules(support: FrameworkSupport, spec: type[Layout] = Layout) -> LayoutRules:
-    """The rules of what `support`'s framework runs (catalog/frameworks.yaml), in the same text form."""
+MOE_ONLY = frozenset({"ep", "etp", "recompute_moe_act", "ep_comm_overlap"})
+"""Layout fields that only mean something for a mixture-of-experts model (a dense model's etp is tp, by Megatron's
+default, and no expert runs on it)."""
+
+
+def framework_rules(support: FrameworkSupport, moe: bool = True, spec: type[Layout] = Layout) -> LayoutRules:
+    """The rules of what `support`'s framework runs (catalog/frameworks.yaml), in the same text form; for a dense
+    model (`moe` False) without the MoE-only fields."""
     def text(value: str | int | bool) -> str:
         return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
     return LayoutRules({name: parse_rule(name, ",".join(text(v) for v in fs.values), spec)
-                        for name, fs in support.fields.items()})
+                        for name, fs in support.fields.items() if moe or name not in MOE_ONLY})

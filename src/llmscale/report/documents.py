@@ -95,7 +95,7 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
 
 def runs_on(job: Job, i: int = 0) -> list[str]:
     """The catalog frameworks whose features include layout i of the job (catalog/frameworks.yaml)."""
-    return [f.value for f in runnable_by(job.layouts.take(np.array([i])), load_frameworks())[0]]
+    return [f.value for f in runnable_by(job.layouts.take(np.array([i])), load_frameworks(), job.model.is_moe)[0]]
 
 
 def validation_document(report: ValidationReport) -> dict[str, Any]:

@@ -222,7 +222,7 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     supports = supports or {}
     target = target or SearchTarget(Framework.ANY)
     job_cluster = cluster.model_copy(update={"num_gpus": num_gpus}) if num_gpus != cluster.num_gpus else cluster
-    space = generate(model, job_cluster, train, num_gpus, target.space_options(supports))
+    space = generate(model, job_cluster, train, num_gpus, target.space_options(supports, model.is_moe))
     rejected = dict(space.rejected)
     size = space.layouts.size
     if size == 0:
@@ -256,7 +256,7 @@ def _candidates(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     step = estimate_step(model, cluster, train, lay, constants, derived)
     rows = reliability_rows(layout_goodput(model, cluster, train, lay, step.step_time_s, constants,
                                            cluster_gpus=cluster_gpus, derived=derived))
-    frameworks = runnable_by(lay, supports)
+    frameworks = runnable_by(lay, supports, model.is_moe)
     return [replace(_candidate(step, lay, i, cluster, train, rows[i]), frameworks=tuple(frameworks[i]))
             for i in range(lay.size)]
 

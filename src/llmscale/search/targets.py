@@ -52,8 +52,9 @@ class SearchTarget:
                                 f"says where its source shows it); use --framework {others or 'any'}"
                                 + (" or any" if others else ""))
 
-    def space_options(self, supports: Supports) -> SpaceOptions:
-        """The space's options: the framework's features and searched ZeRO stages, narrowed by the user's rules."""
+    def space_options(self, supports: Supports, moe: bool = True) -> SpaceOptions:
+        """The space's options: the framework's features and searched ZeRO stages, narrowed by the user's rules
+        (`moe`: whether the model has experts, so that expert-only features bound it)."""
         given = frozenset(self.rules.rules)
         base = self.space or SpaceOptions()
         if self.framework is Framework.ANY:
@@ -63,17 +64,18 @@ class SearchTarget:
             raise SpecError("--framework", self.framework.value, f"no catalog entry; known: "
                             f"{', '.join(f.value for f in supports)}, any")
         support = supports[self.framework]
-        rules = framework_rules(support).merged(self.rules)
+        rules = framework_rules(support, moe).merged(self.rules)
         zero = base.zero if self.space else tuple(support.searched_zero)
         return replace(base, zero=zero, rules=rules, given=given)
 
 
-def runnable_by(lay: Layouts, supports: Supports) -> list[list[Framework]]:
-    """For each layout (row of `lay`), the frameworks whose features include all of it."""
-    fits = {fw: framework_rules(s).mask(lay) for fw, s in supports.items()}
+def runnable_by(lay: Layouts, supports: Supports, moe: bool = True) -> list[list[Framework]]:
+    """For each layout (row of `lay`), the frameworks whose features include all of it (`moe`: whether the model
+    has experts; a dense model's expert fields bind nothing)."""
+    fits = {fw: framework_rules(s, moe).mask(lay) for fw, s in supports.items()}
     return [[fw for fw, ok in fits.items() if bool(ok[i])] for i in range(lay.size)]
 
 
-def runnable_mask(lay: Layouts, support: FrameworkSupport) -> np.ndarray:
+def runnable_mask(lay: Layouts, support: FrameworkSupport, moe: bool = True) -> np.ndarray:
     """Rows of `lay` that `support`'s framework runs."""
-    return framework_rules(support).mask(lay)
+    return framework_rules(support, moe).mask(lay)
