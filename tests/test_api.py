@@ -82,3 +82,12 @@ def test_bad_input_is_a_spec_error() -> None:
         llmscale.explain("no-such-model", "eos-h100")
     with pytest.raises(SpecError, match="days"):
         llmscale.goodput("llama3-16k", 4096, days=float("inf"))
+
+
+def test_the_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/api.md pastes this script and its output; it must keep running as written.
+    import runpy
+
+    runpy.run_path(str(Path(__file__).parent.parent / "docs" / "api_example.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "runs on megatron-core" in out and "tokens_per_s_per_gpu" in out and "--tensor-model-parallel-size 8" in out
