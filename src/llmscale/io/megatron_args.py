@@ -15,7 +15,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -98,12 +98,14 @@ class ParsedLaunch:
     num_gpus: int | None
     cluster: str | None
     inert: tuple[str, ...]
+    origin: ClassVar[str] = WHERE
+    """What the error messages of its job name it (the torchtitan reader's subclass names a recipe)."""
 
     def request(self, cluster: Any = None, gpus: int | None = None) -> JobRequest:
         """The JobRequest of this launch on `cluster` (default: the one the export preamble names)."""
         return JobRequest(model=self.model, cluster=cluster if cluster is not None else self.cluster,
                           gpus=gpus if gpus is not None else self.num_gpus, train=self.train, layout=self.layout,
-                          origin=WHERE)
+                          origin=self.origin)
 
 
 def tokens(text: str) -> tuple[list[str], dict[str, str]]:

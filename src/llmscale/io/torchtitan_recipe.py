@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from llmscale.errors import SpecError
 from llmscale.io.catalog import load_model
-from llmscale.io.resolve import JobRequest
+from llmscale.io.megatron_args import ParsedLaunch
 from llmscale.io.torchtitan_names import (
     CONVERTERS,
     FP4_CONVERTERS,
@@ -51,22 +51,12 @@ _INERT_SECTIONS = frozenset({"hf_assets_path", "dump_folder", "profiler", "metri
 
 
 @dataclass(frozen=True)
-class ParsedRecipe:
-    """A recipe read back: the job it describes and the Trainer.Config sections read without a llmscale field."""
+class ParsedRecipe(ParsedLaunch):
+    """A recipe read back: the job it describes (`request`, as a Megatron launch's), the function it came from and the
+    Trainer.Config sections read without a llmscale field (`inert`)."""
 
-    function: str
-    model: ModelSpec
-    train: dict[str, Any]
-    layout: dict[str, Any]
-    num_gpus: int | None
-    cluster: str | None
-    inert: tuple[str, ...]
-
-    def request(self, cluster: Any = None, gpus: int | None = None) -> JobRequest:
-        """The JobRequest of this recipe on `cluster` (default: the one the export preamble names)."""
-        return JobRequest(model=self.model, cluster=cluster if cluster is not None else self.cluster,
-                          gpus=gpus if gpus is not None else self.num_gpus, train=self.train, layout=self.layout,
-                          origin=WHERE)
+    function: str = ""
+    origin: ClassVar[str] = WHERE
 
 
 def _kwargs(value: Any, cls: str, name: str) -> dict[str, Any]:
@@ -101,7 +91,7 @@ def parse_torchtitan_recipe(text: str, model: str | ModelSpec | None = None) -> 
     if training.get("enable_cpu_offload"):
         layout["offload_optimizer"] = layout["offload_params"] = True
     inert = tuple(sorted(set(top) & _INERT_SECTIONS))
-    return ParsedRecipe(tree.function, spec, train, layout, gpus, head[2] if head else None, inert)
+    return ParsedRecipe(spec, train, layout, gpus, head[2] if head else None, inert, function=tree.function)
 
 
 def _model(value: Any, fallback: str | ModelSpec | None) -> tuple[ModelSpec, str]:
