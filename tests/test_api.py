@@ -82,6 +82,15 @@ def test_bad_input_is_a_spec_error() -> None:
         llmscale.explain("no-such-model", "eos-h100")
     with pytest.raises(SpecError, match="days"):
         llmscale.goodput("llama3-16k", 4096, days=float("inf"))
+    # Python values the CLI would never send: refused, not coerced.
+    for call in (lambda: llmscale.plan("llama3-8b", "eos-h100", gpus=64.0),
+                 lambda: llmscale.plan("llama3-8b", "eos-h100", gpus=64, top=True),
+                 lambda: llmscale.plan("llama3-8b", "eos-h100", gpus=64, max_memory_fraction="0.9"),
+                 lambda: llmscale.goodput("llama3-16k", 4096, intervals_min="15"),
+                 lambda: llmscale.goodput("llama3-16k", 4096, trials=1.5),
+                 lambda: llmscale.allocate("llama3-16k", seq_len=0)):
+        with pytest.raises(SpecError):
+            call()
 
 
 def test_the_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:

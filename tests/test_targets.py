@@ -108,7 +108,8 @@ def test_any_names_the_frameworks_that_run_each_layout() -> None:
     for c in result.top:
         layout = c.layouts.row(c.layout_index)
         pipelined = layout.resolved_schedule in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
-        megatron = pipelined and not layout.offload_params
+        fsdp_over_stages = layout.zero >= 2 and layout.pp > 1  # not verified for Megatron-FSDP (frameworks.yaml)
+        megatron = pipelined and not layout.offload_params and not fsdp_over_stages
         assert (Framework.MEGATRON_CORE in c.frameworks) == megatron
         if layout.resolved_schedule is Schedule.DUALPIPE or layout.zero == 1:
             assert Framework.TORCHTITAN not in c.frameworks
@@ -116,6 +117,9 @@ def test_any_names_the_frameworks_that_run_each_layout() -> None:
 
 def test_memory_cap() -> None:
     model, cluster = load_model("llama3-70b"), load_cluster("eos-h100", num_gpus=256)
+    free = search_job_size(model, cluster, LLAMA_TRAIN, 256, Objective.THROUGHPUT, 50, CONSTANTS, SearchTarget(),
+                           SUPPORTS)
+    assert any(c.memory_fraction > 0.6 for c in free.top)  # the cap below has something to remove
     capped = search_job_size(model, cluster, LLAMA_TRAIN, 256, Objective.THROUGHPUT, 50, CONSTANTS,
                              SearchTarget(max_memory_fraction=0.6), SUPPORTS)
     assert capped.top and all(c.memory_fraction <= 0.6 for c in capped.top)
@@ -194,3 +198,65 @@ def test_a_dense_model_keeps_tensor_parallel_on_torchtitan() -> None:
     # and torchtitan's "no expert TP" must not strip TP from a dense search.
     lay = _space(SearchTarget(Framework.TORCHTITAN)).layouts
     assert lay.size > 0 and {1, 2, 4, 8} <= set(np.unique(lay.tp))
+
+
+@pytest.mark.parametrize(("name", "text"), [("pp", "0"), ("zero", "7"), ("mbs", "0"), ("tp", "-2"), ("pp", "0.."),
+                                            ("dp", "0"), ("offload_activations", "-1")])
+def test_a_rule_outside_the_fields_bounds_is_refused(name: str, text: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_rule(name, text)
+    assert text in str(err.value)
+
+
+def test_a_rule_the_framework_cannot_meet_as_a_range_is_refused() -> None:
+    with pytest.raises(SpecError, match="torchtitan @"):  # torchtitan has no ZeRO-1 (frameworks.yaml)
+        SearchTarget(Framework.TORCHTITAN, parse_rules({"zero": "1..1"})).check(SUPPORTS)
+    SearchTarget(Framework.TORCHTITAN, parse_rules({"zero": "1..2"})).check(SUPPORTS)  # 2 is left: fine
+
+
+def test_expert_fields_are_refused_for_a_dense_model() -> None:
+    with pytest.raises(SpecError, match="mixture-of-experts models only"):
+        SearchTarget(rules=parse_rules({"etp": "1"})).check(SUPPORTS, moe=False)
+    SearchTarget(rules=parse_rules({"etp": "1"})).check(SUPPORTS, moe=True)
+
+
+def test_the_other_rank_order_alone_keeps_layouts_without_a_pipeline() -> None:
+    # With only tp-cp-ep-pp-dp asked for, pp = 1 layouts are not duplicates of a default-order row: they stay.
+    lay = _space(SearchTarget(rules=parse_rules({"rank_order": "tp-cp-ep-pp-dp"}))).layouts
+    assert (lay.pp == 1).any() and np.all(lay.rank_order == 1)
+
+
+def test_module_recomputes_can_be_chosen_one_by_one() -> None:
+    dense = _space(SearchTarget(rules=parse_rules({"recompute_norm": "on"}))).layouts  # a dense model's norms
+    assert dense.size > 0 and dense.recompute_norm.all()
+    moe = _space(SearchTarget(rules=parse_rules({"recompute_moe_act": "on", "recompute_norm": "off"})),
+                 model=load_model("mixtral-8x7b"), train=LLAMA_TRAIN).layouts
+    assert moe.size > 0 and moe.recompute_moe_act.all() and not moe.recompute_norm.any()
+
+
+def test_fsdp_with_pipelining_only_where_the_framework_runs_it() -> None:
+    # torchtitan/distributed/fsdp.py@b5bcd76: FSDP2 over pipeline stages (no reshard after forward); Megatron-FSDP
+    # with pipelining is not verified (frameworks.yaml), so megatron-core keeps ZeRO-2/3 to pp = 1.
+    rules = parse_rules({"pp": "2..", "zero": "2,3"})
+    titan = _space(SearchTarget(Framework.TORCHTITAN, rules)).layouts
+    assert titan.size > 0 and (titan.pp > 1).all()
+    assert _space(SearchTarget(Framework.MEGATRON_CORE, rules)).layouts.size == 0
+    from llmscale.search.targets import runnable_by
+    assert all(Framework.MEGATRON_CORE not in fws for fws in runnable_by(titan, SUPPORTS, moe=False))
+
+
+def test_roomier_alternative_under_effective_time_is_roomier_than_the_reranked_best() -> None:
+    model, cluster = load_model("llama3-70b"), load_cluster("eos-h100", num_gpus=512)
+    result = search_job_size(model, cluster, TrainSpec(seq_len=4096, global_batch=7168), 512,
+                             Objective.EFFECTIVE_TIME, 5, CONSTANTS, SearchTarget(Framework.ANY), SUPPORTS)
+    best, spare = result.top[0], result.roomier
+    if spare is not None:
+        assert spare is not best and spare.memory_fraction <= best.memory_fraction - CONSTANTS.search.headroom_margin
+
+
+def test_plan_table_says_none_valid_and_why_a_given_size(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_cli(capsys, "plan", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "256", "--tp", "3")
+    assert "none valid" in out and "none fits" not in out
+    _, out, _ = run_cli(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64",
+                        "--objective", "time")
+    assert "the job size given" in out

@@ -73,7 +73,8 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
         return Document(pure_document(chosen_law, flops, pure_optimum(chosen_law, flops, fam is not Family.DENSE)))
     precision = choice(Precision, precision, "precision")
     setting = resolve_setting(JobRequest(cluster=cluster, gpus=gpus, train={"precision": precision,
-                                                                          "seq_len": seq_len or 4096},
+                                                                          "seq_len": 4096 if seq_len is None
+                                                                          else seq_len},
                                          calibration=calibration))
     extras = tuple(models) or ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     names = candidates(fam, extras)

@@ -59,9 +59,18 @@ def rule_text(value: RuleValue) -> str | None:
     return str(value)
 
 
+def whole(name: str, value: Any, allow_none: bool = True) -> None:
+    """A count given from Python must be a positive int (not a bool, a float or a text); a SpecError otherwise."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(name, value, "a positive whole number")
+
+
 def job_request(model: ModelRef, cluster: ClusterRef, gpus: int | None, train: Mapping[str, Any] | TrainSpec | None,
                 layout: LayoutRef = None, **rest: Any) -> JobRequest:
     """The resolver's request for these inputs (`rest`: calibration, from_plan, expect_sha256, batch)."""
+    whole("gpus", gpus)
     return JobRequest(model=model, cluster=cluster, gpus=gpus, train=train if train is not None else {},
                       layout=layout, **rest)
 
@@ -85,8 +94,7 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
 def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, top: int = 5,
              on_size: Callable[[int, int, int], None] | None = None) -> Plan:
     """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
-    if not isinstance(top, int) or top < 1:
-        raise SpecError("top", top, "a positive number of layouts")
+    whole("top", top, allow_none=False)
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
                          objective=objective, top=top, target=target, on_size=on_size)

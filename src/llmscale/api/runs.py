@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from llmscale.api.jobs import ClusterRef, ModelRef, choice
+from llmscale.api.jobs import ClusterRef, ModelRef, choice, whole
 from llmscale.api.results import Document, Goodput
 from llmscale.errors import SpecError
 from llmscale.io.resolve import JobRequest, resolve
@@ -40,10 +41,19 @@ def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef
     """Job MTBF, expected interruptions, the best checkpoint policy and intervals per tier, goodput and its Monte
     Carlo spread (`llmscale goodput`); no interval shorter than one step (`step_s`, default one step at the GPUs'
     dense peak, a lower bound). `to_frame()`: one row per checkpoint policy."""
+    if isinstance(intervals_min, str | bytes):
+        raise SpecError("intervals_min", intervals_min, "a list of minutes, e.g. [5, 10, 30]")
     chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in mitigations))
+    whole("gpus", gpus)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256)
-    return goodput_job(request, GoodputRun(days, [float(v) for v in intervals_min], trials, seed, hot_spares, chosen,
-                                           step_s))
+    return goodput_job(request, GoodputRun(days, [_number("intervals_min", v) for v in intervals_min], trials, seed,
+                                           hot_spares, chosen, step_s))
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(name, value, "a number")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,13 @@ class GoodputRun:
     step_s: float | None = None
 
     def check(self) -> None:
+        for name in ("days", "step_s"):
+            value = getattr(self, name)
+            if value is not None:
+                _number(name, value)
+        for name in ("trials", "seed"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise SpecError(name, getattr(self, name), "a whole number")
         _check(self.days, self.intervals_min, self.trials)
         if self.seed < 0:
             raise SpecError("seed", self.seed, "must be a non-negative integer")

@@ -36,7 +36,7 @@ FrameworkOpt = Annotated[Framework, typer.Option(
     help="search only what this framework runs at its checked commit (catalog/frameworks.yaml); any: everything "
          "the cost model prices, naming which framework could run each layout")]
 MemoryFractionOpt = Annotated[float, typer.Option(
-    "--max-memory-fraction", min=0.01, max=1.0, help="a layout fits when it needs at most this share of GPU memory")]
+    "--max-memory-fraction", help="a layout fits when it needs at most this share of GPU memory, in (0, 1]")]
 
 
 @o.with_rule_flags

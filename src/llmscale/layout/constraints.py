@@ -13,12 +13,13 @@ Text form (`parse_rule`): `8` · `1,2,4` · `4..16` · `..16` · `4..` for ints;
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
@@ -87,20 +88,40 @@ def field_of(name: str, spec: type[Layout] = Layout) -> LayoutField:
 
 
 def parse_rule(name: str, text: str, spec: type[Layout] = Layout) -> FieldRule:
-    """A `FieldRule` from its text form (module docstring); a SpecError names the field, the text and the form."""
+    """A `FieldRule` from its text form (module docstring); a SpecError names the field, the text and the form, or
+    the bound of the layout field a value breaks (tp > 0, zero 0..3)."""
     field = field_of(name, spec)
     flag = field.knob.cli_flag(name)
     raw = text.strip()
+    check = _bounds(spec, name, flag, text)
     if field.kind is int and ".." in raw:
         low, _, high = raw.partition("..")
-        bounds = [_int(flag, part) if part.strip() else None for part in (low, high)]
+        bounds = [check(_int(flag, part)) if part.strip() else None for part in (low, high)]
         if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
             raise SpecError(flag, text, "a range low..high needs low ≤ high")
         return FieldRule(name, low=bounds[0], high=bounds[1])
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     if not parts:
         raise SpecError(flag, text, "give a value, a comma list or (ints) a range low..high")
-    return FieldRule(name, values=frozenset(_value(field, flag, p) for p in parts))
+    return FieldRule(name, values=frozenset(check(_value(field, flag, p)) for p in parts))
+
+
+def _bounds(spec: type[Layout], name: str, flag: str, text: str) -> Callable[[Any], Any]:
+    """A check of one value against the layout field's own bounds (its pydantic annotation)."""
+    info = spec.model_fields[name]
+    bounds = [m for m in info.metadata if type(m).__module__.startswith(("annotated_types", "pydantic"))]
+    parts: tuple[Any, ...] = (info.annotation, *bounds)
+    annotation: Any = Annotated[parts] if bounds else info.annotation
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+
+    def check(value: Any) -> Any:
+        try:
+            adapter.validate_python(value)
+        except ValidationError as err:
+            raise SpecError(flag, text, f"{value!r}: {err.errors()[0]['msg'].lower()}") from None
+        return value
+
+    return check
 
 
 def _int(flag: str, text: str) -> int:

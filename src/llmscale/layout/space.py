@@ -11,9 +11,9 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
   dp        GPUs / (tp·cp·pp) when whole
   ep, etp   (MoE) divisors of experts; etp ∈ {1, tp}
   mbs       1, 2, 4, 8
-  zero      0, 1, 2 (ZeRO-2 only without pipelining: DeepSpeed rejects it with pipeline parallelism and
-            Megatron-FSDP / torchtitan's FSDP2 do not combine gradient sharding with it); ZeRO-3 on request only
-            (SpaceOptions.zero), see there
+  zero      0, 1, 2 (ZeRO-2 only without pipelining, unless the target framework combines them: DeepSpeed rejects
+            it with pipeline parallelism, torchtitan's FSDP2 runs it — SpaceOptions.sharded_grads_with_pp); ZeRO-3
+            on request only (SpaceOptions.zero), see there
   recompute none, selective, full; for MoE and MLA models also the output-discarding module recomputes on top of
             none or selective (norms, MLA up-projections, the experts' activations: what DeepSeek-V3 §3.2.3 and the
             Megatron-Bridge DeepSeek recipes run), as one switch (SpaceOptions.module_recompute)
@@ -69,6 +69,9 @@ class SpaceOptions:
     rules: LayoutRules = field(default_factory=LayoutRules.none)
     """What the user fixed or bounded and what the target framework runs (layout.constraints), merged: the
     candidate lists are narrowed to it and the rows it excludes are rejected as Reason.EXCLUDED."""
+    sharded_grads_with_pp: bool = False
+    """Whether ZeRO-2/3 may combine with pipelining (torchtitan's FSDP2 does, catalog/frameworks.yaml); else such
+    layouts are pruned."""
     given: frozenset[str] = frozenset()
     """The fields the user ruled on (a subset of `rules`): a finite set of values given for one of them replaces
     its default candidates (`--tp 16` on an 8-GPU NVLink domain is tried), and a field the space does not vary
@@ -140,13 +143,15 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     cols = {k: v[whole] for k, v in cols.items()}
     dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
-    modules = cols.pop("module_recompute") == 1
-    flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
-             "recompute_moe_act": modules & model.is_moe}
+    flags: dict[str, np.ndarray] = {}
+    if "module_recompute" in cols:  # one switch for every module the model has (else the user gave them one by one)
+        modules = cols.pop("module_recompute") == 1
+        flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
+                 "recompute_moe_act": modules & model.is_moe}
     columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
     lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
-    extra = _pruned(lay)
+    extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)
     reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
     reasons = np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
     counts = {Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)}
@@ -171,11 +176,15 @@ def _mode_values(model: ModelSpec, opts: SpaceOptions) -> dict[str, list[Any]]:
     values: dict[str, list[Any]] = {
         "etp_is_tp": [0, 1] if model.is_moe else [1],
         "recompute": [r.code for r in _ruled(opts, "recompute", list(opts.recompute))],
-        "module_recompute": [int(b) for b in modules if not b or rules.allows("recompute_norm", True)],
         "schedule": [s.code for s in _ruled(opts, "schedule", list(opts.schedules))],
         "offload_optimizer": [int(b) for b in _ruled(opts, "offload_optimizer", list(opts.offload_optimizer))],
         "rank_order": [o.code for o in _ruled(opts, "rank_order", list(opts.rank_orders))],
     }
+    if opts.given & MODULE_FLAGS:  # each module flag as given (the others off)
+        values |= {name: [int(v) for v in _finite(rules.get(name))] if name in opts.given else [0]
+                   for name in sorted(MODULE_FLAGS)}
+    else:
+        values["module_recompute"] = [int(b) for b in modules if not b or rules.allows("recompute_norm", True)]
     for name in sorted(opts.given - _PRODUCT):
         rule = rules.get(name)
         assert rule is not None, f"{name} is given without a rule"
@@ -183,8 +192,13 @@ def _mode_values(model: ModelSpec, opts: SpaceOptions) -> dict[str, list[Any]]:
     return values
 
 
-def _finite(rule: FieldRule) -> list[Any]:
+MODULE_FLAGS = frozenset({"recompute_norm", "recompute_mla_up", "recompute_moe_act"})
+"""The module recomputes the space varies as one switch unless the user rules on one of them."""
+
+
+def _finite(rule: FieldRule | None) -> list[Any]:
     """The values of a rule on a field the space does not vary: its set, or the ints of a bounded range (≤ 64)."""
+    assert rule is not None, "a given field has a rule"
     if rule.values is not None:
         return sorted(rule.values, key=lambda v: getattr(v, "code", v))
     low = rule.low if rule.low is not None else 0
@@ -194,13 +208,14 @@ def _finite(rule: FieldRule) -> list[Any]:
     return list(range(low, rule.high + 1))
 
 
-def _pruned(lay: Layouts) -> np.ndarray:
+def _pruned(lay: Layouts, opts: SpaceOptions, both_orders: bool) -> np.ndarray:
     """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, ZeRO-2/3
-    with pipelining (see the module docstring), a second rank order where pp or dp is 1 (the same layout), and
-    module recompute beside full recompute."""
+    with pipelining unless the target runs it (SpaceOptions.sharded_grads_with_pp), the second rank order where pp
+    or dp is 1 when both orders are searched (the same layout twice), and module recompute beside full recompute."""
     no_pipeline = (lay.pp == 1) & (lay.schedule != Schedule.ONE_F_ONE_B.code)
-    sharded_grads_pp = (lay.zero >= 2) & (lay.pp > 1)
-    same_order = ((lay.pp == 1) | (lay.dp == 1)) & (lay.rank_order != RankOrder.TP_CP_EP_DP_PP.code)
-    modules_with_full = lay.recompute_norm & (lay.recompute == Recompute.FULL.code)  # full re-runs them all anyway
+    sharded_grads_pp = (lay.zero >= 2) & (lay.pp > 1) & (not opts.sharded_grads_with_pp)
+    same_order = ((lay.pp == 1) | (lay.dp == 1)) & (lay.rank_order != RankOrder.TP_CP_EP_DP_PP.code) & both_orders
+    modules = lay.recompute_norm | lay.recompute_mla_up | lay.recompute_moe_act
+    modules_with_full = modules & (lay.recompute == Recompute.FULL.code)  # full re-runs them all anyway
     result: np.ndarray = no_pipeline | sharded_grads_pp | same_order | modules_with_full
     return result

@@ -19,7 +19,7 @@ from llmscale.errors import LlmscaleError
 from llmscale.layout.rules import Reason
 from llmscale.report.svg import CSS, Bar, bar_chart, html_table, legend, num, scatter_chart, stacked_bars
 from llmscale.report.text import layout_of, layout_text
-from llmscale.search.plan import PlanResult
+from llmscale.search.plan import PlanResult, job_size_rule
 from llmscale.units import GIB, SECONDS_PER_HOUR
 
 J_PER_MWH = 1e6 * SECONDS_PER_HOUR
@@ -155,13 +155,7 @@ def _job_size_section(result: PlanResult, document: dict[str, Any]) -> str:
     rows = [_size_row(s, s["num_gpus"] == chosen, best_rate) for s in sizes]
     header = ["GPUs", "best layout", "throughput", "vs best rate", "time to train", "goodput", "effective"]
     units = ["", "", "tokens/s/GPU", "%", "days", "", "days"]
-    objective = result.objective.value
-    if objective in ("throughput", "effective-time"):
-        rule = (f"the largest job whose best per-GPU rate{' × goodput' if objective == 'effective-time' else ''} "
-                f"stays ≥ {result.floor:.0%} of the best job size's: beyond it, more GPUs per job buy less than they "
-                "cost, and the cluster does better running more jobs")
-    else:
-        rule = f"the job size with the best {objective} for one model"
+    objective, rule = result.objective.value, job_size_rule(result)
     return (f"<h2>Why {num(chosen)} GPUs per job</h2><p>Chosen by objective {escape(objective)}: "
             f"{escape(rule)}.</p>" + html_table(header, units, rows, left=2))
 

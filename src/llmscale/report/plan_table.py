@@ -12,7 +12,8 @@ from llmscale import __version__
 from llmscale.io.resolve import Job
 from llmscale.report.tables import console, explain_table
 from llmscale.report.text import layout_of, layout_text
-from llmscale.search.plan import PlanResult
+from llmscale.search.plan import PlanResult, job_size_rule
+from llmscale.specs.framework import Framework
 from llmscale.units import GIB
 
 
@@ -39,7 +40,8 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
         sizes.add_column(column, justify="left" if column == "layout" else "right")
     for entry in document["job_sizes"]:
         best = entry["best"]
-        sizes.add_row(f"{entry['num_gpus']:,}", layout_text(layout_of(best["layout"])) if best else "none fits",
+        empty = "none fits" if entry["evaluated"] else "none valid"
+        sizes.add_row(f"{entry['num_gpus']:,}", layout_text(layout_of(best["layout"])) if best else empty,
                       _mfu_cell(best) if best else "", f"{best['tokens_per_s_per_gpu']:,.0f}" if best else "",
                       f"{best['step_time_s']:.2f}" if best else "", f"{entry['feasible']:,}")
     console.print(sizes)
@@ -72,7 +74,7 @@ def _runners(result: PlanResult, document: dict[str, Any]) -> None:
     chosen = result.chosen
     best = chosen.top[0]
     runners = Table(title="runners-up", title_justify="left")
-    any_framework = result.target.framework.value == "any"
+    any_framework = result.target.framework is Framework.ANY
     for column in ("#", "layout", "tokens/s/GPU", "vs best", "GiB") + (("runs on",) if any_framework else ()):
         runners.add_column(column, justify="left" if column in ("layout", "runs on") else "right")
     top_rate = float(best.step.tokens_per_s_per_gpu[best.layout_index])
@@ -101,11 +103,8 @@ def _target_text(target: dict[str, Any]) -> str:
 
 
 def _why_size(result: PlanResult) -> str:
-    """Why the chosen job size won, in the objective's terms (search.plan._choose_job_size)."""
-    if result.objective.value in ("throughput", "effective-time"):
-        return ("the largest job whose per-GPU rate stays within "
-                f"{1 - result.floor:.0%} of the best job size's" if len(result.sizes) > 1 else "the job size given")
-    return f"the job size with the best {result.objective.value} for one model"
+    """Why the chosen job size won, in the objective's terms (search.plan.job_size_rule)."""
+    return job_size_rule(result)
 
 
 def _nothing_text(result: PlanResult) -> str:

@@ -234,13 +234,28 @@ def search_job_size(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, nu
     order = np.argsort(scored.score, kind="stable")[:top]
     order = order[np.isfinite(scored.score[order])]
     roomier = _roomier_index(scored, int(order[0]), constants.search) if order.size else None
-    if roomier is not None and roomier not in order:
-        order = np.append(order, roomier)
-    best = _candidates(model, job_cluster, train, space.layouts.take(order), constants, cluster.num_gpus, supports)
+    ranked = order.tolist()
+    extra = [roomier] if roomier is not None and roomier not in ranked else []
+    scored_rows = _candidates(model, job_cluster, train, space.layouts.take(np.array(ranked + extra, dtype=np.int64)),
+                              constants, cluster.num_gpus, supports, model.is_moe)
+    by_index = dict(zip(ranked + extra, scored_rows, strict=True))
+    best = [by_index[i] for i in ranked]
     if objective is Objective.EFFECTIVE_TIME:
-        best[:top] = sorted(best[:top], key=_effective_days)
-    spare = next((c for c, i in zip(best, order, strict=True) if i == roomier and i != order[0]), None)
-    return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best[:top], spare)
+        best = sorted(best, key=_effective_days)
+    spare = by_index.get(roomier) if roomier is not None else None
+    return JobSizeResult(num_gpus, space.generated, size, feasible, rejected, best,
+                         _still_roomier(spare, best[0], objective, constants.search) if spare and best else None)
+
+
+def _still_roomier(spare: Candidate, best: Candidate, objective: Objective, const: SearchConstants) -> Candidate | None:
+    """`spare` while it is still the roomier alternative to `best` (the effective-time objective re-ranks the top
+    rows by refined goodput, which can change which layout is best)."""
+    if spare is best or spare.memory_fraction > best.memory_fraction - const.headroom_margin:
+        return None
+    if objective is Objective.EFFECTIVE_TIME and _effective_days(spare) > (1 + const.headroom_tolerance) * (
+            _effective_days(best)):
+        return None
+    return spare
 
 
 def _effective_days(c: Candidate) -> float:
@@ -248,7 +263,7 @@ def _effective_days(c: Candidate) -> float:
 
 
 def _candidates(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-                cluster_gpus: int, supports: Supports) -> list[Candidate]:
+                cluster_gpus: int, supports: Supports, moe: bool) -> list[Candidate]:
     """Full breakdowns, goodput and runnable frameworks of a few layouts."""
     if not lay.size:
         return []
@@ -256,7 +271,7 @@ def _candidates(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     step = estimate_step(model, cluster, train, lay, constants, derived)
     rows = reliability_rows(layout_goodput(model, cluster, train, lay, step.step_time_s, constants,
                                            cluster_gpus=cluster_gpus, derived=derived))
-    frameworks = runnable_by(lay, supports, model.is_moe)
+    frameworks = runnable_by(lay, supports, moe)
     return [replace(_candidate(step, lay, i, cluster, train, rows[i]), frameworks=tuple(frameworks[i]))
             for i in range(lay.size)]
 
@@ -293,7 +308,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
     check_objective(objective, cluster)
     supports = supports or {}
     target = target or SearchTarget(framework=Framework.MEGATRON_CORE if supports else Framework.ANY)
-    target.check(supports)
+    target.check(supports, model.is_moe)
     start = time.perf_counter()
     sizes = [gpus] if gpus is not None else job_sizes(model, cluster, constants.search)
     results = []
@@ -335,3 +350,16 @@ def _per_gpu_rate(c: Candidate, objective: Objective) -> float:
     if objective is Objective.EFFECTIVE_TIME and c.reliability is not None:
         return rate * c.reliability.goodput
     return rate
+
+
+def job_size_rule(result: PlanResult) -> str:
+    """Why `result.gpus_per_job` won, in words (the rule `_choose_job_size` applied, or that the size was given)."""
+    if len(result.sizes) == 1:
+        return "the job size given"
+    if result.objective in (Objective.THROUGHPUT, Objective.EFFECTIVE_TIME):
+        rate = "per-GPU rate × goodput" if result.objective is Objective.EFFECTIVE_TIME else "per-GPU rate"
+        return (f"the largest job whose best {rate} stays ≥ {result.floor:.0%} of the best job size's: beyond it, "
+                "more GPUs per job buy less than they cost, and the cluster does better running more jobs")
+    what = {Objective.TIME_TO_TRAIN: "trains one model soonest", Objective.COST: "costs least for one model",
+            Objective.ENERGY: "uses least energy for one model"}[result.objective]
+    return f"the job size whose best layout {what}"

@@ -12,7 +12,7 @@ import numpy as np
 
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
-from llmscale.layout.constraints import LayoutRules, field_of, framework_rules
+from llmscale.layout.constraints import MOE_ONLY, FieldRule, LayoutRules, field_of, framework_rules
 from llmscale.layout.space import SpaceOptions
 from llmscale.specs.framework import Framework, FrameworkSupport
 
@@ -30,27 +30,32 @@ class SearchTarget:
     space: SpaceOptions | None = None
     """The space to start from (None: layout.space's defaults with the framework's searched ZeRO stages)."""
 
-    def check(self, supports: Supports) -> None:
-        """Every value the user fixed must be one the framework runs; a SpecError names the flag, the value, what
-        the framework supports (and where its source says so) and the way out."""
-        if not 0 < self.max_memory_fraction <= 1:
+    def check(self, supports: Supports, moe: bool = True) -> None:
+        """Every value the user fixed must be one the framework runs and mean something for the model; a SpecError
+        names the flag, the value, what is allowed (and where the framework's source says so) and the way out."""
+        if isinstance(self.max_memory_fraction, bool) or not isinstance(self.max_memory_fraction, int | float) or (
+                not 0 < self.max_memory_fraction <= 1):
             raise SpecError("--max-memory-fraction", self.max_memory_fraction, "a share of GPU memory in (0, 1]")
+        for name, rule in self.rules.rules.items():
+            if not moe and name in MOE_ONLY:
+                raise SpecError(field_of(name).knob.cli_flag(name), rule.text, "applies to mixture-of-experts models "
+                                "only; this model has no experts")
         if self.framework is Framework.ANY or self.framework not in supports:
             return
         support = supports[self.framework]
-        allowed = framework_rules(support)
+        allowed = framework_rules(support, moe)
         for name, rule in self.rules.rules.items():
             limit = allowed.get(name)
-            if limit is None or rule.values is None:
-                continue
-            refused = [v for v in rule.values if not limit.allows(v)]
-            if refused:
-                flag = field_of(name).knob.cli_flag(name)
-                others = ", ".join(f.value for f, s in supports.items() if f is not self.framework
-                                   and all(framework_rules(s).allows(name, v) for v in rule.values))
-                raise SpecError(flag, rule.text, f"{support.label} runs only {limit.text} (catalog/frameworks.yaml "
-                                f"says where its source shows it); use --framework {others or 'any'}"
-                                + (" or any" if others else ""))
+            if limit is not None and _empty(limit, rule):
+                self._refuse(name, rule, limit, supports)
+
+    def _refuse(self, name: str, rule: FieldRule, limit: FieldRule, supports: Supports) -> None:
+        support = supports[self.framework]
+        flag = field_of(name).knob.cli_flag(name)
+        others = ", ".join(f.value for f, s in supports.items() if f is not self.framework
+                           and not _empty(framework_rules(s).get(name), rule))
+        raise SpecError(flag, rule.text, f"{support.label} runs only {limit.text} (catalog/frameworks.yaml says where "
+                        f"its source shows it); use --framework {others or 'any'}" + (" or any" if others else ""))
 
     def space_options(self, supports: Supports, moe: bool = True) -> SpaceOptions:
         """The space's options: the framework's features and searched ZeRO stages, narrowed by the user's rules
@@ -59,23 +64,42 @@ class SearchTarget:
         base = self.space or SpaceOptions()
         if self.framework is Framework.ANY:
             zero = tuple(sorted({z for s in supports.values() for z in s.searched_zero})) or base.zero
-            return replace(base, zero=base.zero if self.space else zero, rules=self.rules, given=given)
+            fsdp_pp = any(s.fsdp_with_pipeline for s in supports.values())
+            return replace(base, zero=base.zero if self.space else zero, rules=self.rules, given=given,
+                           sharded_grads_with_pp=fsdp_pp)
         if self.framework not in supports:
             raise SpecError("--framework", self.framework.value, f"no catalog entry; known: "
                             f"{', '.join(f.value for f in supports)}, any")
         support = supports[self.framework]
         rules = framework_rules(support, moe).merged(self.rules)
         zero = base.zero if self.space else tuple(support.searched_zero)
-        return replace(base, zero=zero, rules=rules, given=given)
+        return replace(base, zero=zero, rules=rules, given=given, sharded_grads_with_pp=support.fsdp_with_pipeline)
+
+
+def _empty(limit: FieldRule | None, rule: FieldRule) -> bool:
+    """Whether a user's rule refuses everything the framework allows (or, for a set, names a value it lacks)."""
+    if limit is None:
+        return False
+    if rule.values is not None:
+        return any(not limit.allows(v) for v in rule.values)
+    merged = LayoutRules({rule.field: limit}).merged(LayoutRules({rule.field: rule})).get(rule.field)
+    assert merged is not None
+    if merged.values is not None:
+        return not merged.values
+    return merged.low is not None and merged.high is not None and merged.low > merged.high
 
 
 def runnable_by(lay: Layouts, supports: Supports, moe: bool = True) -> list[list[Framework]]:
     """For each layout (row of `lay`), the frameworks whose features include all of it (`moe`: whether the model
     has experts; a dense model's expert fields bind nothing)."""
-    fits = {fw: framework_rules(s, moe).mask(lay) for fw, s in supports.items()}
+    fits = {fw: runnable_mask(lay, s, moe) for fw, s in supports.items()}
     return [[fw for fw, ok in fits.items() if bool(ok[i])] for i in range(lay.size)]
 
 
 def runnable_mask(lay: Layouts, support: FrameworkSupport, moe: bool = True) -> np.ndarray:
-    """Rows of `lay` that `support`'s framework runs."""
-    return framework_rules(support, moe).mask(lay)
+    """Rows of `lay` that `support`'s framework runs: its per-field features and, unless it combines them,
+    no ZeRO-2/3 with pipelining."""
+    ok: np.ndarray = framework_rules(support, moe).mask(lay)
+    if not support.fsdp_with_pipeline:
+        ok &= ~((lay.zero >= 2) & (lay.pp > 1))
+    return ok

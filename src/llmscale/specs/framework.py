@@ -45,6 +45,9 @@ class FrameworkSupport(Spec):
     searched_zero: list[int] = Field(min_length=1)
     """ZeRO stages the search tries by default (a user's `--zero` may widen it within `fields['zero']`)."""
     searched_zero_source: str = Field(min_length=1)
+    fsdp_with_pipeline: bool = False
+    """Whether gradient-sharded data parallelism (ZeRO-2/3) combines with pipeline parallelism."""
+    fsdp_with_pipeline_source: str = ""
 
     @property
     def label(self) -> str:
