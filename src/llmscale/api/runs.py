@@ -11,7 +11,8 @@ from typing import Any
 from llmscale.api.jobs import ClusterRef, ModelRef, choice, whole
 from llmscale.api.results import Document, Goodput
 from llmscale.errors import SpecError
-from llmscale.io.resolve import JobRequest, resolve
+from llmscale.io.catalog import load_published_mfu
+from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.reliability.estimate import job_goodput, peak_step_s, simulate_job
 from llmscale.reliability.rates import failures_of
 from llmscale.report.documents import validation_document
@@ -83,12 +84,23 @@ class GoodputRun:
             raise SpecError("step_s", self.step_s, "must be a positive number of seconds")
 
 
+def _record_step(job: Job) -> MinInterval:
+    """Without a step time given, the shortest step any published run's MFU allows: the step at the dense peak divided
+    by the best published MFU of the GPU generation and precision (catalog/published_mfu.yaml), or at MFU 1 where
+    the generation has no published run."""
+    peak = float(peak_step_s(job.model, job.cluster, job.train, job.num_gpus)[0])
+    record = load_published_mfu().best(job.cluster.gpu.generation, job.train.precision)
+    if record is None:
+        return MinInterval(peak, "one step at the dense peak (MFU 1; no published run on this GPU generation)")
+    return MinInterval(peak / record.mfu, f"one step at the best published MFU {record.mfu:.1%} of "
+                                          f"{record.generation.value} ({record.run})")
+
+
 def goodput_job(request: JobRequest, run: GoodputRun) -> Goodput:
     """`goodput` of a resolver request (the CLI's way in)."""
     run.check()
     job = resolve(request)
-    floor = MinInterval(run.step_s, "--step-s") if run.step_s is not None else MinInterval(
-        float(peak_step_s(job.model, job.cluster, job.train, job.num_gpus)[0]), "one step at the dense peak (MFU 1)")
+    floor = MinInterval(run.step_s, "--step-s") if run.step_s is not None else _record_step(job)
     est = job_goodput(job.model, job.cluster, job.train, job.num_gpus, run.days * SECONDS_PER_DAY, job.constants,
                       floor_s=floor.seconds, hot_spares=run.hot_spares, mitigations=run.mitigations)
     nodes = -(-job.num_gpus // job.cluster.node.gpus_per_node)

@@ -31,8 +31,8 @@ MitigationOpt = Annotated[
     typer.Option("--mitigation", case_sensitive=False, help="predictive-migration and/or subhealthy-eviction"),
 ]
 StepOpt = Annotated[float | None, typer.Option("--step-s", help="the job's step time (from `explain` or `plan`): no "
-                                              "checkpoint interval is shorter (default: one step at the GPUs' dense "
-                                              "peak, a lower bound)")]
+                                              "checkpoint interval is shorter (default: the shortest step the best "
+                                              "published MFU of the GPU generation allows)")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="write charts (goodput vs interval and vs job size)")]
 
 

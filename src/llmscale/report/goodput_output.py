@@ -25,7 +25,7 @@ class MinInterval:
 
     seconds: float
     source: str
-    """Where the step time came from (`--step-s`, or the dense-peak lower bound)."""
+    """Where the step time came from (`--step-s`, or the shortest step the best published MFU allows)."""
 
     def clamped(self, interval_s: float) -> bool:
         """Whether the optimizer's interval sits on this floor (it would have gone shorter)."""
