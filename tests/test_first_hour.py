@@ -155,3 +155,19 @@ def test_catalog_prints_tables_and_sources_on_request(capsys: pytest.CaptureFixt
     code, out, _ = run(capsys, "catalog", "models", "--json")
     rows: dict[str, Any] = {r["name"]: r for r in json.loads(out)["models"]}
     assert rows["llama3-8b"]["facts"]["layers"] == 32 and rows["llama3-8b"]["source"]
+
+
+def test_bare_export_asks_for_a_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    # Without layout flags the default 1-way layout put dp = 500,000 on seed-500k (issue 13): now one line says what
+    # export needs.
+    code, _, err = run(capsys, "export", "--format", "megatron")
+    one_error_line(code, err, "layout", "--from-plan")
+
+
+def test_goodput_floor_is_the_fastest_step_the_published_record_allows(capsys: pytest.CaptureFixture[str]) -> None:
+    # No step given: the floor is the dense-peak step ÷ the best published MFU of the generation (published_mfu.yaml:
+    # hopper 16-bit 49.5 %, Megatron-Core r0.8 weak scaling GPT 16B on 192 H100), not the MFU-1 bound.
+    code, out, err = run(capsys, "goodput", "--trials", "0", "--json")
+    assert code == 0, err
+    floor = json.loads(out)["min_interval"]
+    assert "49.5%" in floor["source"]
