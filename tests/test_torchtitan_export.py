@@ -252,8 +252,17 @@ def test_zero_stages_map_to_ddp_and_fsdp() -> None:
     base = {"model": "gpt3-175b", "cluster": "selene", "train": {"global_batch": 1536, "seq_len": 2048}}
     zero0 = torchtitan_recipe(resolve(JobRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24, "zero": 0})))
     assert "data_parallel_replicate_degree=24" in zero0 and "data_parallel_shard_degree=1," in zero0
+    # With a pipeline, FSDP2 runs as ZeRO-1 (torch 2.13 pipelining/stage.py keeps weights and gradients unsharded
+    # across micro-batches): 'default', no note; it reads back as zero 1.
     zero1 = export_text(resolve(JobRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24})), ExportFormat.TORCHTITAN)
-    assert 'fsdp_reshard_after_forward="never"' in zero1 and "# note: zero 1 has no torchtitan equivalent" in zero1
+    assert 'fsdp_reshard_after_forward="default"' in zero1 and "no torchtitan equivalent" not in zero1
+    assert parse_torchtitan_recipe(zero1).layout["zero"] == 1
+    # Without one there is no optimizer-only sharding: ZeRO-2's setting and a note.
+    flat = export_text(resolve(JobRequest(**base, layout={"tp": 8, "pp": 1, "dp": 192})), ExportFormat.TORCHTITAN)
+    assert 'fsdp_reshard_after_forward="never"' in flat and "# note: zero 1 has no torchtitan equivalent" in flat
+    zero3 = export_text(resolve(JobRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24, "zero": 3})),
+                        ExportFormat.TORCHTITAN)
+    assert "plan it as zero 1" in zero3
 
 
 def test_without_pipeline_the_step_accumulates_micro_batches() -> None:

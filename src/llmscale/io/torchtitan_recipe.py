@@ -119,6 +119,16 @@ def _model(value: Any, fallback: str | ModelSpec | None) -> tuple[ModelSpec, str
     return spec, "fp4" if set(names) & set(FP4_CONVERTERS) else "fp8" if names else "bf16"
 
 
+def _zero(shard: int, reshard: Any, pp: int) -> int:
+    """The ZeRO stage of a data-parallel setting: DDP is 0; FSDP2 over pipeline stages with 'default' is ZeRO-1
+    (launch.torchtitan._parallelism); else 'never' is 2 and 'always' (or 'default' without a pipeline) 3."""
+    if shard == 1 and reshard is None:
+        return 0
+    if pp > 1 and reshard in (None, "default"):
+        return 1
+    return 2 if reshard == "never" else 3
+
+
 def _layout(par: dict[str, Any], gpus: int | None, model: ModelSpec) -> dict[str, Any]:
     """Degrees, ZeRO stage, sequence parallel, schedule and virtual stages (torchtitan's defaults when absent)."""
     tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
@@ -132,7 +142,7 @@ def _layout(par: dict[str, Any], gpus: int | None, model: ModelSpec) -> dict[str
         raise SpecError("data_parallel_replicate_degree", replicate, "with data_parallel_shard_degree > 1 is HSDP, "
                         "which llmscale does not model", where=WHERE)
     reshard = par.get("fsdp_reshard_after_forward")
-    zero = 0 if shard == 1 and reshard is None else 2 if reshard == "never" else 3
+    zero = _zero(shard, reshard, pp)
     layout: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": replicate * shard, "zero": zero,
                               "ep": int(par.get("expert_parallel_degree", 1))}
     if model.is_moe:

@@ -165,15 +165,17 @@ def _training(job: Job) -> Call:
 
 
 def _parallelism(job: Job) -> Call:
-    """ZeRO-0 is DDP (replicate); ZeRO ≥ 1 is FSDP2 over the dp ranks: ZeRO-3 reshards the parameters after
-    forward ('always'), ZeRO-2 keeps them gathered from forward through backward ('never'); ZeRO-1 has no FSDP
-    equivalent and gets ZeRO-2's setting, with a note."""
+    """ZeRO-0 is DDP (replicate); ZeRO ≥ 1 is FSDP2 over the dp ranks. Without a pipeline ZeRO-3 reshards the
+    parameters after forward ('always'), ZeRO-2 keeps them gathered from forward through backward ('never'), ZeRO-1
+    has no FSDP equivalent and gets ZeRO-2's setting, with a note. With a pipeline FSDP2 is ZeRO-1 (torch pipelining
+    keeps weights and gradients unsharded across micro-batches, catalog/frameworks.yaml): torchtitan's 'default'."""
     lay = job.resolved_layout
     dp = lay.dp or 1
     kwargs: dict[str, object] = {"data_parallel_replicate_degree": dp if lay.zero == 0 else 1,
                                  "data_parallel_shard_degree": 1 if lay.zero == 0 else dp}
     if lay.zero >= 1:
-        kwargs["fsdp_reshard_after_forward"] = "always" if lay.zero == 3 else "never"
+        kwargs["fsdp_reshard_after_forward"] = (
+            "default" if lay.pp > 1 and lay.zero == 1 else "always" if lay.zero == 3 else "never")
     kwargs["tensor_parallel_degree"] = lay.tp
     if lay.tp > 1:
         kwargs["enable_sequence_parallel"] = lay.resolved_sp

@@ -21,10 +21,14 @@ def torchtitan_notes(job: Job) -> list[str]:
     notes = [f"launch on {job.num_gpus:,} GPUs: torchtitan takes the world size from torchrun (NGPU × nodes); the "
              f"degrees multiply to it: dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}"]
     notes += _model_notes(job)
-    if lay.zero == 1:
-        notes.append("zero 1 has no torchtitan equivalent (FSDP2 shards gradients too): the recipe runs ZeRO-2's "
-                     "FSDP with fsdp_reshard_after_forward 'never', less memory and more reduce-scatter than "
-                     "planned; read back it is zero 2")
+    if lay.zero == 1 and lay.pp == 1:
+        notes.append("zero 1 has no torchtitan equivalent without a pipeline (FSDP2 shards gradients too): the recipe "
+                     "runs ZeRO-2's FSDP with fsdp_reshard_after_forward 'never', less memory and more reduce-scatter "
+                     "than planned; read back it is zero 2")
+    if lay.zero >= 2 and lay.pp > 1:
+        notes.append(f"zero {lay.zero} with a pipeline: torch pipelining keeps FSDP2's weights and gradients unsharded "
+                     "across micro-batches (torch/distributed/pipelining/stage.py backward_maybe_with_nosync), so the "
+                     "run needs ZeRO-1's memory, more than planned; plan it as zero 1")
     notes += _pipeline_notes(job)
     if job.model.is_moe and lay.resolved_etp != 1:
         notes.append(f"etp {lay.resolved_etp}: torchtitan has no expert tensor parallel degree (experts shard "

@@ -11,9 +11,9 @@ then masked by `rules.check` (divisibility, batch, schedule) — no Python loop 
   dp        GPUs / (tp·cp·pp) when whole
   ep, etp   (MoE) divisors of experts; etp ∈ {1, tp}
   mbs       1, 2, 4, 8
-  zero      0, 1, 2 (ZeRO-2 only without pipelining, unless the target framework combines them: DeepSpeed rejects
-            it with pipeline parallelism, torchtitan's FSDP2 runs it — SpaceOptions.sharded_grads_with_pp); ZeRO-3
-            on request only (SpaceOptions.zero), see there
+  zero      0, 1, 2 (ZeRO-2/3 only without pipelining: DeepSpeed rejects them with pipeline parallelism, and
+            torch pipelining runs FSDP2 over stages as ZeRO-1 — SpaceOptions.zero_with_pp); ZeRO-3 on request only
+            (SpaceOptions.zero), see there
   recompute none, selective, full; for MoE and MLA models also the output-discarding module recomputes on top of
             none or selective (norms, MLA up-projections, the experts' activations: what DeepSeek-V3 §3.2.3 and the
             Megatron-Bridge DeepSeek recipes run), as one switch (SpaceOptions.module_recompute)
@@ -69,9 +69,10 @@ class SpaceOptions:
     rules: LayoutRules = field(default_factory=LayoutRules.none)
     """What the user fixed or bounded and what the target framework runs (layout.constraints), merged: the
     candidate lists are narrowed to it and the rows it excludes are rejected as Reason.EXCLUDED."""
-    sharded_grads_with_pp: bool = False
-    """Whether ZeRO-2/3 may combine with pipelining (torchtitan's FSDP2 does, catalog/frameworks.yaml); else such
-    layouts are pruned."""
+    zero_with_pp: tuple[int, ...] = (0, 1)
+    """ZeRO stages searched with pipelining (pp > 1): the target framework's (catalog/frameworks.yaml)."""
+    zero_without_pp: tuple[int, ...] = (0, 1, 2, 3)
+    """ZeRO stages searched without (pp = 1)."""
     given: frozenset[str] = frozenset()
     """The fields the user ruled on (a subset of `rules`): a finite set of values given for one of them replaces
     its default candidates (`--tp 16` on an 8-GPU NVLink domain is tried), and a field the space does not vary
@@ -209,13 +210,14 @@ def _finite(rule: FieldRule | None) -> list[Any]:
 
 
 def _pruned(lay: Layouts, opts: SpaceOptions, both_orders: bool) -> np.ndarray:
-    """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, ZeRO-2/3
-    with pipelining unless the target runs it (SpaceOptions.sharded_grads_with_pp), the second rank order where pp
-    or dp is 1 when both orders are searched (the same layout twice), and module recompute beside full recompute."""
+    """Combinations that are not distinct or runnable layouts: pipelined schedules without a pipeline, a ZeRO stage
+    the target does not run with (or without) pipelining (SpaceOptions.zero_with_pp / zero_without_pp), the second
+    rank order where pp or dp is 1 when both orders are searched (the same layout twice), and module recompute
+    beside full recompute."""
     no_pipeline = (lay.pp == 1) & (lay.schedule != Schedule.ONE_F_ONE_B.code)
-    sharded_grads_pp = (lay.zero >= 2) & (lay.pp > 1) & (not opts.sharded_grads_with_pp)
+    other_zero = np.where(lay.pp > 1, ~np.isin(lay.zero, opts.zero_with_pp), ~np.isin(lay.zero, opts.zero_without_pp))
     same_order = ((lay.pp == 1) | (lay.dp == 1)) & (lay.rank_order != RankOrder.TP_CP_EP_DP_PP.code) & both_orders
     modules = lay.recompute_norm | lay.recompute_mla_up | lay.recompute_moe_act
     modules_with_full = modules & (lay.recompute == Recompute.FULL.code)  # full re-runs them all anyway
-    result: np.ndarray = no_pipeline | sharded_grads_pp | same_order | modules_with_full
+    result: np.ndarray = no_pipeline | other_zero | same_order | modules_with_full
     return result

@@ -64,16 +64,19 @@ class SearchTarget:
         base = self.space or SpaceOptions()
         if self.framework is Framework.ANY:
             zero = tuple(sorted({z for s in supports.values() for z in s.searched_zero})) or base.zero
-            fsdp_pp = any(s.fsdp_with_pipeline for s in supports.values())
+            with_pp = tuple(sorted({z for s in supports.values() for z in s.zero_with_pipeline})) or base.zero_with_pp
+            without = tuple(sorted({z for s in supports.values() for z in s.zero_without_pipeline})) or (
+                base.zero_without_pp)
             return replace(base, zero=base.zero if self.space else zero, rules=self.rules, given=given,
-                           sharded_grads_with_pp=fsdp_pp)
+                           zero_with_pp=with_pp, zero_without_pp=without)
         if self.framework not in supports:
             raise SpecError("--framework", self.framework.value, f"no catalog entry; known: "
                             f"{', '.join(f.value for f in supports)}, any")
         support = supports[self.framework]
         rules = framework_rules(support, moe).merged(self.rules)
         zero = base.zero if self.space else tuple(support.searched_zero)
-        return replace(base, zero=zero, rules=rules, given=given, sharded_grads_with_pp=support.fsdp_with_pipeline)
+        return replace(base, zero=zero, rules=rules, given=given, zero_with_pp=tuple(support.zero_with_pipeline),
+                       zero_without_pp=tuple(support.zero_without_pipeline))
 
 
 def _empty(limit: FieldRule | None, rule: FieldRule) -> bool:
@@ -97,9 +100,9 @@ def runnable_by(lay: Layouts, supports: Supports, moe: bool = True) -> list[list
 
 
 def runnable_mask(lay: Layouts, support: FrameworkSupport, moe: bool = True) -> np.ndarray:
-    """Rows of `lay` that `support`'s framework runs: its per-field features and, unless it combines them,
-    no ZeRO-2/3 with pipelining."""
+    """Rows of `lay` that `support`'s framework runs: its per-field features and the ZeRO stages it runs with and
+    without pipelining."""
     ok: np.ndarray = framework_rules(support, moe).mask(lay)
-    if not support.fsdp_with_pipeline:
-        ok &= ~((lay.zero >= 2) & (lay.pp > 1))
+    ok &= np.where(lay.pp > 1, np.isin(lay.zero, support.zero_with_pipeline),
+                   np.isin(lay.zero, support.zero_without_pipeline))
     return ok

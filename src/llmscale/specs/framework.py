@@ -45,9 +45,11 @@ class FrameworkSupport(Spec):
     searched_zero: list[int] = Field(min_length=1)
     """ZeRO stages the search tries by default (a user's `--zero` may widen it within `fields['zero']`)."""
     searched_zero_source: str = Field(min_length=1)
-    fsdp_with_pipeline: bool = False
-    """Whether gradient-sharded data parallelism (ZeRO-2/3) combines with pipeline parallelism."""
-    fsdp_with_pipeline_source: str = ""
+    zero_with_pipeline: list[int] = Field(min_length=1)
+    """ZeRO stages it runs with pipeline parallelism (pp > 1), as the cost model prices them."""
+    zero_without_pipeline: list[int] = Field(min_length=1)
+    """ZeRO stages it runs without (pp = 1)."""
+    zero_by_pipeline_source: str = Field(min_length=1)
 
     @property
     def label(self) -> str:
