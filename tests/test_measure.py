@@ -213,12 +213,15 @@ def test_an_edited_profile_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     data["memory"]["copy_bytes_per_s"] *= 2  # a hand edit after writing
     path.write_text(yaml.safe_dump(data))
     assert_one_line(*run(capsys, "explain", *LLAMA, "--calibration", str(path))[::2], "sha256", "edited")
-    data["sha256"] = None  # deleting the sha256 accepts the edit
+    data["sha256"] = None  # deleting the seal does not accept the edit: only --allow-unsealed does
     path.write_text(yaml.safe_dump(data))
-    assert load_profile(path).memory is not None
+    assert_one_line(*run(capsys, "explain", *LLAMA, "--calibration", str(path))[::2], "no sha256 seal",
+                    "--allow-unsealed")
+    with pytest.warns(UserWarning, match="no sha256 seal"):
+        assert load_profile(path, allow_unsealed=True).memory is not None
     data["memory"]["bogus"] = 1
     path.write_text(yaml.safe_dump(data))
-    plan = ["plan", "--model", "llama3-8b", "--cluster", "selene", "--calibration", str(path)]
+    plan = ["plan", "--model", "llama3-8b", "--cluster", "selene", "--calibration", str(path), "--allow-unsealed"]
     assert_one_line(*run(capsys, *plan)[::2], "bogus")
 
 

@@ -23,9 +23,11 @@ torch = pytest.importorskip("torch")
 
 from llmscale.cli.main import main  # noqa: E402
 from llmscale.cost.params import count_params  # noqa: E402
+from llmscale.io.calibration import write_profile  # noqa: E402
 from llmscale.measure.launch import Context, launch  # noqa: E402
 from llmscale.measure.probe_dispatch import CommClock, EPGroup, moe_exchange  # noqa: E402
 from llmscale.measure.probe_model import ProbeTransformer  # noqa: E402
+from llmscale.specs.calibration import CalibrationProfile  # noqa: E402
 from llmscale.specs.model import ModelSpec  # noqa: E402
 
 TINY_DENSE: dict[str, Any] = {"name": "tiny-dense", "layers": 2, "hidden": 64, "ffn_hidden": 160, "heads": 4,
@@ -250,7 +252,7 @@ def test_probe_with_a_calibration_profile(tmp_path: Path, capsys: pytest.Capture
              "small_bytes": 4096}]}],
     }
     path = tmp_path / "calibration.yaml"
-    path.write_text(yaml.safe_dump(profile), encoding="utf-8")
+    write_profile(CalibrationProfile.model_validate(profile), path)  # sealed, as llmscale calibrate writes it
     code, out, err = _run(capsys, "probe", "--model", _model_file(tmp_path, TINY_DENSE), *FAST,
                           "--calibration", str(path), "--json")
     assert code == 0, err

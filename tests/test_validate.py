@@ -31,6 +31,11 @@ GOOD = {"name": "ok", "source": "test", "gpu": "h100-sxm", "model_type": "dense"
         ({"gpu": "v100"}, "no reference cluster"),  # no numbers for V100 in the catalog
         ({"hidden": None}, "hidden"),  # an architecture key the model needs
         ({"tokens_per_s_per_gpu": None}, "no throughput target"),
+        ({"tokens_per_s_per_gpu": 0}, "tokens_per_s_per_gpu = 0"),  # a target of 0 has no error in percent
+        ({"tokens_per_s_per_gpu": float("inf")}, "finite"),  # nor has an infinite one
+        ({"tp": float("inf")}, "tp = inf"),  # no layout has infinitely many ranks (was an OverflowError)
+        ({"model_type": 5}, "model_type = 5"),  # the schema's types are dense and moe; a number is neither
+        ({"mla": "yes"}, "mla = 'yes'"),  # a flag given as text: not coerced to true
     ],
 )
 def test_a_bad_row_is_skipped_with_its_reason(change: dict[str, object], needle: str) -> None:
@@ -134,7 +139,11 @@ def test_the_report_groups_errors_and_counts_fits() -> None:
 def test_nothing_evaluated_gives_null_statistics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump([{**GOOD, "tp": 0}]))
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as info:
         main(["validate", "--runs", str(path), "--json"])
-    summary = json.loads(capsys.readouterr().out)["summary"]  # strict JSON: no NaN
+    assert info.value.code == 4  # EXIT_NOTHING_EVALUATED: a report with no figure is not a success
+    out, err = capsys.readouterr()
+    summary = json.loads(out, parse_constant=pytest.fail)["summary"]  # strict JSON: no NaN
     assert summary["median_abs_error_pct"] is None and summary["fit_recall"] is None and summary["evaluated"] == 0
+    assert "no row was evaluated" in summary["median_abs_error_pct_reason"]
+    assert err.strip().splitlines() == [f"error: no row of {path} was evaluated (1 skipped, each with its reason)"]

@@ -113,12 +113,13 @@ def goodput_job(request: JobRequest, run: GoodputRun) -> Goodput:
     return Goodput(document, rows_key="policies", job=job, estimate=est, mitigations=run.mitigations)
 
 
-def validate(runs: Path | str | None = None, calibration: Path | None = None) -> Document:
+def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False) -> Document:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (default: the shipped set;
     `llmscale validate`). `to_frame()`: one row per evaluated run."""
-    return Document(validation_document(validate_report(runs, calibration)), rows_key="rows")
+    return Document(validation_document(validate_report(runs, calibration, allow_unsealed)), rows_key="rows")
 
 
-def validate_report(runs: Path | str | None = None, calibration: Path | None = None) -> ValidationReport:
+def validate_report(runs: Path | str | None = None, calibration: Path | None = None,
+                    allow_unsealed: bool = False) -> ValidationReport:
     """The validation report itself (validation.validate), for tables and charts."""
-    return validate_rows(*load_rows(runs), calibration=calibration)
+    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed)

@@ -10,7 +10,6 @@ where Hoffmann's own Approach-3 constants do not). `--explain-3x` adds the "3× 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from llmscale.api.allocate import allocate, resolve_law
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
 from llmscale.report.allocate_html import COLUMNS, write_allocate_html
+from llmscale.report.strict_json import strict_dumps
 from llmscale.report.tables import console
 from llmscale.scaling.allocate import JobPolicy
 from llmscale.scaling.family import Family
@@ -72,7 +72,7 @@ def allocate_cmd(
         write_allocate_html(html, document)
         o.wrote(html)
     if as_json:
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(strict_dumps(document))
     elif pure:
         _pure(document)
     else:

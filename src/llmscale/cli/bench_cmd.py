@@ -7,7 +7,6 @@ torchrun only rank 0 prints.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Annotated, Any
@@ -16,6 +15,7 @@ import typer
 
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
+from llmscale.report.strict_json import strict_dumps
 from llmscale.units import GB, KIB, TERA
 
 bench_app = typer.Typer(name="bench", help="Micro-benchmarks of this machine (torch): GEMM, memory copy, collectives, "
@@ -51,7 +51,7 @@ def parse_sizes(text: str, option: str = "--sizes") -> list[int]:
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
-    typer.echo(json.dumps(document, indent=2) if as_json else text)
+    typer.echo(strict_dumps(document) if as_json else text)
 
 
 @bench_app.command("gemm")

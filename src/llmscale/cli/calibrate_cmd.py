@@ -4,7 +4,6 @@ profile (specs/calibration.py, read by io/calibration.py) that the job commands 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ import typer
 
 from llmscale.cli import options as o
 from llmscale.cli.bench_cmd import BackendOpt, BlockOpt, DeviceOpt, NprocOpt, resolve_backend
+from llmscale.report.strict_json import strict_dumps
 from llmscale.units import GB, KIB, TERA
 
 
@@ -65,7 +65,7 @@ def calibrate(
                                 notes=notes)
     sealed = write_profile(profile, output)
     if as_json:
-        typer.echo(json.dumps({"path": str(output), "profile": sealed.model_dump(mode="json")}, indent=2))
+        typer.echo(strict_dumps({"path": str(output), "profile": sealed.model_dump(mode="json")}))
         return
     typer.echo(calibration_summary(sealed, output))
 

@@ -8,7 +8,6 @@ its best layout `top[0]`, or of `llmscale explain --json`), resolved by the one 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +18,10 @@ from llmscale.cli import options as o
 from llmscale.errors import SpecError
 from llmscale.io.megatron_args import parse_megatron_args
 from llmscale.io.resolve import JobRequest
+from llmscale.io.strict import read_text
 from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
 from llmscale.launch.document import ExportFormat
+from llmscale.report.strict_json import strict_dumps
 
 FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (a Trainer.Config "
                                                         "recipe module)")]
@@ -63,10 +64,7 @@ def read_torchtitan(path: RecipeArg, model: ModelOpt = None, cluster: ClusterOpt
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpecError("FILE", str(path), f"cannot be read ({err.strerror})") from None
+    return read_text(path)  # one line naming the path for any file-system problem (io.strict)
 
 
 def _explain(request: JobRequest, as_json: bool) -> None:
@@ -74,6 +72,6 @@ def _explain(request: JobRequest, as_json: bool) -> None:
 
     result = explain_job(request)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(strict_dumps(result.to_dict()))
     else:
         explain_table(result.job, result.step)

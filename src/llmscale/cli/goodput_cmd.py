@@ -7,7 +7,6 @@ intervals beside them; the Monte Carlo simulates the best policy over the run.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from llmscale.api.runs import GoodputRun, goodput_job
 from llmscale.cli import options as o
 from llmscale.io.resolve import JobRequest
 from llmscale.report.goodput_output import goodput_table
+from llmscale.report.strict_json import strict_dumps
 from llmscale.specs.failures import Mitigation
 
 DaysOpt = Annotated[float, typer.Option("--days", help="wall-clock days of the run")]
@@ -64,6 +64,6 @@ def goodput(
                      result.mitigations)
         o.wrote(plot)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(strict_dumps(result.to_dict()))
     else:
         goodput_table(result.to_dict())

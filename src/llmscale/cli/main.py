@@ -7,8 +7,8 @@ stderr and exit code 2 — never a traceback (docs/architecture.md principle 3).
 
 from __future__ import annotations
 
-import json
 import sys
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,7 +20,9 @@ from llmscale.cli import options as o
 from llmscale.cli.heap import keep_freed_memory
 from llmscale.cli.plan_cmd import plan_cmd
 from llmscale.errors import LlmscaleError
+from llmscale.io.calibration import UnsealedProfileWarning
 from llmscale.io.catalog import Kind
+from llmscale.report.strict_json import strict_dumps
 
 app = typer.Typer(
     name="llmscale",
@@ -33,6 +35,9 @@ app = typer.Typer(
 
 EXIT_NOT_RUNNABLE = 3
 """`explain` of a layout that does not fit in memory (README, commands); bad input is 2."""
+EXIT_NOTHING_EVALUATED = 4
+"""`validate` of a file none of whose rows could be evaluated (README, commands): the report is printed, every row
+skipped with its reason, and no statistic has a value."""
 
 
 class ShowKind(str, Enum):
@@ -68,7 +73,7 @@ def catalog(
 
     rows = catalog_rows([kind] if kind else list(Kind))
     if as_json:
-        typer.echo(json.dumps({k.value: v for k, v in rows.items()}, indent=2))
+        typer.echo(strict_dumps({k.value: v for k, v in rows.items()}))
     else:
         catalog_tables(rows, sources=sources)
 
@@ -97,7 +102,7 @@ def show(
         cluster = resolve_cluster(name)
         document = {"input_sha256": sha256_of(cluster=cluster), "spec": cluster.model_dump(mode="json")}
     if as_json:
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(strict_dumps(document))
     else:
         spec_table(kind.value, name, document)
 
@@ -111,7 +116,7 @@ def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
 
     result = memory_job(job.request())
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(strict_dumps(result.to_dict()))
     else:
         assert result.job is not None and result.breakdown is not None
         memory_table(result.job, result.breakdown)
@@ -126,7 +131,7 @@ def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
 
     result = explain_job(job.request())
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(strict_dumps(result.to_dict()))
     else:
         excess = result.document["above_published_mfu"]
         explain_table(result.job, result.step, record_note=excess["note"] if excess else None,
@@ -143,17 +148,22 @@ def validate(
     runs: Annotated[Path | None, typer.Option("--runs", help="published-runs YAML (default: the shipped set)")] = None,
     as_json: o.JsonOpt = False,
     calibration: o.CalibrationOpt = None,
+    allow_unsealed: o.AllowUnsealedOpt = False,
 ) -> None:
-    """Predicted vs published tokens/s per GPU for every run of a published-runs file."""
+    """Predicted vs published tokens/s per GPU for every run of a published-runs file (exit 4: no row evaluated)."""
     from llmscale.api.runs import validate_report
     from llmscale.report.documents import validation_document
     from llmscale.report.tables import validation_table
 
-    report = validate_report(runs, calibration)
+    report = validate_report(runs, calibration, allow_unsealed)
     if as_json:
-        typer.echo(json.dumps(validation_document(report), indent=2))
+        typer.echo(strict_dumps(validation_document(report)))
     else:
         validation_table(report)
+    if not report.rows:
+        typer.echo(f"error: no row of {runs or 'the shipped set'} was evaluated ({len(report.skipped)} skipped, each "
+                   "with its reason)", err=True)
+        raise typer.Exit(EXIT_NOTHING_EVALUATED)
 
 
 @app.command("hash")
@@ -187,9 +197,17 @@ app.add_typer(bench_app, name="bench")
 app.command("calibrate")(calibrate)
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning as one `warning:` line on stderr (not Python's two-line form with a source line)."""
+    typer.echo(f"warning: {message}", err=True)
+
+
 def main(argv: list[str] | None = None) -> Any:
-    """Entry point: run the app, turning LlmscaleError into one line and exit code 2."""
+    """Entry point: run the app, turning LlmscaleError into one line and exit code 2, and warnings into one line."""
     keep_freed_memory()
+    warnings.showwarning = _warning_line
+    warnings.simplefilter("always", UnsealedProfileWarning)  # every run that uses one says so, not only the first
     try:
         return app(args=o.expand_multi_values(sys.argv[1:] if argv is None else argv), standalone_mode=True)
     except LlmscaleError as exc:

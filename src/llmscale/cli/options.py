@@ -97,6 +97,9 @@ CalibrationOpt = Annotated[
 ForceCalibrationOpt = Annotated[bool, typer.Option("--force-calibration", metavar="",
                                                    help="apply a --calibration profile measured on another kind of "
                                                    "device (a CPU profile on GPUs) [default: off]")]
+AllowUnsealedOpt = Annotated[bool, typer.Option("--allow-unsealed", metavar="",
+                                                help="use a --calibration profile whose sha256 seal is missing or "
+                                                "broken (edited by hand); the output says so [default: off]")]
 
 
 def layout_option(field: LayoutField) -> tuple[Any, Any]:
@@ -162,7 +165,8 @@ class JobFlags:
         v = self.values
         return JobRequest(model=v["model"], cluster=v["cluster"], gpus=v["gpus"], train=train_fields(**v),
                           layout=self.layout, calibration=v["calibration"],
-                          force_calibration=bool(v["force_calibration"]), from_plan=v["from_plan"],
+                          force_calibration=bool(v["force_calibration"]),
+                          allow_unsealed=bool(v["allow_unsealed"]), from_plan=v["from_plan"],
                           expect_sha256=v["expect_sha256"])
 
 
@@ -170,7 +174,8 @@ _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
     ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt), ("from_plan", FromPlanOpt),
-    ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt), ("expect_sha256", ExpectShaOpt),
+    ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt),
+    ("allow_unsealed", AllowUnsealedOpt), ("expect_sha256", ExpectShaOpt),
 )
 
 

@@ -3,7 +3,6 @@ the document, the HTML page or the terminal view."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from llmscale.errors import SpecError
 from llmscale.io.resolve import JobRequest
 from llmscale.layout.constraints import parse_rules
 from llmscale.report.plan_table import plan_table
+from llmscale.report.strict_json import strict_dumps
 from llmscale.report.tables import console
 from llmscale.search.plan import Objective
 from llmscale.search.targets import SearchTarget
@@ -63,13 +63,15 @@ def plan_cmd(
     expect_sha256: o.ExpectShaOpt = None,
     calibration: o.CalibrationOpt = None,
     force_calibration: o.ForceCalibrationOpt = False,
+    allow_unsealed: o.AllowUnsealedOpt = False,
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
                            bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
                            fp8_dispatch=fp8_dispatch)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
-                         calibration=calibration, force_calibration=force_calibration, expect_sha256=expect_sha256)
+                         calibration=calibration, force_calibration=force_calibration,
+                         allow_unsealed=allow_unsealed, expect_sha256=expect_sha256)
     target = SearchTarget(framework, parse_rules(rules), max_memory_fraction)
     result = _search(request, objective, top, target, quiet=as_json)
     if html is not None:
@@ -78,7 +80,7 @@ def plan_cmd(
         write_plan_html(html, result.result, result.document)
         o.wrote(html)
     if as_json:
-        typer.echo(json.dumps(result.document, indent=2))
+        typer.echo(strict_dumps(result.document))
     else:
         plan_table(result.result, result.document, result.job)
 

@@ -8,7 +8,6 @@ columns, an OK/FAILED footer against --tolerance-pct) or, with --json, the whole
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ import typer
 
 from llmscale.cli import options as o
 from llmscale.errors import InputFileError
+from llmscale.report.strict_json import strict_dumps
 
 DEFAULT_PROBE_MODEL = "probe-dense"
 ROWS = (("step", "step_s"), ("compute", "compute_s"), ("  forward", "forward_s"), ("  backward", "backward_s"),
@@ -58,11 +58,11 @@ def probe(
     document["tolerance_pct"] = tolerance_pct
     if output is not None:
         try:
-            output.write_text(json.dumps(document, indent=2), encoding="utf-8")
+            output.write_text(strict_dumps(document), encoding="utf-8")
         except OSError as exc:
             raise InputFileError(f"--output {output}: cannot write ({exc})") from None
         typer.echo(f"wrote {output}", err=True)
-    typer.echo(json.dumps(document, indent=2) if as_json else probe_table(document))
+    typer.echo(strict_dumps(document) if as_json else probe_table(document))
 
 
 def _row(name: str, key: str, document: dict[str, Any]) -> dict[str, Any]:

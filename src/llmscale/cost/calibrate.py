@@ -106,8 +106,9 @@ def calibrated_cluster(cluster: ClusterSpec, profile: CalibrationProfile, comm: 
     """`cluster` with the profile's measured peaks, efficiencies and tier bandwidths/latencies in place of the
     datasheet ones (module docstring), re-validated; the profile's SHA256 is recorded in the GPU's source."""
     gpu_fields, eff_fields = _gpu_updates(cluster, profile)
-    digest = profile.sha256 or profile.body_sha256()
-    note = f"calibrated by profile sha256 {digest} ({profile.device.name}, {profile.date})"
+    digest = profile.sha256 if profile.sealed and profile.sha256 else profile.body_sha256()
+    seal = "profile" if profile.sealed else "UNSEALED profile (body)"
+    note = f"calibrated by {seal} sha256 {digest} ({profile.device.name}, {profile.date})"
     gpu = cluster.gpu.model_dump()
     gpu.update(gpu_fields)
     gpu["efficiency"] = {**gpu["efficiency"], **eff_fields}

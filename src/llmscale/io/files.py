@@ -3,39 +3,23 @@
 from __future__ import annotations
 
 import difflib
-import json
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import ValidationError
 
 from llmscale.errors import InputFileError, SpecError
+from llmscale.io.strict import parse_text, read_text
 from llmscale.specs.base import FieldProblem, Spec
 
 SpecT = TypeVar("SpecT", bound=Spec)
 
 
 def read_document(path: Path) -> dict[str, Any]:
-    """A YAML or JSON file as a mapping; missing, unreadable or malformed files raise InputFileError."""
-    if path.is_dir():
-        raise InputFileError(f"{path}: is a directory, not a file")
-    if not path.is_file():
-        raise InputFileError(f"{path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({exc})") from exc
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputFileError(f"{path}: malformed YAML{where}: {problem}") from exc
+    """A YAML or JSON file as a mapping, read strictly (`io.strict`: size, duplicate keys, tags, nesting); a missing,
+    unreadable or malformed file raises InputFileError naming the path."""
+    data = parse_text(read_text(path), str(path), as_json=path.suffix.lower() == ".json")
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
     return data

@@ -19,7 +19,7 @@ from typing import Any
 
 from llmscale.cost.calibrate import apply_calibration
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.io.calibration import load_profile
+from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_gpu, load_model
 from llmscale.io.files import parse_spec
 from llmscale.io.saved import read_saved
@@ -62,6 +62,9 @@ class JobRequest:
     calibration: Path | CalibrationProfile | None = None
     force_calibration: bool = False
     """Apply a calibration profile measured on another kind of device (`check_calibration_device`)."""
+    allow_unsealed: bool = False
+    """Use a calibration profile file whose seal is missing or broken (`io.calibration.check_seal`); a profile given
+    as an object is the caller's own and is not checked."""
     from_plan: Path | None = None
     expect_sha256: str | None = None
     batch: BatchDefault = BatchDefault.SPEC
@@ -86,6 +89,8 @@ class Job:
     """The model constants the estimates use (the catalog's, or a calibration profile's overrides)."""
     batch_from_law: bool = False
     """The global batch is the critical batch (`BatchDefault.CRITICAL`), not the user's."""
+    calibration: CalibrationRecord | None = None
+    """The calibration profile applied (None: none)."""
 
     @property
     def layouts(self) -> Layouts:
@@ -127,6 +132,7 @@ class Setting:
     constants: Constants
     train: TrainSpec
     num_gpus: int
+    calibration: CalibrationRecord | None = None
 
 
 def resolve(request: JobRequest) -> Job:
@@ -148,9 +154,10 @@ def resolve_setting(request: JobRequest) -> Setting:
     GPU) and the job's GPUs (given, else the cluster's), checked; the model, layout and hash are `resolve`'s."""
     cluster = resolve_cluster(request.cluster)
     constants = request.constants if request.constants is not None else load_constants()
+    profile: CalibrationProfile | None = None
     if request.calibration is not None:
         given = request.calibration
-        profile = given if isinstance(given, CalibrationProfile) else load_profile(given)
+        profile = given if isinstance(given, CalibrationProfile) else load_profile(given, request.allow_unsealed)
         if not request.force_calibration:
             check_calibration_device(cluster, profile, str(given) if isinstance(given, Path) else "profile")
         calibrated = apply_calibration(cluster, constants, profile)
@@ -161,7 +168,8 @@ def resolve_setting(request: JobRequest) -> Setting:
     gpus = request.gpus if request.gpus is not None else cluster.num_gpus
     if not 0 < gpus <= cluster.num_gpus:
         raise SpecError("gpus", gpus, f"must be in 1..{cluster.num_gpus:,} (cluster {cluster.name!r})")
-    return Setting(cluster, constants, train, gpus)
+    record = CalibrationRecord.of(profile) if profile is not None else None
+    return Setting(cluster, constants, train, gpus, record)
 
 
 def resolve_model(ref: str | Path | ModelSpec | None) -> ModelSpec:
@@ -226,7 +234,8 @@ def _with_saved(request: JobRequest) -> JobRequest:
     train = {k: v for k, v in request.train.items() if v is not None} if isinstance(request.train, Mapping) else {}
     return JobRequest(model=saved.model, cluster=saved.cluster, gpus=saved.gpus, train={**saved.train, **train},
                       layout={**saved.layout}, calibration=request.calibration,
-                      force_calibration=request.force_calibration, expect_sha256=request.expect_sha256,
+                      force_calibration=request.force_calibration, allow_unsealed=request.allow_unsealed,
+                      expect_sha256=request.expect_sha256,
                       batch=request.batch, constants=request.constants if request.constants is not None
                       else saved.constants, origin=f"{request.from_plan}")
 
@@ -265,13 +274,15 @@ def _where(request: JobRequest, group: str) -> str:
 def _with_layout(request: JobRequest, model: ModelSpec, setting: Setting, from_law: bool) -> Job:
     """The Job, with (when the command takes one) its layout resolved, its GPUs, and the layout's rules checked."""
     if request.layout is None:
-        return Job(model, setting.cluster, setting.train, None, setting.num_gpus, setting.constants, from_law)
+        return Job(model, setting.cluster, setting.train, None, setting.num_gpus, setting.constants, from_law,
+                   setting.calibration)
     given = request.layout if isinstance(request.layout, Layout) else parse_spec(
         Layout, {k: v for k, v in request.layout.items() if v is not None}, where=_where(request, "layout"))
     num_gpus = _job_gpus(given, setting.cluster, request.gpus)
     lay = Layouts.from_layout(given, num_gpus)
     validate_one(model, setting.train, num_gpus, lay)
-    return Job(model, setting.cluster, setting.train, lay.row(0), num_gpus, setting.constants, from_law)
+    return Job(model, setting.cluster, setting.train, lay.row(0), num_gpus, setting.constants, from_law,
+               setting.calibration)
 
 
 def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:

@@ -42,6 +42,7 @@ def job_header(job: Job) -> dict[str, Any]:
         "num_gpus": job.num_gpus,
         "layout": job.resolved_layout.model_dump(mode="json"),
         "train": job.train.model_dump(mode="json"),
+        "calibration": job.calibration.as_dict() if job.calibration is not None else None,
         "inputs": job.inputs_document(),
     }
 
@@ -120,6 +121,7 @@ def validation_document(report: ValidationReport) -> dict[str, Any]:
         "groups": [{"framework": framework, "model_type": kind, **asdict(summary)}
                    for (framework, kind), summary in report.by_group().items()],
         "summary": report.summary(),
+        "calibration": report.calibration.as_dict() if report.calibration is not None else None,
     }
 
 def top_entry(c: Candidate, check: RecordCheck) -> dict[str, Any]:
@@ -175,6 +177,7 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "input_sha256": job.input_sha256,
         "model": job.model.name,
         "cluster": job.cluster.name,
+        "calibration": job.calibration.as_dict() if job.calibration is not None else None,
         "objective": result.objective.value,
         "generated_layouts": result.generated_layouts,
         "evaluated_layouts": result.evaluated_layouts,

@@ -12,19 +12,39 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import Field
 
 from llmscale.specs.base import Spec
 from llmscale.specs.collective import Collective
 from llmscale.specs.fingerprint import canonical_json
 from llmscale.specs.train import Precision
 
+MAX_DIM = 2**20
+"""Largest GEMM dimension a profile may hold: a 2^20-wide matrix of bf16 is 2 TiB, beyond any device's memory."""
+FLOPS_PER_S_RANGE = (1e6, 1e17)
+"""A measured GEMM rate, FLOP/s: from a slow CPU core (~1e9) to 5× the densest datasheet peak (GB300 FP4, ~1.5e16);
+below 1e6 or above 1e17 is a unit slip or a broken timer, not a device."""
+BYTES_PER_S_RANGE = (1e6, 1e15)
+"""A measured bandwidth, B/s (copy or collective bus bandwidth): 1 MB/s (a broken link) to 1 PB/s, 50× the fastest
+HBM (~2e13 B/s) and NVLink domains (~1e12 B/s per GPU)."""
+MAX_MESSAGE_BYTES = 2**40
+"""Largest buffer a measurement may name (1 TiB: beyond any device's memory)."""
+SMALL_TIME_RANGE_S = (1e-7, 10.0)
+"""Seconds of a small-message collective: 0.1 µs (below any launch latency) to 10 s (a hang, not a latency)."""
+MAX_RANKS = 2**20
+"""Ranks of a measurement (a million processes: beyond the largest clusters llmscale plans)."""
+
+
+def _finite(low: float, high: float, description: str) -> Any:
+    """A float field within [low, high], NaN and ±inf refused (`Field(allow_inf_nan=False)`)."""
+    return Field(ge=low, le=high, allow_inf_nan=False, description=f"{description} (in {low:g}..{high:g})")
+
 
 class GemmPoint(Spec):
-    m: PositiveInt
-    n: PositiveInt
-    k: PositiveInt
-    flops_per_s: PositiveFloat
+    m: int = Field(ge=1, le=MAX_DIM)
+    n: int = Field(ge=1, le=MAX_DIM)
+    k: int = Field(ge=1, le=MAX_DIM)
+    flops_per_s: float = _finite(*FLOPS_PER_S_RANGE, "measured throughput of this shape")
 
 
 class GemmCalibration(Spec):
@@ -32,30 +52,30 @@ class GemmCalibration(Spec):
 
     dtype: str = Field(description="torch type measured (float32 on CPU, bfloat16 / float8 on GPU)")
     precision: Precision = Field(description="the GEMM precision whose fraction this replaces")
-    peak_flops_per_s: PositiveFloat = Field(description="fitted large-GEMM throughput P")
-    half_dim: NonNegativeFloat = Field(description="narrow dimension at which throughput halves")
+    peak_flops_per_s: float = _finite(*FLOPS_PER_S_RANGE, "fitted large-GEMM throughput P")
+    half_dim: float = _finite(0.0, float(MAX_DIM), "narrow dimension at which throughput halves")
     points: tuple[GemmPoint, ...] = ()
 
 
 class MemoryCalibration(Spec):
-    copy_bytes_per_s: PositiveFloat = Field(description="(read + write) bytes per second of a large device copy")
-    size_bytes: PositiveInt
+    copy_bytes_per_s: float = _finite(*BYTES_PER_S_RANGE, "(read + write) bytes per second of a large device copy")
+    size_bytes: int = Field(ge=1, le=MAX_MESSAGE_BYTES)
 
 
 class CollectiveCalibration(Spec):
     op: Collective
-    busbw_bytes_per_s: PositiveFloat = Field(description="nccl-tests bus bandwidth at the large size")
-    large_bytes: PositiveInt
-    small_time_s: PositiveFloat = Field(description="seconds per call at the small size")
-    small_bytes: PositiveInt
+    busbw_bytes_per_s: float = _finite(*BYTES_PER_S_RANGE, "nccl-tests bus bandwidth at the large size")
+    large_bytes: int = Field(ge=1, le=MAX_MESSAGE_BYTES)
+    small_time_s: float = _finite(*SMALL_TIME_RANGE_S, "seconds per call at the small size")
+    small_bytes: int = Field(ge=1, le=MAX_MESSAGE_BYTES)
 
 
 class ScopeCalibration(Spec):
     """Collectives measured in groups that span one network tier."""
 
     scope: str = Field(description="intra-node or inter-node")
-    tier: int = Field(ge=0, description="the cluster tier this replaces (0 = scale-up)")
-    ranks: int = Field(ge=2, description="group size measured")
+    tier: int = Field(ge=0, le=15, description="the cluster tier this replaces (0 = scale-up; no cluster has 16)")
+    ranks: int = Field(ge=2, le=MAX_RANKS, description="group size measured")
     backend: Literal["gloo", "nccl"]
     collectives: tuple[CollectiveCalibration, ...] = Field(min_length=1)
 
@@ -63,7 +83,7 @@ class ScopeCalibration(Spec):
 class DeviceInfo(Spec):
     kind: Literal["cpu", "cuda"]
     name: str
-    ranks: PositiveInt = Field(description="ranks (processes) the collectives ran on")
+    ranks: int = Field(ge=1, le=MAX_RANKS, description="ranks (processes) the collectives ran on")
 
 
 class Versions(Spec):
@@ -91,6 +111,11 @@ class CalibrationProfile(Spec):
         "{step: {step_overhead_s: 0.2}}; validated against the catalog's constants when the profile is loaded"
     )
     sha256: str | None = Field(None, description="SHA256 of the canonical body (every other field)")
+
+    @property
+    def sealed(self) -> bool:
+        """The profile carries the SHA256 of its own body: written by `llmscale calibrate` and not edited since."""
+        return self.sha256 is not None and self.sha256 == self.body_sha256()
 
     def body_sha256(self) -> str:
         """SHA256 of the canonical body: every field but `sha256` (and `constants` when absent, so profiles written

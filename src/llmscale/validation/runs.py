@@ -7,6 +7,7 @@ schema are ignored (a dataset may carry extra columns); a value of the wrong typ
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,10 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-import yaml
-
 from llmscale.errors import InputFileError, SpecError
 from llmscale.io.files import parse_spec
+from llmscale.io.strict import parse_text, read_text
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import MLASpec, ModelSpec, Norm
 from llmscale.specs.train import Precision
@@ -36,6 +36,14 @@ class PositionEmbedding(str, Enum):
     ROPE = "rope"
     ALIBI = "alibi"
     """Attention biases, no parameters (BLOOM)."""
+
+
+class ModelType(str, Enum):
+    """The dataset's `model_type`."""
+
+    DENSE = "dense"
+    MOE = "moe"
+    """Mixture of experts: the row's experts, top_k and expert_ffn_hidden build the model."""
 
 DEEPSEEK_MLA = MLASpec(
     q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
@@ -89,6 +97,9 @@ class PublishedRun:
     position_embedding: PositionEmbedding | None
     moe_dropless: bool | None
     """MoE rows: True when no token is dropped, False for capacity-factor dropping."""
+    model_type: ModelType | None
+    mla: bool | None
+    """DeepSeek multi-head latent attention (`DEEPSEEK_MLA`)."""
     notes: str
     raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
 
@@ -97,7 +108,8 @@ def _int(row: Mapping[str, Any], key: str, where: str) -> int | None:
     value = row.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value):
         raise SpecError(key, value, "expected a whole number or null", where)
     return int(value)
 
@@ -106,9 +118,18 @@ def _float(row: Mapping[str, Any], key: str, where: str) -> float | None:
     value = row.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(key, value, "expected a number or null", where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(key, value, "expected a finite number or null", where)
     return float(value)
+
+
+def _positive(row: Mapping[str, Any], key: str, where: str) -> float | None:
+    """A measured quantity (a throughput, a time, a count of parameters): a finite number above 0, or null."""
+    value = _float(row, key, where)
+    if value is not None and value <= 0:
+        raise SpecError(key, value, "expected a number > 0 or null (a published measurement cannot be 0 or less)",
+                        where)
+    return value
 
 
 def _bool(row: Mapping[str, Any], key: str, where: str) -> bool | None:
@@ -147,7 +168,7 @@ def run_from_row(row: Mapping[str, Any], where: str = "published run") -> Publis
         return _int(row, key, where)
 
     def real(key: str) -> float | None:
-        return _float(row, key, where)
+        return _positive(row, key, where)
 
     return PublishedRun(
         name=name, source=_str(row, "source", where) or "", confidence=_str(row, "confidence", where),
@@ -166,6 +187,7 @@ def run_from_row(row: Mapping[str, Any], where: str = "published run") -> Publis
         norm=_enum(row, "norm", Norm, where), linear_bias=_bool(row, "linear_bias", where),
         position_embedding=_enum(row, "position_embedding", PositionEmbedding, where),
         moe_dropless=_bool(row, "moe_dropless", where),
+        model_type=_enum(row, "model_type", ModelType, where), mla=_bool(row, "mla", where),
         notes=_str(row, "notes", where) or "", raw=MappingProxyType(dict(row)),
     )
 
@@ -183,14 +205,8 @@ def load_rows(path: Path | str | None = None) -> tuple[list[dict[str, Any]], str
         where = "llmscale/data/published_runs.yaml"  # read as text: the same YAML errors as a user's file
     else:
         where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputFileError(f"{where}: cannot read ({exc})") from exc
-    try:
-        rows = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputFileError(f"{where}: malformed YAML: {exc}") from exc
+        text = read_text(Path(path))
+    rows = parse_text(text, where, as_json=False)  # strictly: duplicate keys, tags and nesting refused (io.strict)
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise InputFileError(f"{where}: expected a YAML list of mappings, one per run")
     return rows, where
@@ -228,7 +244,7 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
         fields[key] = _take(run, key, given)
     fields["kv_heads"] = run.raw.get("kv_heads")
     fields["head_dim"] = run.raw.get("head_dim")
-    if run.raw.get("model_type") == "moe":
+    if run.model_type is ModelType.MOE:
         for key in ("experts", "top_k", "expert_ffn_hidden"):
             fields[key] = _take(run, key, given)
         fields["shared_experts"] = run.raw.get("shared_experts") or 0
@@ -237,7 +253,7 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
             given.setdefault("ffn_hidden", fields["expert_ffn_hidden"])  # no dense layer reads it
     fields["ffn_hidden"] = _take(run, "ffn_hidden", given)
     fields |= _block_facts(run)
-    if run.raw.get("mla"):
+    if run.mla:
         fields["mla"] = DEEPSEEK_MLA
     if _is_deepseek_v3(run):
         fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES

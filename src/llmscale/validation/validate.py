@@ -26,7 +26,7 @@ import numpy as np
 
 from llmscale.cost.step import estimate_step
 from llmscale.errors import LlmscaleError
-from llmscale.io.calibration import load_profile
+from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_constants, load_published_mfu
 from llmscale.search.plausibility import PublishedMfu, mfu_record
 from llmscale.specs.calibration import CalibrationProfile
@@ -59,7 +59,8 @@ class ValidationRow:
 
     @property
     def error_pct(self) -> float:
-        """Signed: positive when llmscale predicts faster than published."""
+        """Signed: positive when llmscale predicts faster than published (the published figure is > 0:
+    `runs.run_from_row` refuses any other)."""
         return (self.predicted_tokens_per_s_per_gpu / self.published_tokens_per_s_per_gpu - 1.0) * 100.0
 
     @property
@@ -100,6 +101,8 @@ class ErrorSummary:
 class ValidationReport:
     rows: tuple[ValidationRow, ...]
     skipped: tuple[SkippedRow, ...]
+    calibration: CalibrationRecord | None = None
+    """The calibration profile applied to the runs on its GPU (None: none)."""
 
     @property
     def median_abs_error_pct(self) -> float | None:
@@ -127,8 +130,10 @@ class ValidationReport:
         return {key: ErrorSummary.of(rows) for key, rows in sorted(groups.items())}
 
     def summary(self) -> dict[str, Any]:
+        """The statistics over all rows; a statistic without a value (no row evaluated) is null with a `_reason`
+        key beside it, so the JSON stays strict (no NaN)."""
         overall = ErrorSummary.of(self.rows)
-        return {
+        summary: dict[str, Any] = {
             "median_abs_error_pct": overall.median_abs_error_pct,
             "p90_abs_error_pct": overall.p90_abs_error_pct,
             "max_abs_error_pct": overall.max_abs_error_pct,
@@ -137,9 +142,13 @@ class ValidationReport:
             "fit_recall": self.fit_recall,
             "above_published_mfu": sum(r.above_published for r in self.rows),
         }
+        reason = f"no row was evaluated ({len(self.skipped)} skipped: see `skipped`)"
+        return {key: value for name, given in summary.items()
+                for key, value in ((name, given), *(((f"{name}_reason", reason),) if given is None else ()))}
 
 
-def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path | None = None) -> ValidationReport:
+def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path | None = None,
+                  allow_unsealed: bool = False) -> ValidationReport:
     """Predict every row of a published-runs file; a row that cannot be read or evaluated (a wrong type, a
     missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash."""
     runs: list[PublishedRun] = []
@@ -149,8 +158,10 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path 
             runs.append(run_from_row(row, where))
         except LlmscaleError as exc:
             skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
-    report = validate_runs(runs, load_constants(), load_profile(calibration) if calibration is not None else None)
-    return ValidationReport(report.rows, tuple(skipped) + report.skipped)
+    profile = load_profile(calibration, allow_unsealed) if calibration is not None else None
+    report = validate_runs(runs, load_constants(), profile)
+    record = CalibrationRecord.of(profile) if profile is not None else None
+    return ValidationReport(report.rows, tuple(skipped) + report.skipped, record)
 
 
 def validate_runs(runs: list[PublishedRun], constants: Constants,
