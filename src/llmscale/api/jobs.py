@@ -79,7 +79,8 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
          train: Mapping[str, Any] | TrainSpec | None = None, objective: Objective | str = Objective.THROUGHPUT,
          framework: Framework | str = Framework.MEGATRON_CORE, rules: Mapping[str, RuleValue] | None = None,
          max_memory_fraction: float = 1.0, top: int = 5, calibration: Path | None = None,
-         expect_sha256: str | None = None, on_size: Callable[[int, int, int], None] | None = None) -> Plan:
+         allow_unsealed: bool = False, expect_sha256: str | None = None,
+         on_size: Callable[[int, int, int], None] | None = None) -> Plan:
     """Search every layout (and job size) of `model` on `cluster` and recommend the best (`llmscale plan`).
 
     train: TrainSpec fields ({'total_tokens': 15e12, 'seq_len': 8192, 'precision': 'fp8'}); without a
@@ -87,7 +88,8 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
     'schedule': ['1f1b', 'interleaved']})."""
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
-    request = job_request(model, cluster, gpus, train, calibration=calibration, expect_sha256=expect_sha256)
+    request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,
+                          expect_sha256=expect_sha256)
     return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size)
 
 
@@ -103,16 +105,18 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
 
 def _request(model: ModelRef, cluster: ClusterRef, gpus: int | None, layout: LayoutRef,
              train: Mapping[str, Any] | TrainSpec | None, from_plan: Path | None, calibration: Path | None,
-             expect_sha256: str | None) -> JobRequest:
+             expect_sha256: str | None, allow_unsealed: bool = False) -> JobRequest:
     return job_request(model, cluster, gpus, train, layout if layout is not None else {}, from_plan=from_plan,
-                       calibration=calibration, expect_sha256=expect_sha256)
+                       calibration=calibration, allow_unsealed=allow_unsealed, expect_sha256=expect_sha256)
 
 
 def explain(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
             train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
-            calibration: Path | None = None, expect_sha256: str | None = None) -> Explain:
+            calibration: Path | None = None, allow_unsealed: bool = False,
+            expect_sha256: str | None = None) -> Explain:
     """Step time, MFU, throughput and the step and memory breakdowns of one layout (`llmscale explain`)."""
-    return explain_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256))
+    return explain_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256,
+                                allow_unsealed))
 
 
 def explain_job(request: JobRequest) -> Explain:
@@ -124,9 +128,11 @@ def explain_job(request: JobRequest) -> Explain:
 
 def memory(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
            train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
-           calibration: Path | None = None, expect_sha256: str | None = None) -> Memory:
+           calibration: Path | None = None, allow_unsealed: bool = False,
+           expect_sha256: str | None = None) -> Memory:
     """Memory of the most-loaded GPU by class and whether it fits (`llmscale memory`)."""
-    return memory_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256))
+    return memory_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256,
+                               allow_unsealed))
 
 
 def memory_job(request: JobRequest) -> Memory:
