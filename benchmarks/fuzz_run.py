@@ -50,6 +50,9 @@ TEXT_NON_FINITE = re.compile(r"(?<![\w.])(nan|-?inf|NaN|-?Infinity)(?![\w])")
 NAMED_FIELD = re.compile(r"\b(?!expression\b|value\b|input\b)[A-Za-z_][\w.\[\]-]* = .+ is invalid|'?--[a-z][\w-]+")
 """An error that names some field ("layout: tp = 8 is invalid: ...") or flag, when not one the case changed (the
 mutation can make an earlier check fail first); "expression = ..." names no field."""
+USAGE_NEEDLES = ("Invalid value", "No such option", "Missing", "No such command", "requires an argument",
+                 "Got unexpected")
+"""What click's usage box says when it refuses a flag value itself (it names the option, over several lines)."""
 WARNING_LINE = re.compile(r"^(warning: |\S+\.py:\d+: \w*Warning: |  )")
 
 
@@ -127,8 +130,7 @@ def _classify_exit(case: Case, code: int, out: str, err: str) -> tuple[Outcome, 
         return outcome, detail
     if code != 2:
         return Outcome.EXIT_CODE, f"exit {code}: {err.strip()[-200:]}"
-    if "Usage:" in err and ("Invalid value" in err or "No such option" in err or "Missing" in err
-                            or "requires an argument" in err or "Got unexpected" in err):
+    if "Usage:" in err and any(needle in err for needle in USAGE_NEEDLES):
         return Outcome.USAGE, " ".join(err.split())[-200:]
     lines = [line for line in err.strip().splitlines() if not WARNING_LINE.match(line)]
     if len(lines) != 1 or not lines[0].startswith("error: "):
