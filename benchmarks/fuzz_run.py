@@ -105,10 +105,9 @@ def _check_output(case: Case, out: str) -> tuple[Outcome, str]:
             return Outcome.NON_FINITE, f"stdout is not strict JSON: {exc}"[:200]
         bad = _bad_number(doc)
         return (Outcome.NON_FINITE, bad) if bad else (Outcome.OK, "")
-    hit = TEXT_NON_FINITE.search(out)
-    if hit:
-        line = out[out.rfind("\n", 0, hit.start()) + 1:out.find("\n", hit.end())]
-        return Outcome.NON_FINITE, f"text output: {line.strip()[:160]}"
+    for line in out.splitlines():  # a line that quotes the user's bad value back ("vocab = inf is invalid") is fine
+        if TEXT_NON_FINITE.search(line) and "is invalid" not in line:
+            return Outcome.NON_FINITE, f"text output: {line.strip()[:160]}"
     return Outcome.OK, ""
 
 
@@ -130,7 +129,7 @@ def _classify_exit(case: Case, code: int, out: str, err: str) -> tuple[Outcome, 
         return outcome, detail
     if code != 2:
         return Outcome.EXIT_CODE, f"exit {code}: {err.strip()[-200:]}"
-    if "Usage:" in err and any(needle in err for needle in USAGE_NEEDLES):
+    if ("Usage:" in err or "╭─ Error" in err) and any(needle in err for needle in USAGE_NEEDLES):
         return Outcome.USAGE, " ".join(err.split())[-200:]
     lines = [line for line in err.strip().splitlines() if not WARNING_LINE.match(line)]
     if len(lines) != 1 or not lines[0].startswith("error: "):

@@ -69,6 +69,12 @@ def test_the_classifier_catches_each_failure_class(tmp_path: Path) -> None:
     assert classify(case, 2, "", "error: something is wrong\n")[0] is fuzz_run.Outcome.UNCLEAR
     assert classify(case, 2, "", "error: tp = 7 is invalid: must divide 8\n")[0] is fuzz_run.Outcome.ERROR
     assert classify(case, 1, "", "")[0] is fuzz_run.Outcome.EXIT_CODE
+    # Quoting the user's bad value back is not a non-finite output; click's box without "Usage:" is a usage error.
+    text = fuzz_files.Case("runs-file", ("validate",), "vocab = inf", ("vocab",))
+    assert classify(text, 0, "row 3: vocab = inf is invalid: finite only\n", "")[0] is fuzz_run.Outcome.OK
+    assert classify(text, 0, "tokens/s  nan\n", "")[0] is fuzz_run.Outcome.NON_FINITE
+    box = "╭─ Error ─╮\n│ Option '--tp' requires an argument. │\n╰──╯\n"
+    assert classify(case, 2, "", box)[0] is fuzz_run.Outcome.USAGE
     refused = fuzz_files.Case("model-file", ("hash", "x"), "duplicate key layers", ("layers",), must_refuse=True)
     assert classify(refused, 0, "abc", "")[0] is fuzz_run.Outcome.SILENT
     boom = fuzz_files.Case("layout-flags", ("nosuchcommand",), "x", ())
