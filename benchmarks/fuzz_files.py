@@ -103,7 +103,7 @@ def hf_case(rng: random.Random, bases: Bases) -> Case:
                           "num_local_experts", "n_routed_experts", "num_experts", "decoder_sparse_step",
                           "hidden_size", "num_key_value_heads", "intermediate_size", "vocab_size"))
         doc[key] = fv.hostile_value(rng)
-        text, edit = json.dumps(doc), fv.Edit(f"{key} = {doc[key]!r}", (key,), False)
+        text, edit = fv.to_text(doc, True), fv.Edit(f"{key} = {doc[key]!r}", (key,), False)
     else:
         mutated, edit = fv.mutate(doc, rng, strict_keys=False)
         text = fv.to_text(mutated, True)
