@@ -127,6 +127,8 @@ def _classify_exit(case: Case, code: int, out: str, err: str) -> tuple[Outcome, 
         if outcome is Outcome.OK and case.must_refuse and code == 0:
             return Outcome.SILENT, f"accepted: {case.what}"[:200]
         return outcome, detail
+    if code == 4 and case.argv[0] == "validate":  # nothing evaluated: a refusal with its own code (cli.main)
+        code = 2
     if code != 2:
         return Outcome.EXIT_CODE, f"exit {code}: {err.strip()[-200:]}"
     if ("Usage:" in err or "╭─ Error" in err) and any(needle in err for needle in USAGE_NEEDLES):
