@@ -10,6 +10,7 @@ error line naming it — an expression is read from its syntax tree, never evalu
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,15 +46,18 @@ def dotted(node: ast.AST) -> str:
     raise SpecError("expression", ast.unparse(node), "must be a name or a dotted name", where=WHERE)
 
 
-def value_of(node: ast.AST, imports: dict[str, str], local: dict[str, Any]) -> Any:
-    """The value of an expression: a literal, a list, a local name, or a call of an imported name."""
+def value_of(node: ast.AST, imports: dict[str, str], local: dict[str, Any], name: str = "expression") -> Any:
+    """The value of an expression: a literal (finite, if a number), a list, a local name, or a call of an imported
+    name. `name` is what errors call it: the keyword or assignment it is the value of."""
     if isinstance(node, ast.Constant):
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise SpecError(name, ast.unparse(node)[:60], "must be a finite number", where=WHERE)
         return node.value
     if isinstance(node, (ast.List, ast.Tuple)):
-        return [value_of(e, imports, local) for e in node.elts]
+        return [value_of(e, imports, local, name) for e in node.elts]
     if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
             and isinstance(node.operand.value, (int, float))):
-        return -node.operand.value
+        return -value_of(node.operand, imports, local, name)
     if isinstance(node, ast.Name) and node.id in local:
         return local[node.id]
     if isinstance(node, ast.Call):
@@ -63,10 +67,10 @@ def value_of(node: ast.AST, imports: dict[str, str], local: dict[str, Any]) -> A
             raise SpecError(func, ast.unparse(node)[:60], "is not imported by the recipe", where=WHERE)
         if any(k.arg is None for k in node.keywords):
             raise SpecError(func, ast.unparse(node)[:60], "** arguments are not read back", where=WHERE)
-        return Called(func, imports[root], tuple(value_of(a, imports, local) for a in node.args),
-                      {str(k.arg): value_of(k.value, imports, local) for k in node.keywords})
-    raise SpecError("expression", ast.unparse(node)[:60], "is not a literal, a local name or a call llmscale reads "
-                    "back", where=WHERE)
+        return Called(func, imports[root], tuple(value_of(a, imports, local, func) for a in node.args),
+                      {str(k.arg): value_of(k.value, imports, local, str(k.arg)) for k in node.keywords})
+    raise SpecError(name, ast.unparse(node)[:60], "is not a literal, a local name or a call llmscale reads back",
+                    where=WHERE)
 
 
 def read_tree(text: str) -> RecipeTree:
@@ -97,13 +101,13 @@ def _function(fn: ast.FunctionDef, imports: dict[str, str]) -> RecipeTree:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             target = stmt.targets[0]
             if isinstance(target, ast.Name):
-                local[target.id] = value_of(stmt.value, imports, local)
+                local[target.id] = value_of(stmt.value, imports, local, target.id)
             else:
                 path = dotted(target).split(".")
                 if path[0] not in local or len(path) != 3:
                     raise SpecError(".".join(path), ast.unparse(stmt.value)[:40], "llmscale reads config.<section>."
                                     "<field> assignments only", where=WHERE)
-                assigned[".".join(path[1:])] = value_of(stmt.value, imports, local)
+                assigned[".".join(path[1:])] = value_of(stmt.value, imports, local, ".".join(path[1:]))
         elif isinstance(stmt, ast.Return) and stmt.value is not None:
             returned = value_of(stmt.value, imports, local)
         elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
