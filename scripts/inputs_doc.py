@@ -6,7 +6,6 @@ while the doc misses a field."""
 from __future__ import annotations
 
 import math
-
 import sys
 from enum import Enum
 from pathlib import Path

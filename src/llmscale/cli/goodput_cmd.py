@@ -17,11 +17,9 @@ from llmscale.api.runs import MAX_SEED, MAX_TRIALS, GoodputRun, goodput_job
 from llmscale.cli import options as o
 from llmscale.io.resolve import JobRequest
 from llmscale.report.goodput_output import goodput_table
-from llmscale.specs.bounds import MAX_DAYS
 from llmscale.specs.failures import Mitigation
 
-DaysOpt = Annotated[float, typer.Option("--days", parser=o.number_parser("--days", 1e-3, MAX_DAYS),
-                                         help="wall-clock days of the run")]
+DaysOpt = Annotated[float, typer.Option("--days", help="wall-clock days of the run (finite, ≤ 10⁴: specs.bounds)")]
 IntervalOpt = Annotated[
     list[float] | None, typer.Option("--interval-min", help="also evaluate these checkpoint intervals (minutes)")
 ]
