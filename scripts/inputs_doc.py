@@ -5,6 +5,7 @@ while the doc misses a field."""
 
 from __future__ import annotations
 
+import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -67,13 +68,25 @@ def _type(annotation: Any) -> str:
 
 
 def _bounds(info: Any) -> str:
+    """The field's range, lower bound first (`> 0, ≤ 10⁴`)."""
     parts = []
-    for item in info.metadata:
-        for key, sign in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"), ("min_length", "len ≥")):
+    for key, sign in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"), ("min_length", "len ≥")):
+        for item in info.metadata:
             value = getattr(item, key, None)
             if value is not None:
-                parts.append(f"{sign} {value}")
+                parts.append(f"{sign} {_number(value)}")
     return ", ".join(parts)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _number(value: float) -> str:
+    """A bound as text: a power of ten ≥ 10⁴ (or < 10⁻²) as 10ⁿ, anything else as written."""
+    exponent = math.log10(value) if value > 0 else 0.0
+    if value > 0 and exponent == round(exponent) and not -2 <= exponent < 4:
+        return "10" + str(round(exponent)).translate(_SUPERSCRIPT)
+    return f"{value:g}"
 
 
 def _default(info: Any) -> str:

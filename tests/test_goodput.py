@@ -258,7 +258,7 @@ def test_goodput_flags_are_frozen() -> None:
     flags = sorted(opt for p in click_command.params for opt in p.opts)
     assert flags == sorted([
         "--cluster", "-c", "--gpus", "--model", "-m", "--days", "--interval-min", "--trials", "--seed",
-        "--hot-spares", "--mitigation", "--json", "--plot", "--step-s", "--expect-sha256",
+        "--hot-spares", "--mitigation", "--json", "--plot", "--step-s", "--expect-sha256", "--force",
     ])
 
 

@@ -28,6 +28,7 @@ US = 1e-6
 MS = 1e-3
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
+MINUTES_PER_DAY = 1440.0
 
 
 def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:

@@ -14,23 +14,33 @@ from llmscale.errors import SpecError
 from llmscale.io.catalog import load_published_mfu
 from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.reliability.estimate import job_goodput, peak_step_s, simulate_job
+from llmscale.reliability.montecarlo import MAX_WORK, expected_work
 from llmscale.reliability.rates import failures_of
 from llmscale.report.documents import validation_document
 from llmscale.report.goodput_output import MinInterval, goodput_document
+from llmscale.specs.bounds import MAX_DAYS
 from llmscale.specs.failures import Mitigation
-from llmscale.units import SECONDS_PER_DAY
+from llmscale.units import MINUTES_PER_DAY, SECONDS_PER_DAY
 from llmscale.validation.runs import load_rows
 from llmscale.validation.validate import ValidationReport, validate_rows
 
 MAX_TRIALS = 1_000_000
 
 
+MAX_STEP_S = 1e4
+"""A step time in s: ~100× the slowest published step (data/published_runs.yaml: ~105 s); a longer step leaves no
+checkpoint interval inside any cluster's mean time between failures."""
+MAX_SEED = 2**64 - 1
+"""numpy's SeedSequence takes any non-negative integer; one 64-bit word is more than a user types."""
+
+
 def _check(days: float, intervals_min: list[float], trials: int) -> None:
-    if not days > 0 or days == float("inf"):
-        raise SpecError("days", days, "must be a positive, finite number of days")
-    bad = next((v for v in intervals_min if not 0 < v < float("inf")), None)
+    if not 0 < days <= MAX_DAYS:
+        raise SpecError("days", days, f"must be a number of days in (0, {MAX_DAYS:,.0f}] (specs.bounds)")
+    bad = next((v for v in intervals_min if not 0 < v <= days * MINUTES_PER_DAY), None)
     if bad is not None:
-        raise SpecError("interval_min", bad, "must be a positive, finite number of minutes")
+        raise SpecError("interval_min", bad, f"must be a number of minutes in (0, {days * MINUTES_PER_DAY:,.0f}] "
+                        "(the run's length)")
     if not 0 <= trials <= MAX_TRIALS:
         raise SpecError("trials", trials, f"must be in 0..{MAX_TRIALS:,}")
 
@@ -38,7 +48,7 @@ def _check(days: float, intervals_min: list[float], trials: int) -> None:
 def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef = None, *, days: float = 90.0,
             intervals_min: Iterable[float] = (), trials: int = 10_000, seed: int = 0, hot_spares: bool = True,
             mitigations: Iterable[Mitigation | str] = (), step_s: float | None = None,
-            expect_sha256: str | None = None) -> Goodput:
+            expect_sha256: str | None = None, force: bool = False) -> Goodput:
     """Job MTBF, expected interruptions, the best checkpoint policy and intervals per tier, goodput and its Monte
     Carlo spread (`llmscale goodput`); no interval shorter than one step (`step_s`, default one step at the GPUs'
     dense peak, a lower bound). `to_frame()`: one row per checkpoint policy."""
@@ -48,7 +58,7 @@ def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef
     whole("gpus", gpus)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256)
     return goodput_job(request, GoodputRun(days, [_number("intervals_min", v) for v in intervals_min], trials, seed,
-                                           hot_spares, chosen, step_s))
+                                           hot_spares, chosen, step_s, force))
 
 
 def _number(name: str, value: Any) -> float:
@@ -68,6 +78,8 @@ class GoodputRun:
     hot_spares: bool = True
     mitigations: tuple[Mitigation, ...] = ()
     step_s: float | None = None
+    force: bool = False
+    """Run a Monte Carlo beyond `montecarlo.MAX_WORK`."""
 
     def check(self) -> None:
         for name in ("days", "step_s"):
@@ -78,10 +90,10 @@ class GoodputRun:
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise SpecError(name, getattr(self, name), "a whole number")
         _check(self.days, self.intervals_min, self.trials)
-        if self.seed < 0:
-            raise SpecError("seed", self.seed, "must be a non-negative integer")
-        if self.step_s is not None and not 0 < self.step_s < float("inf"):
-            raise SpecError("step_s", self.step_s, "must be a positive number of seconds")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise SpecError("seed", self.seed, "must be an integer in 0..2⁶⁴ − 1")
+        if self.step_s is not None and not 0 < self.step_s <= MAX_STEP_S:
+            raise SpecError("step_s", self.step_s, f"must be a number of seconds in (0, {MAX_STEP_S:,.0f}]")
 
 
 def _record_step(job: Job) -> MinInterval:
@@ -104,6 +116,8 @@ def goodput_job(request: JobRequest, run: GoodputRun) -> Goodput:
     est = job_goodput(job.model, job.cluster, job.train, job.num_gpus, run.days * SECONDS_PER_DAY, job.constants,
                       floor_s=floor.seconds, hot_spares=run.hot_spares, mitigations=run.mitigations)
     nodes = -(-job.num_gpus // job.cluster.node.gpus_per_node)
+    if run.trials and not run.force:
+        _check_work(float(est.expected_unplanned[0]), run.trials)
     mc = simulate_job(est, 0, nodes, trials=run.trials, seed=run.seed) if run.trials else None
     document = goodput_document(est, mc, run.intervals_min, days=run.days, digest=job.input_sha256, floor=floor)
     document.update({"cluster": job.cluster.name, "model": job.model.name, "num_gpus": job.num_gpus,
@@ -111,6 +125,15 @@ def goodput_job(request: JobRequest, run: GoodputRun) -> Goodput:
                      "mitigations": [m.value for m in run.mitigations],
                      "failure_profile": failures_of(job.cluster, job.constants.failures).name})
     return Goodput(document, rows_key="policies", job=job, estimate=est, mitigations=run.mitigations)
+
+
+def _check_work(interruptions: float, trials: int) -> None:
+    """Refuse a Monte Carlo whose estimated work passes the documented limit (reliability.montecarlo.MAX_WORK)."""
+    work = expected_work(interruptions, trials)
+    if work > MAX_WORK:
+        raise SpecError("trials", trials, f"a Monte Carlo of {trials:,} trials × ~{interruptions:,.0f} interruptions "
+                        f"is ~{work:.2g} trial-rows, above the limit {MAX_WORK:.2g} (~2× the default run): lower "
+                        "--trials or --days, or pass --force")
 
 
 def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False) -> Document:

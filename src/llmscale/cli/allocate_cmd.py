@@ -30,23 +30,30 @@ from llmscale.scaling.allocate import JobPolicy
 from llmscale.scaling.family import Family
 from llmscale.scaling.laws import ScalingLaw
 from llmscale.scaling.multiplier import TARGET
+from llmscale.specs.bounds import MAX_DAYS, MAX_TOKENS
 from llmscale.specs.train import Precision
 
 __all__ = ["allocate_cmd", "resolve_law"]
 
 AllocPrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensitive=False, help="GEMM precision")]
 
+MAX_FLOPS = 1e32
+"""A training budget in FLOPs: ~10⁶× the largest published run (~5·10²⁵, Llama 3.1 405B: 3.8·10²⁵)."""
 ClusterArg = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster or file (default seed-500k)")]
-DaysOpt = Annotated[float | None, typer.Option("--days", help="deadline in days (default 90)")]
-FlopsOpt = Annotated[float | None, typer.Option("--flops", parser=o.amount_parser("--flops"), metavar="FLOPS",
+DaysOpt = Annotated[float | None, typer.Option("--days", parser=o.number_parser("--days", 1e-3, MAX_DAYS),
+                                                help="deadline in days (default 90)")]
+FlopsOpt = Annotated[float | None, typer.Option("--flops", parser=o.amount_parser("--flops", MAX_FLOPS),
+                                               metavar="FLOPS",
                                                help="training FLOP budget instead of a deadline (3e25)")]
 FamilyOpt = Annotated[Family | None, typer.Option("--family", case_sensitive=False, help="dense, moe or both")]
 LawOpt = Annotated[ScalingLaw | None, typer.Option("--law", case_sensitive=False, help="scaling law for the loss")]
-UniqueOpt = Annotated[float | None, typer.Option("--unique-tokens", parser=o.amount_parser("--unique-tokens"),
+UniqueOpt = Annotated[float | None, typer.Option("--unique-tokens",
+                                                parser=o.amount_parser("--unique-tokens", MAX_TOKENS),
                                                 metavar="TOKENS", help="unique tokens available (repeat beyond; 15T)")]
 ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="extra catalog model or file (repeatable)")]
 PolicyOpt = Annotated[JobPolicy, typer.Option("--job-size", case_sensitive=False, help="fastest or efficient")]
-TopOpt = Annotated[int | None, typer.Option("--top", min=1, help="rows to print (default all)")]
+TopOpt = Annotated[int | None, typer.Option("--top", parser=o.number_parser("--top", 1, 10_000, integer=True),
+                                                  help="rows to print (default all)")]
 Explain3xOpt = Annotated[bool, typer.Option("--explain-3x", help="decompose '3× compute' on the cluster")]
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
 

@@ -22,6 +22,7 @@ from llmscale.io.strict import read_text
 from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
 from llmscale.launch.document import ExportFormat
 from llmscale.report.strict_json import strict_dumps
+from llmscale.specs.bounds import MAX_GPUS
 
 FormatOpt = Annotated[str, typer.Option("--format", help="megatron (Megatron-LM flags) or torchtitan (a Trainer.Config "
                                                         "recipe module)")]
@@ -44,7 +45,8 @@ def parse_format(value: str) -> ExportFormat:
 
 FileArg = Annotated[Path, typer.Argument(help="Megatron-LM arguments, as `llmscale export --format megatron` writes")]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="catalog name or file (default: the preamble's)")]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs (default: the preamble's)")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=o.count_parser("--gpus", MAX_GPUS),
+                                             help="GPUs (default: the preamble's)")]
 
 
 def read_megatron(path: FileArg, cluster: ClusterOpt = None, gpus: GpusOpt = None, as_json: o.JsonOpt = False) -> None:

@@ -12,19 +12,21 @@ from typing import Annotated
 
 import typer
 
-from llmscale.api.runs import GoodputRun, goodput_job
+from llmscale.api.runs import MAX_SEED, MAX_TRIALS, GoodputRun, goodput_job
 from llmscale.cli import options as o
 from llmscale.io.resolve import JobRequest
 from llmscale.report.goodput_output import goodput_table
 from llmscale.report.strict_json import strict_dumps
 from llmscale.specs.failures import Mitigation
 
-DaysOpt = Annotated[float, typer.Option("--days", help="wall-clock days of the run")]
+DaysOpt = Annotated[float, typer.Option("--days", help="wall-clock days of the run (finite, ≤ 10⁴: specs.bounds)")]
 IntervalOpt = Annotated[
     list[float] | None, typer.Option("--interval-min", help="also evaluate these checkpoint intervals (minutes)")
 ]
-TrialsOpt = Annotated[int, typer.Option("--trials", help="Monte Carlo trials (0: none)")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Monte Carlo seed")]
+TrialsOpt = Annotated[int, typer.Option("--trials", parser=o.number_parser("--trials", 0, MAX_TRIALS, integer=True),
+                                           help="Monte Carlo trials (0: none)")]
+SeedOpt = Annotated[int, typer.Option("--seed", parser=o.number_parser("--seed", 0, MAX_SEED, integer=True),
+                                         help="Monte Carlo seed")]
 SparesOpt = Annotated[bool, typer.Option("--hot-spares/--no-hot-spares", help="warm standby nodes in the job")]
 MitigationOpt = Annotated[
     list[Mitigation] | None,
@@ -33,6 +35,8 @@ MitigationOpt = Annotated[
 StepOpt = Annotated[float | None, typer.Option("--step-s", help="the job's step time (from `explain` or `plan`): no "
                                               "checkpoint interval is shorter (default: the shortest step the best "
                                               "published MFU of the GPU generation allows)")]
+ForceOpt = Annotated[bool, typer.Option("--force", metavar="", help="run a Monte Carlo beyond its work limit "
+                                      "(trials × interruptions: reliability.montecarlo.MAX_WORK) [default: off]")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="write charts (goodput vs interval and vs job size)")]
 
 
@@ -50,10 +54,11 @@ def goodput(
     plot: PlotOpt = None,
     step_s: StepOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Job MTBF, expected interruptions, the best checkpoint policy per tier, goodput and its Monte Carlo spread."""
     run = GoodputRun(days, list(interval_min or []), trials, seed, hot_spares, tuple(dict.fromkeys(mitigation or [])),
-                     step_s)
+                     step_s, force)
     result = goodput_job(JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256), run)
     if plot is not None:
         from llmscale.report.goodput_charts import write_charts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,32 +20,52 @@ from rich.markup import escape
 
 from llmscale.errors import SpecError
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
+from llmscale.specs.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
 from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Precision, Routing
 from llmscale.units import parse_count
 
 
-def count_parser(flag: str) -> Callable[[str], int]:
-    """A whole-number flag that takes SI suffixes (`16K`, `1.5e4`: `units.parse_count`); a bad value is one error
-    line (exit 2)."""
+def count_parser(flag: str, maximum: int) -> Callable[[str], int]:
+    """A whole-number flag in 0..`maximum` that takes SI suffixes (`16K`, `1.5e4`: `units.parse_count`); a bad value
+    is one error line (exit 2)."""
     def parse(text: str) -> int:
         try:
             value = parse_count(text)
         except ValueError:
             value = -1.0
-        if value < 0 or value != int(value):
+        if not math.isfinite(value) or value < 0 or value != int(value):
             raise SpecError(flag, text, f"must be a whole number, e.g. 512, 16K or 1.5e4 ({SI_HELP})")
+        if value > maximum:
+            raise SpecError(flag, text, f"must be at most {maximum:.0e} (specs.bounds)")
         return int(value)
     return parse
 
 
-def amount_parser(flag: str) -> Callable[[str], float]:
-    """A non-negative number flag that takes SI suffixes (`15T`, `1.5e13`, `3e25`)."""
+def amount_parser(flag: str, maximum: float) -> Callable[[str], float]:
+    """A finite number flag in [0, `maximum`] that takes SI suffixes (`15T`, `1.5e13`, `3e25`)."""
     def parse(text: str) -> float:
         try:
-            return parse_count(text)
+            value = parse_count(text)
         except ValueError:
             raise SpecError(flag, text, f"must be a number, e.g. 15T, 1.5e13 or 500K ({SI_HELP})") from None
+        if not 0 <= value <= maximum:  # NaN and inf fail too
+            raise SpecError(flag, text, f"must be a finite number in 0..{maximum:.0e} (specs.bounds)")
+        return value
+    return parse
+
+
+def number_parser(flag: str, low: float, high: float, integer: bool = False) -> Callable[[str], Any]:
+    """A plain number flag in low..high (finite; a whole number when `integer`)."""
+    def parse(text: str) -> Any:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise SpecError(flag, text, "must be a whole number" if integer else "must be a number") from None
+        if not low <= value <= high:  # NaN and inf fail too
+            shown = f"{low:,}..{high:,}" if integer else f"{low:g}..{high:g}"
+            raise SpecError(flag, text, f"must be in {shown}")
+        return value
     return parse
 
 
@@ -56,9 +77,9 @@ ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", metavar="NAME
                                                 help="catalog cluster name, a standard topology of a catalog GPU "
                                                 "(h100-sxm:512, gb200:72; docs/inputs.md) or YAML/JSON file"
                                                 + escape(f" [default: {DEFAULT_CLUSTER}]"))]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=count_parser("--gpus"), metavar="COUNT",
+GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=count_parser("--gpus", MAX_GPUS), metavar="COUNT",
                                              help="GPUs of the job (default tp·cp·pp·dp, else the cluster; 16K ok)")]
-GbsOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["global_batch"], parser=count_parser("--gbs"),
+GbsOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["global_batch"], parser=count_parser("--gbs", MAX_GLOBAL_BATCH),
                                             metavar="COUNT", help="global batch (sequences)")]
 SeqOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["seq_len"], help="sequence length (tokens)"
                                             + escape(" [default: 4096]"))]

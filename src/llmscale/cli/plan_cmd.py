@@ -20,15 +20,21 @@ from llmscale.report.strict_json import strict_dumps
 from llmscale.report.tables import console
 from llmscale.search.plan import Objective
 from llmscale.search.targets import SearchTarget
+from llmscale.specs.bounds import MAX_TOKENS
 from llmscale.specs.framework import Framework
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
-TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"], parser=o.amount_parser("--tokens"),
+MAX_TOP = 10_000
+"""Rows `--top` shows: a table of more is not read (each row is a full step estimate)."""
+TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"],
+                                                 parser=o.amount_parser("--tokens", MAX_TOKENS),
                                                  metavar="TOKENS", help="tokens to train: 15T, 1.5e13 (default 10T)")]
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")]
-TopOpt = Annotated[int, typer.Option("--top", min=1, help="layouts to show")]
+TopOpt = Annotated[int, typer.Option("--top", parser=o.number_parser("--top", 1, MAX_TOP, integer=True),
+                                          help="layouts to show (1..10⁴)")]
 BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens", metavar="TOKENS",
-                                                   parser=o.amount_parser("--max-global-batch-tokens"),
+                                                   parser=o.amount_parser("--max-global-batch-tokens",
+                                                                          MAX_TOKENS),
                                                    help="global batch cap (default: critical batch law)")]
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
 FrameworkOpt = Annotated[Framework, typer.Option(

@@ -13,7 +13,7 @@ ways. DualPipe ranks hold two stages (r and p−1−r; DeepSeek-V3 §3.2.1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 
 import numpy as np
@@ -40,6 +40,10 @@ class RankParams:
 def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> RankParams:
     """Non-expert (÷tp, norms and router replicated) and expert (÷ep·etp) parameters on one GPU."""
     dense, moe = counts.dense_layer, counts.moe_layer
+    # Counts as float64: layers × parameters per layer can pass 2⁶³ for a valid model at its bounds (10⁴ layers of
+    # 10⁵ experts of 3·10¹² weights), which int64 would wrap to a negative; float64 is exact below 2⁵³.
+    layers = replace(layers, dense=layers.dense.astype(np.float64), moe=layers.moe.astype(np.float64),
+                     first=layers.first.astype(np.float64), last=layers.last.astype(np.float64))
     sharded = layers.dense * (dense.attention + dense.dense_mlp) + layers.moe * (moe.attention + moe.shared_experts)
     replicated = layers.dense * dense.norms + layers.moe * (moe.norms + moe.router)
     # A tied output layer still needs its own copy of the embedding on a last rank that is not also the

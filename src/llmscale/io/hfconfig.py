@@ -55,6 +55,7 @@ from typing import Any
 
 from llmscale.errors import SpecError
 from llmscale.io.files import parse_spec
+from llmscale.specs.bounds import MAX_EXPERTS, MAX_LAYERS
 from llmscale.specs.model import ModelSpec
 
 FAMILIES = ("llama", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
@@ -87,12 +88,14 @@ class _Config:
                             where=self.where)
         return value
 
-    def count(self, key: str, default: int, minimum: int = 0) -> int:
-        """An integer key that drives the layer layout (checked here, before it is used as a number)."""
+    def count(self, key: str, default: int, minimum: int = 0, maximum: int = MAX_LAYERS) -> int:
+        """An integer key that drives the layer layout, checked here before it is used as a number or a
+        range: at most `maximum` (a layer count by default: specs.bounds), so no per-layer list is built for 2⁶³
+        layers and a mapping is not compared with a number."""
         value = self.data.get(key, default)
         value = default if value is None else value
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise SpecError(key, value, f"must be an integer ≥ {minimum}", where=self.where)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise SpecError(key, value, f"must be an integer in {minimum}..{maximum:,}", where=self.where)
         return value
 
     def put(self, spec: dict[str, Any], spec_field: str, key: str, value: Any) -> None:
@@ -191,9 +194,10 @@ def _moe_fields(cfg: _Config, spec: dict[str, Any]) -> None:
     else:
         step = cfg.count("decoder_sparse_step", 1, minimum=1)
         dense = cfg.data.get("mlp_only_layers") or []
-        if not isinstance(dense, list) or not all(isinstance(i, int) for i in dense):
+        if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
             raise SpecError("mlp_only_layers", dense, "must be a list of layer indices", where=cfg.where)
-        moe_layers = [i for i in range(layers) if i not in dense and (i + 1) % step == 0]
+        dense_set = set(dense)
+        moe_layers = [i for i in range(layers) if i not in dense_set and (i + 1) % step == 0]
         blame, expert_key = ("mlp_only_layers" if dense else "decoder_sparse_step"), "moe_intermediate_size"
     if not experts or not moe_layers:
         return
@@ -228,8 +232,9 @@ def _deepseek_fields(cfg: _Config, spec: dict[str, Any]) -> None:
     cfg.put(spec, "shared_experts", "n_shared_experts", cfg.data.get("n_shared_experts") or 0)
     # Group-limited routing (topk_method "noaux_tc"/"group_limited_greedy"): experts are chosen from topk_group
     # of n_group groups; DeepSeek maps one group per node, so a token reaches at most topk_group nodes.
-    if cfg.data.get("topk_group") and cfg.data.get("n_group") and cfg.data["topk_group"] < cfg.data["n_group"]:
-        cfg.put(spec, "moe_max_nodes", "topk_group", cfg.data["topk_group"])
+    topk_group, n_group = cfg.count("topk_group", 0, maximum=MAX_EXPERTS), cfg.count("n_group", 0, maximum=MAX_EXPERTS)
+    if topk_group and n_group and topk_group < n_group:
+        cfg.put(spec, "moe_max_nodes", "topk_group", topk_group)
     _put_layout(cfg, spec, moe_layers, layers, "moe_layer_freq")
 
 

@@ -82,18 +82,28 @@ TABLE_VPP = 8
 """Virtual stages per rank a layer table covers at least (a search's vpp ≤ 8)."""
 
 
+DENSE_TABLE_CELLS = 1 << 14
+"""Cells (pp × vpp) up to which a layer table covers every split; above (a model of thousands of layers, or a
+large vpp), it covers only the splits the layouts use: a full table would cost O(pp² · vpp) to build."""
+
+
 @cache
-def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf) -> np.ndarray:
-    """Table [pp, vpp, field] of (rank, dense, moe) for the rank `rank_of_pp` picks in a looped pipeline, then
-    (rank, dense, moe) of the pair of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r);
+def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf,
+                 splits: tuple[int, ...] | None = None) -> np.ndarray:
+    """Table [split, field] of (rank, dense, moe) for the rank `rank_of_pp` picks in a looped pipeline, then
+    (rank, dense, moe) of the pair of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r), for
+    every split code pp · (max_vpp + 1) + vpp ≤ max_pp · (max_vpp + 1) + max_vpp, or for the codes `splits` only;
     computed once per model and grid size, then gathered for millions of layouts."""
-    table = np.zeros((max_pp + 1, max_vpp + 1, 6), dtype=np.int64)
-    for pp in range(1, max_pp + 1):
-        for vpp in range(1, max_vpp + 1):
-            dense, moe = _rank_layers(model, pp, vpp)
-            pair_dense, pair_moe = dense + dense[::-1], moe + moe[::-1]
-            rank, pair = rank_of_pp.pick(moe, dense), rank_of_pp.pick(pair_moe, pair_dense)
-            table[pp, vpp] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
+    codes = range((max_pp + 1) * (max_vpp + 1)) if splits is None else splits
+    table = np.zeros((len(codes), 6), dtype=np.int64)
+    for i, code in enumerate(codes):
+        pp, vpp = divmod(code, max_vpp + 1)
+        if pp < 1 or vpp < 1:
+            continue
+        dense, moe = _rank_layers(model, pp, vpp)
+        pair_dense, pair_moe = dense + dense[::-1], moe + moe[::-1]
+        rank, pair = rank_of_pp.pick(moe, dense), rank_of_pp.pick(pair_moe, pair_dense)
+        table[i] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
     table.flags.writeable = False
     return table
 
@@ -131,9 +141,14 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     # so a search's chunks share a handful per model instead of rebuilding one per chunk.
     max_vpp = max(int(lay.vpp.max(initial=1)), TABLE_VPP)
     max_pp = 1 << (int(lay.pp.max(initial=1)) - 1).bit_length()
-    table = _layer_table(model, max_pp, max_vpp, which)
-    columns = table.reshape(-1, 6).T  # one flat column per field: 1-D gathers beat one 2-D fancy index
     row = lay.pp * (max_vpp + 1) + lay.vpp
+    if (max_pp + 1) * (max_vpp + 1) <= DENSE_TABLE_CELLS:
+        table = _layer_table(model, max_pp, max_vpp, which)
+    else:
+        splits = np.unique(row)
+        table = _layer_table(model, max_pp, max_vpp, which, tuple(splits.tolist()))
+        row = np.searchsorted(splits, row)
+    columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index
     rank, dense, moe = columns[0].take(row), columns[1].take(row), columns[2].take(row)
     first, last = rank == 0, rank == lay.pp - 1
     dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)

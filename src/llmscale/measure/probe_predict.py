@@ -62,6 +62,7 @@ from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.cost.traffic import data_parallel_comm
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, stage_layers
+from llmscale.specs.bounds import MAX_GB_PER_S
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec, EfficiencySpec, GPUSpec, NetworkTier, NodeSpec
 from llmscale.specs.collective import Collective
@@ -135,6 +136,11 @@ def _mean(ranks: list[dict[str, Any]], key: str) -> float:
     return statistics.fmean(float(r["bench"][key]) for r in ranks)
 
 
+_UNBOUNDED_BANDWIDTH = MAX_GB_PER_S * GB
+"""B/s standing in for an infinite bandwidth when the fit isolates the latency term: the largest a tier may
+have (specs.bounds); a probe message of ≤ 10⁹ B adds ≤ 1 µs at it."""
+
+
 def _single_tier_cluster(gpu: GPUSpec, nproc: int, bandwidth: float, latency_s: float) -> ClusterSpec:
     ranks = max(nproc, 2)
     return ClusterSpec(
@@ -161,9 +167,9 @@ def fit_tier(gpu: GPUSpec, nproc: int, samples: list[dict[str, Any]], comm: Comm
     off the model itself by evaluating it at three (bandwidth, latency) points, so the fit cannot drift from it."""
     rows, targets = [], []
     for s in samples:
-        base = _model_time(gpu, nproc, s, 1e21, 0.0, comm)
+        base = _model_time(gpu, nproc, s, _UNBOUNDED_BANDWIDTH, 0.0, comm)
         b = (_model_time(gpu, nproc, s, _PROBE_BANDWIDTH, 0.0, comm) - base) * _PROBE_BANDWIDTH
-        a = (_model_time(gpu, nproc, s, 1e21, _PROBE_LATENCY_S, comm) - base) / _PROBE_LATENCY_S
+        a = (_model_time(gpu, nproc, s, _UNBOUNDED_BANDWIDTH, _PROBE_LATENCY_S, comm) - base) / _PROBE_LATENCY_S
         t = float(s["seconds"])
         rows.append([a / t, b / t])
         targets.append((t - base) / t)

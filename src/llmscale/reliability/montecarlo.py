@@ -25,6 +25,19 @@ import numpy as np
 BLOCK = 64
 """Interruptions drawn per block: a (64, trials) float32 block stays in cache."""
 
+MAX_WORK = 5e8
+"""The most Monte Carlo work (`expected_work`) a run takes without being forced: about twice the default run
+(10⁴ trials of 90 days on seed-500k, ~2·10⁴ interruptions each: 2.3·10⁸, ~8 s on two CPU cores)."""
+FIXED_ROW_COST = 700
+"""One interruption's fixed cost in trial-rows: the loop pays ~25 µs per interruption however few the trials, and
+~35 ns per trial (measured with `llmscale goodput` on two CPU cores), so 25 µs / 35 ns ≈ 700 rows."""
+
+
+def expected_work(expected_interruptions: float, trials: int) -> float:
+    """The loop's work in trial-rows: one iteration per interruption of the busiest trial (about the mean),
+    each over `trials` elements plus its fixed cost (`FIXED_ROW_COST`)."""
+    return expected_interruptions * (trials + FIXED_ROW_COST)
+
 
 @dataclass(frozen=True)
 class SimulationInputs:

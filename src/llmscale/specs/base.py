@@ -27,9 +27,11 @@ def _is_number_type(annotation: Any) -> bool:
 class Spec(BaseModel):
     """A frozen spec. Unknown keys are errors, values are validated once, and a number
     field takes only a number: `layers: true` or `layers: "4"` is refused rather than read as 1 or 4
-    (nothing the user gave is silently altered)."""
+    (nothing the user gave is silently altered). Every float is finite: `inf` or `NaN` is refused
+    (`allow_inf_nan=False`); the ranges of the fields and their reasons are in `specs.bounds`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, use_enum_values=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, use_enum_values=False,
+                              allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,26 @@ from enum import Enum
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
+from llmscale.specs.bounds import (
+    MAX_GB_PER_S,
+    MAX_GBIT_PER_S,
+    MAX_GPUS,
+    MAX_LATENCY_US,
+    MAX_MEMORY_GIB,
+    MAX_NODE_GPUS,
+    MAX_PLANES,
+    MAX_POSITIONS,
+    MAX_POWER_W,
+    MAX_PUE,
+    MAX_RATIO,
+    MAX_SMS,
+    MAX_TFLOPS,
+    MAX_TIER_RANKS,
+    MAX_USD_PER_GPU_HOUR,
+    MIN_GB_PER_S,
+    MIN_GBIT_PER_S,
+    MIN_PUE,
+)
 from llmscale.specs.failures import FailureSpec
 from llmscale.specs.train import Precision
 from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
@@ -27,9 +47,13 @@ class EfficiencySpec(Spec):
     gemm_wave_overhead_us: float = Field(ge=0, le=100, description="fixed time per wave: prologue, epilogue, store")
     attention: float = Field(gt=0, le=1, description="fused causal attention forward: fraction of the 16-bit peak "
                              "at long sequences (T∞)")
-    attention_half_seq: float = Field(ge=0, description="tokens per chunk at which forward attention reaches half T∞")
+    attention_half_seq: float = Field(
+        ge=0, le=MAX_POSITIONS, description="tokens per chunk at which forward attention reaches half T∞"
+    )
     attention_backward: float = Field(gt=0, le=1, description="fused causal attention backward at long sequences")
-    attention_backward_half_seq: float = Field(ge=0, description="tokens at which backward reaches half its T∞")
+    attention_backward_half_seq: float = Field(
+        ge=0, le=MAX_POSITIONS, description="tokens at which backward reaches half its T∞"
+    )
     hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth memory-bound kernels reach")
 
 
@@ -51,16 +75,18 @@ class GPUSpec(Spec):
 
     name: str = Field(min_length=1)
     generation: Generation | None = Field(None, description="architecture; None for a GPU the catalog has no record of")
-    sm_count: PositiveInt | None = Field(None, description="streaming multiprocessors (wave quantization); None: none")
-    peak_bf16_tflops: PositiveFloat
-    peak_fp8_tflops: PositiveFloat | None = None
-    peak_fp4_tflops: PositiveFloat | None = None
-    memory_gib: PositiveFloat = Field(description="HBM capacity; an '80 GB' H100 holds 80 GiB")
-    memory_bandwidth_gb_per_s: PositiveFloat
-    scaleup_bandwidth_gb_per_s: PositiveFloat | None = Field(
-        None, description="NVLink-class bandwidth per GPU, one direction (H100: 450)"
+    sm_count: PositiveInt | None = Field(
+        None, le=MAX_SMS, description="streaming multiprocessors (wave quantization); None: none"
     )
-    tdp_w: PositiveFloat | None = None
+    peak_bf16_tflops: PositiveFloat = Field(le=MAX_TFLOPS, description="dense 16-bit tensor peak")
+    peak_fp8_tflops: PositiveFloat | None = Field(None, le=MAX_TFLOPS, description="dense FP8 peak; None: no FP8")
+    peak_fp4_tflops: PositiveFloat | None = Field(None, le=MAX_TFLOPS, description="dense FP4 peak; None: no FP4")
+    memory_gib: PositiveFloat = Field(le=MAX_MEMORY_GIB, description="HBM capacity; an '80 GB' H100 holds 80 GiB")
+    memory_bandwidth_gb_per_s: float = Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="HBM bandwidth")
+    scaleup_bandwidth_gb_per_s: float | None = Field(
+        None, ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="NVLink-class bandwidth per GPU, one direction (H100: 450)"
+    )
+    tdp_w: PositiveFloat | None = Field(None, le=MAX_POWER_W, description="board power")
     efficiency: EfficiencySpec = Field(description="achieved fractions of the peaks (catalog default if absent)")
     source: str = ""
 
@@ -95,11 +121,13 @@ class GPUSpec(Spec):
 class NodeSpec(Spec):
     """A server: GPUs, NICs, PCIe and host memory."""
 
-    gpus_per_node: PositiveInt
-    nics_per_node: PositiveInt
-    nic_gbit_per_s: PositiveFloat = Field(description="line rate of one NIC")
-    pcie_gb_per_s: PositiveFloat = Field(description="host-device bandwidth per GPU, one direction")
-    host_memory_gib: PositiveFloat
+    gpus_per_node: PositiveInt = Field(le=MAX_NODE_GPUS, description="GPUs in one server (or rack counted as one)")
+    nics_per_node: PositiveInt = Field(le=MAX_NODE_GPUS, description="scale-out NICs in one server")
+    nic_gbit_per_s: float = Field(ge=MIN_GBIT_PER_S, le=MAX_GBIT_PER_S, description="line rate of one NIC")
+    pcie_gb_per_s: float = Field(
+        ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="host-device bandwidth per GPU, one direction"
+    )
+    host_memory_gib: PositiveFloat = Field(le=MAX_MEMORY_GIB, description="host memory of one node")
 
     @property
     def nic_bytes_per_s_per_gpu(self) -> float:
@@ -119,10 +147,14 @@ class NetworkTier(Spec):
     bandwidth; tiers are listed innermost (scale-up domain) first."""
 
     name: str = Field(min_length=1)
-    ranks: PositiveInt = Field(description="GPUs in one domain of this tier")
-    bandwidth_gb_per_s: PositiveFloat = Field(description="per GPU, one direction, before oversubscription")
-    latency_us: float = Field(ge=0, description="one hop's latency across this tier")
-    oversubscription: float = Field(1.0, ge=1.0, description="downlink:uplink ratio above this tier's domains")
+    ranks: PositiveInt = Field(le=MAX_TIER_RANKS, description="GPUs in one domain of this tier")
+    bandwidth_gb_per_s: float = Field(
+        ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="per GPU, one direction, before oversubscription"
+    )
+    latency_us: float = Field(ge=0, le=MAX_LATENCY_US, description="one hop's latency across this tier")
+    oversubscription: float = Field(
+        1.0, ge=1.0, le=MAX_RATIO, description="downlink:uplink ratio above this tier's domains"
+    )
     in_network_reduction: bool = Field(False, description="NVLS / SHARP reductions available in this tier")
 
     @property
@@ -133,15 +165,15 @@ class NetworkTier(Spec):
 class StorageSpec(Spec):
     """The shared file system that checkpoints go to."""
 
-    read_gb_per_s: PositiveFloat = Field(description="aggregate read bandwidth")
-    write_gb_per_s: PositiveFloat = Field(description="aggregate write bandwidth")
+    read_gb_per_s: float = Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="aggregate read bandwidth")
+    write_gb_per_s: float = Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="aggregate write bandwidth")
 
 
 class PowerSpec(Spec):
     """Facility power figures."""
 
-    pue: float = Field(1.2, ge=1.0, description="power usage effectiveness")
-    node_overhead_w: float = Field(0.0, ge=0.0, description="CPUs, NICs, fans per node beyond the GPUs")
+    pue: float = Field(1.2, ge=MIN_PUE, le=MAX_PUE, description="power usage effectiveness")
+    node_overhead_w: float = Field(0.0, ge=0.0, le=MAX_POWER_W, description="CPUs, NICs, fans per node beyond the GPUs")
 
 
 class ClusterSpec(Spec):
@@ -149,14 +181,14 @@ class ClusterSpec(Spec):
 
     name: str = Field(min_length=1)
     gpu: GPUSpec
-    num_gpus: PositiveInt
+    num_gpus: PositiveInt = Field(le=MAX_GPUS, description="GPUs of the cluster")
     node: NodeSpec
     tiers: tuple[NetworkTier, ...] = Field(min_length=1)
     rail_optimized: bool = Field(True, description="NIC i of every node on rail switch i")
-    planes: PositiveInt = Field(1, description="independent network planes (multi-plane fabric)")
+    planes: PositiveInt = Field(1, le=MAX_PLANES, description="independent network planes (multi-plane fabric)")
     storage: StorageSpec | None = None
     power: PowerSpec = PowerSpec()
-    usd_per_gpu_hour: PositiveFloat | None = None
+    usd_per_gpu_hour: PositiveFloat | None = Field(None, le=MAX_USD_PER_GPU_HOUR, description="price")
     failures: FailureSpec | None = Field(
         None, description="interruption causes and rates (catalog/failures.yaml default when loaded from the catalog)"
     )

@@ -12,6 +12,11 @@ from enum import Enum
 from pydantic import Field, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
+from llmscale.specs.bounds import (
+    MAX_PER_YEAR,
+    MAX_RATIO,
+    MAX_SECONDS,
+)
 
 
 class Scope(str, Enum):
@@ -48,7 +53,7 @@ class FailureCause(Spec):
 
     name: str = Field(min_length=1, description="label, e.g. 'gpu' or 'network-switch'")
     scope: Scope
-    per_year: float = Field(ge=0, description="interruptions per unit-year (unit = scope)")
+    per_year: float = Field(ge=0, le=MAX_PER_YEAR, description="interruptions per unit-year (unit = scope)")
     kind: InterruptionKind = InterruptionKind.UNPLANNED
     memory_tier_loss: float = Field(
         0.0, ge=0, le=1,
@@ -61,7 +66,7 @@ class MitigationSpec(Spec):
     """A mitigation: the share of unplanned interruptions it avoids and what it costs."""
 
     share_removed: float = Field(ge=0, le=1, description="share of unplanned interruptions avoided")
-    pause_s: float = Field(0.0, ge=0, description="planned pause per avoided interruption (migration)")
+    pause_s: float = Field(0.0, ge=0, le=MAX_SECONDS, description="planned pause per avoided interruption (migration)")
     overhead_fraction: float = Field(0.0, ge=0, lt=1, description="steady share of wall time it costs")
     source: str = ""
 
@@ -74,7 +79,9 @@ class FailureSpec(Spec):
     lemon_node_fraction: float = Field(
         0.0, ge=0, lt=1, description="share of nodes that fail far more often than the rest (0 = homogeneous)"
     )
-    lemon_rate_multiplier: float = Field(1.0, ge=1, description="a lemon node's rate ÷ a healthy node's rate")
+    lemon_rate_multiplier: float = Field(
+        1.0, ge=1, le=MAX_RATIO, description="a lemon node's rate ÷ a healthy node's rate"
+    )
     source: str = ""
 
     @model_validator(mode="after")

@@ -23,6 +23,7 @@ from pydantic import Field, PositiveInt
 from pydantic.fields import FieldInfo
 
 from llmscale.specs.base import Spec
+from llmscale.specs.bounds import MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP
 
 
 class Recompute(str, Enum):
@@ -128,16 +129,18 @@ class Layout(Spec):
     """One parallel layout. Sizes multiply: tp × cp × pp × dp = GPUs of the job. Expert layers
     re-partition the tp × cp × dp ranks of a stage as etp × ep × edp (Megatron MoE parallel folding)."""
 
-    tp: Annotated[PositiveInt, Knob("tp", Show.ALWAYS)] = Field(1, description="tensor parallel size")
-    pp: Annotated[PositiveInt, Knob("pp", Show.ALWAYS)] = Field(1, description="pipeline stages")
+    tp: Annotated[PositiveInt, Knob("tp", Show.ALWAYS)] = Field(1, le=MAX_GPUS, description="tensor parallel size")
+    pp: Annotated[PositiveInt, Knob("pp", Show.ALWAYS)] = Field(1, le=MAX_GPUS, description="pipeline stages")
     dp: Annotated[PositiveInt | None, Knob("dp", Show.ALWAYS, derive=_default_dp)] = Field(
-        None, description="data parallel size (default: GPUs / (tp·cp·pp))")
-    cp: Annotated[PositiveInt, Knob("cp")] = Field(1, description="context parallel size")
-    ep: Annotated[PositiveInt, Knob("ep")] = Field(1, description="expert parallel size")
+        None, le=MAX_GPUS, description="data parallel size (default: GPUs / (tp·cp·pp))")
+    cp: Annotated[PositiveInt, Knob("cp")] = Field(1, le=MAX_GPUS, description="context parallel size")
+    ep: Annotated[PositiveInt, Knob("ep")] = Field(1, le=MAX_GPUS, description="expert parallel size")
     etp: Annotated[PositiveInt | None, Knob("etp", derive=lambda c: c["tp"])] = Field(
-        None, description="expert tensor parallel size (default: tp, as Megatron)")
-    vpp: Annotated[PositiveInt, Knob("vpp")] = Field(1, description="virtual stages per pipeline rank")
-    mbs: Annotated[PositiveInt, Knob("mbs", Show.ALWAYS)] = Field(1, description="micro-batch size (sequences)")
+        None, le=MAX_GPUS, description="expert tensor parallel size (default: tp, as Megatron)")
+    vpp: Annotated[PositiveInt, Knob("vpp")] = Field(1, le=MAX_VPP, description="virtual stages per pipeline rank")
+    mbs: Annotated[PositiveInt, Knob("mbs", Show.ALWAYS)] = Field(
+        1, le=MAX_MBS, description="micro-batch size (sequences)"
+    )
     zero: Annotated[int, Knob("zero", Show.ALWAYS)] = Field(
         1, ge=0, le=3, description="ZeRO stage 0-3 (0 DDP · 1 distributed optimizer · 2 +gradients · 3 +parameters)")
     recompute: Annotated[Recompute, Knob("recompute", Show.ALWAYS)] = Field(
@@ -160,7 +163,8 @@ class Layout(Spec):
     offload_params: Annotated[bool, Knob("offload params")] = Field(
         False, description="weights in host memory, streamed in per layer")
     offload_activations: Annotated[int, Knob("offload activations")] = Field(
-        0, ge=0, description="layers whose activations go to host memory (Megatron --cpu-offloading-num-layers)")
+        0, ge=0, le=MAX_LAYERS,
+        description="layers whose activations go to host memory (Megatron --cpu-offloading-num-layers)")
     cuda_graphs: Annotated[bool, Knob("cuda graphs")] = Field(
         False, description="capture each layer in a CUDA graph: no launch gaps, graph buffers resident "
         "(Megatron --cuda-graph-impl transformer_engine)")

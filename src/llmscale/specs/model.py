@@ -12,6 +12,17 @@ from enum import Enum
 from pydantic import Field, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
+from llmscale.specs.bounds import (
+    MAX_EXPERTS,
+    MAX_GPUS,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_RATIO,
+    MAX_ROPE_THETA,
+    MAX_VOCAB,
+)
 
 
 class Norm(str, Enum):
@@ -37,61 +48,80 @@ class RopeScalingSpec(Spec):
     """RoPE context extension. Fields follow HF config.json `rope_scaling`; which kind reads which is noted."""
 
     kind: RopeScalingKind
-    factor: float = Field(gt=0, description="context extension factor (Llama 3.1: 8, DeepSeek-V3 YaRN: 40)")
-    original_max_positions: PositiveInt = Field(description="pre-training context (original_max_position_embeddings)")
-    low_freq_factor: float = Field(1.0, gt=0, description="llama3: wavelengths above orig/low are scaled")
-    high_freq_factor: float = Field(4.0, gt=0, description="llama3: wavelengths below orig/high are kept")
-    beta_fast: float = Field(32.0, gt=0, description="yarn: rotations where interpolation stops")
-    beta_slow: float = Field(1.0, gt=0, description="yarn: rotations where interpolation is full")
-    mscale: float = Field(1.0, ge=0, description="yarn: attention temperature coefficient")
-    mscale_all_dim: float = Field(0.0, ge=0, description="yarn: temperature coefficient of all dimensions (MLA)")
+    factor: float = Field(
+        gt=0, le=MAX_RATIO, description="context extension factor (Llama 3.1: 8, DeepSeek-V3 YaRN: 40)"
+    )
+    original_max_positions: PositiveInt = Field(
+        le=MAX_POSITIONS, description="pre-training context (original_max_position_embeddings)"
+    )
+    low_freq_factor: float = Field(1.0, gt=0, le=MAX_RATIO, description="llama3: wavelengths above orig/low are scaled")
+    high_freq_factor: float = Field(4.0, gt=0, le=MAX_RATIO, description="llama3: wavelengths below orig/high are kept")
+    beta_fast: float = Field(32.0, gt=0, le=MAX_RATIO, description="yarn: rotations where interpolation stops")
+    beta_slow: float = Field(1.0, gt=0, le=MAX_RATIO, description="yarn: rotations where interpolation is full")
+    mscale: float = Field(1.0, ge=0, le=MAX_RATIO, description="yarn: attention temperature coefficient")
+    mscale_all_dim: float = Field(
+        0.0, ge=0, le=MAX_RATIO, description="yarn: temperature coefficient of all dimensions (MLA)"
+    )
 
 
 class MLASpec(Spec):
     """DeepSeek multi-head latent attention dimensions (DeepSeek-V2 §2.1; HF DeepseekV3Config)."""
 
-    q_lora_rank: PositiveInt | None = Field(None, description="query compression rank; None = no q compression")
-    kv_lora_rank: PositiveInt = Field(description="key/value compression rank")
-    qk_nope_head_dim: PositiveInt = Field(description="per-head query/key dims without rotary")
-    qk_rope_head_dim: PositiveInt = Field(description="per-head decoupled rotary dims")
-    v_head_dim: PositiveInt = Field(description="per-head value dims")
+    q_lora_rank: PositiveInt | None = Field(
+        None, le=MAX_HIDDEN, description="query compression rank; None = no q compression"
+    )
+    kv_lora_rank: PositiveInt = Field(le=MAX_HIDDEN, description="key/value compression rank")
+    qk_nope_head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="per-head query/key dims without rotary")
+    qk_rope_head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="per-head decoupled rotary dims")
+    v_head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="per-head value dims")
 
 
 class ModelSpec(Spec):
     """A decoder-only transformer. MoE when experts > 0."""
 
     name: str = Field(min_length=1)
-    layers: PositiveInt
-    hidden: PositiveInt
-    ffn_hidden: PositiveInt = Field(description="inner size of a dense MLP (for MoE: of the dense layers)")
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = Field(None, description="key/value heads (GQA); None = heads (MHA)")
-    head_dim: PositiveInt | None = Field(None, description="None = hidden / heads")
-    vocab: PositiveInt
+    layers: PositiveInt = Field(le=MAX_LAYERS, description="transformer blocks (bounds and reasons: specs.bounds)")
+    hidden: PositiveInt = Field(le=MAX_HIDDEN, description="model width h")
+    ffn_hidden: PositiveInt = Field(
+        le=MAX_HIDDEN, description="inner size of a dense MLP (for MoE: of the dense layers)"
+    )
+    heads: PositiveInt = Field(le=MAX_HEADS, description="attention (query) heads")
+    kv_heads: PositiveInt | None = Field(None, le=MAX_HEADS, description="key/value heads (GQA); None = heads (MHA)")
+    head_dim: PositiveInt | None = Field(None, le=MAX_HIDDEN, description="None = hidden / heads")
+    vocab: PositiveInt = Field(le=MAX_VOCAB, description="vocabulary size V")
     tied_embeddings: bool = False
     gated_mlp: bool = Field(True, description="SwiGLU-style 3-matrix MLP; False = 2-matrix GELU MLP")
     norm: Norm = Norm.RMSNORM
     norm_eps: float = Field(1e-5, gt=0, lt=1, description="epsilon of every norm (HF rms_norm_eps; Megatron's default)")
-    rope_theta: float = Field(10000.0, gt=0, description="RoPE base θ (HF rope_theta; Llama 3: 500000)")
+    rope_theta: float = Field(
+        10000.0, gt=0, le=MAX_ROPE_THETA, description="RoPE base θ (HF rope_theta; Llama 3: 500000)"
+    )
     rope_scaling: RopeScalingSpec | None = Field(None, description="RoPE context extension; None = none")
     linear_bias: bool = Field(False, description="biases on the attention and MLP linear layers (GPT-3)")
-    learned_position_embeddings: int = Field(0, ge=0, description="rows of a learned position table; 0 = RoPE")
+    learned_position_embeddings: int = Field(
+        0, ge=0, le=MAX_POSITIONS, description="rows of a learned position table; 0 = RoPE"
+    )
     dropout: bool = Field(False, description="dropout layers present (their masks are stored activations)")
-    experts: int = Field(0, ge=0, description="routed experts per MoE layer; 0 = dense model")
-    top_k: int = Field(0, ge=0, description="routed experts per token")
-    shared_experts: int = Field(0, ge=0, description="always-active shared experts per MoE layer")
-    expert_ffn_hidden: PositiveInt | None = Field(None, description="inner size of one routed expert")
-    shared_expert_ffn_hidden: PositiveInt | None = Field(None, description="None = expert_ffn_hidden")
-    first_dense_layers: int = Field(0, ge=0, description="dense layers before the first MoE layer")
-    moe_layer_freq: PositiveInt = Field(1, description="after first_dense_layers, every k-th layer is MoE")
-    capacity_factor: float | None = Field(None, gt=0, description="expert capacity factor; None = dropless")
+    experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="routed experts per MoE layer; 0 = dense model")
+    top_k: int = Field(0, ge=0, le=MAX_EXPERTS, description="routed experts per token")
+    shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="always-active shared experts per MoE layer")
+    expert_ffn_hidden: PositiveInt | None = Field(None, le=MAX_HIDDEN, description="inner size of one routed expert")
+    shared_expert_ffn_hidden: PositiveInt | None = Field(None, le=MAX_HIDDEN, description="None = expert_ffn_hidden")
+    first_dense_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="dense layers before the first MoE layer")
+    moe_layer_freq: PositiveInt = Field(
+        1, le=MAX_LAYERS, description="after first_dense_layers, every k-th layer is MoE"
+    )
+    capacity_factor: float | None = Field(
+        None, gt=0, le=MAX_RATIO, description="expert capacity factor; None = dropless"
+    )
     pad_to_capacity: bool = Field(False, description="every expert's input padded to its capacity (Megatron "
                                   "--moe-pad-expert-input-to-capacity)")
     moe_max_nodes: PositiveInt | None = Field(
-        None, description="node-limited routing: a token's experts span at most this many nodes (DeepSeek-V3: 4)"
+        None, le=MAX_GPUS,
+        description="node-limited routing: a token's experts span at most this many nodes (DeepSeek-V3: 4)",
     )
     mla: MLASpec | None = None
-    mtp_layers: int = Field(0, ge=0, description="multi-token-prediction modules (DeepSeek-V3: 1)")
+    mtp_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="multi-token-prediction modules (DeepSeek-V3: 1)")
     source: str = ""
 
     @model_validator(mode="after")

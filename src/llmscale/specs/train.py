@@ -7,6 +7,11 @@ from enum import Enum
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from llmscale.specs.base import Spec
+from llmscale.specs.bounds import (
+    MAX_GLOBAL_BATCH,
+    MAX_POSITIONS,
+    MAX_TOKENS,
+)
 
 
 class Precision(str, Enum):
@@ -64,9 +69,11 @@ TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "
 class TrainSpec(Spec):
     """The training run."""
 
-    seq_len: PositiveInt = 4096
-    global_batch: PositiveInt = Field(8192, description="sequences per optimizer step (8192 × 4096 = 33.6M tokens)")
-    total_tokens: PositiveFloat = Field(10e12, description="tokens the run trains on")
+    seq_len: PositiveInt = Field(4096, le=MAX_POSITIONS, description="tokens per sequence")
+    global_batch: PositiveInt = Field(
+        8192, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step (8192 × 4096 = 33.6M tokens)"
+    )
+    total_tokens: PositiveFloat = Field(10e12, le=MAX_TOKENS, description="tokens the run trains on")
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
     fp32_master_weights: bool = Field(True, description="keep an fp32 copy of the weights (4 B/param)")
