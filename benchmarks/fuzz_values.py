@@ -35,7 +35,8 @@ TAGS = ("!!python/object/apply:os.getcwd []", "!custom 3", "!!binary aGVsbG8=", 
         "!!set {a, b}", "!!omap [a: 1]", "!!str 8", "!!float 8", "!!int 8", "!!python/name:os.system")
 """YAML tags: the standard ones (str/float/int: plain values, legal) and others (to refuse)."""
 
-STANDARD_TAGS = ("!!str 8", "!!float 8", "!!int 8")
+STANDARD_TAGS = ("!!str 8", "!!float 8", "!!int 8", "!!timestamp 2001-12-14")
+"""timestamp: a standard YAML 1.1 tag; llmscale reads it as its text (io.strict), nothing altered."""
 
 
 def hostile_value(rng: random.Random) -> Any:
