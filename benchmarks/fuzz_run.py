@@ -121,10 +121,24 @@ def _names_one(case: Case, line: str) -> bool:
     return False
 
 
+def _skipped_with_reason(case: Case, out: str) -> bool:
+    """validate refuses a bad row by skipping it with the reason (the row's key named in it), not by exiting 2."""
+    if case.argv[0] != "validate" or "--json" not in case.argv:
+        return False
+    try:
+        skipped = json.loads(out).get("skipped", [])
+    except (ValueError, AttributeError):
+        return False
+    reasons = " ".join(str(s.get("reason", "")) for s in skipped if isinstance(s, dict)).lower()
+    return any(str(name).lower() in reasons for name in case.names if not isinstance(name, int))
+
+
 def _classify_exit(case: Case, code: int, out: str, err: str) -> tuple[Outcome, str]:
     if code == 0 or (code == 3 and case.argv[0] in NOT_RUNNABLE_OK):
         outcome, detail = _check_output(case, out)
         if outcome is Outcome.OK and case.must_refuse and code == 0:
+            if _skipped_with_reason(case, out):
+                return Outcome.ERROR, "validate skipped the edited row with its reason"
             return Outcome.SILENT, f"accepted: {case.what}"[:200]
         return outcome, detail
     if code == 4 and case.argv[0] == "validate":  # nothing evaluated: a refusal with its own code (cli.main)

@@ -44,9 +44,10 @@ def test_a_bad_row_is_skipped_with_its_reason(change: dict[str, object], needle:
     assert len(report.skipped) == 1 and needle in report.skipped[0].reason
 
 
-def test_unknown_extra_keys_are_ignored() -> None:
-    report = validate_rows([{**GOOD, "my_column": 3}], "test.yaml")
-    assert len(report.rows) == 1
+def test_a_key_outside_the_schema_skips_its_row_with_the_key_named() -> None:
+    # Issue 14: extra keys were silently ignored; a typo (num_gpu for num_gpus) must not pass unseen.
+    report = validate_rows([GOOD, {**GOOD, "name": "typo", "num_gpu": 3}], "test.yaml")
+    assert [r.name for r in report.rows] == ["ok"] and "num_gpu" in report.skipped[0].reason
 
 
 def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,3 +148,4 @@ def test_nothing_evaluated_gives_null_statistics(tmp_path: Path, capsys: pytest.
     assert summary["median_abs_error_pct"] is None and summary["fit_recall"] is None and summary["evaluated"] == 0
     assert "no row was evaluated" in summary["median_abs_error_pct_reason"]
     assert err.strip().splitlines() == [f"error: no row of {path} was evaluated (1 skipped, each with its reason)"]
+

@@ -1,8 +1,9 @@
 """Published training runs: loading a published-runs YAML file and building each run's ModelSpec.
 
 Schema: docs/published-runs.md (a YAML list of flat mappings, `null` = not stated in the source).
-The package ships a copy of the dataset as `llmscale/data/published_runs.yaml`. Keys outside the
-schema are ignored (a dataset may carry extra columns); a value of the wrong type is a SpecError.
+The package ships a copy of the dataset as `llmscale/data/published_runs.yaml`. A key outside the
+schema (`COLUMNS`) or a value of the wrong type is a SpecError: `validate` skips that row with the reason, so nothing a
+file says is dropped unseen.
 """
 
 from __future__ import annotations
@@ -157,12 +158,26 @@ def _enum(row: Mapping[str, Any], key: str, cls: type[EnumT], where: str) -> Enu
         raise SpecError(key, value, f"expected one of {allowed} or null", where) from None
 
 
+COLUMNS = frozenset({
+    "name", "source", "confidence", "framework", "flops_formula", "model_type", "layers", "hidden", "ffn_hidden",
+    "heads", "kv_heads", "head_dim", "vocab", "seq_len", "gated_mlp", "experts", "top_k", "shared_experts",
+    "expert_ffn_hidden", "first_dense_layers", "mla", "norm", "linear_bias", "position_embedding", "moe_dropless",
+    "total_params", "active_params", "gpu", "num_gpus", "tp", "pp", "vp", "dp", "cp", "ep", "etp", "zero", "recompute",
+    "sequence_parallel", "precision", "global_batch", "micro_batch", "tokens_per_s_per_gpu",
+    "tokens_per_s_per_gpu_from", "reported_tflops_per_gpu", "reported_mfu", "mfu_kind", "step_time_s", "notes"})
+"""The published-runs schema (docs/published-runs.md): every column a row may have."""
+
+
 def run_from_row(row: Mapping[str, Any], where: str = "published run") -> PublishedRun:
-    """Type one row; unknown keys are ignored, missing keys read as null."""
+    """Type one row; a key outside COLUMNS is an error, a missing key reads as null."""
     name = row.get("name")
     if not isinstance(name, str) or not name:
         raise SpecError("name", name, "every run needs a non-empty name", where)
     where = f"{where} {name!r}"
+    unknown = sorted(str(k) for k in row if k not in COLUMNS)
+    if unknown:
+        raise SpecError(unknown[0], row[unknown[0]], "is not a column of the published-runs schema "
+                        "(docs/published-runs.md)", where)
 
     def num(key: str) -> int | None:
         return _int(row, key, where)

@@ -12,7 +12,7 @@ framework and release share kernels and overlap features and an error that is sm
 the model does not know.
 
 A row that cannot be evaluated (no target, unknown GPU or GPU without numbers, a missing architecture
-key, a layout that breaks a rule) is skipped with its reason — never a crash. Extra keys are ignored.
+key, a layout that breaks a rule, a key outside the schema) is skipped with its reason — never a crash.
 """
 
 from __future__ import annotations
