@@ -166,3 +166,21 @@ def test_frozen_megatron_flags_are_defined_at_the_cited_commit() -> None:
                            os.environ["MEGATRON_LM_GIT"], "--commit", MEGATRON_COMMIT], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert set(proc.stdout.split()) >= VERIFIED_MEGATRON_FLAGS
+
+
+@pytest.mark.parametrize(("old", "new", "flag"), [
+    ("--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 0", "--pipeline-model-parallel-size"),
+    ("--hidden-dropout 0.0", "--hidden-dropout abc", "--hidden-dropout"),
+])
+def test_read_megatron_refuses_a_zero_degree_or_a_non_number(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             old: str, new: str, flag: str) -> None:
+    # Found by the fuzz suite (issue 14): a ZeroDivisionError and a ValueError traceback.
+    text = export_text(resolve(JobRequest(model="llama3-8b", cluster="h100-sxm:64", gpus=64, layout={"tp": 8})),
+                       ExportFormat.MEGATRON)
+    assert old in text
+    path = tmp_path / "launch.sh"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(SystemExit) as info:
+        main(["read-megatron", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == 2 and err.startswith("error:") and flag in err and len(err.splitlines()) == 1

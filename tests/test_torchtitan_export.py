@@ -306,6 +306,12 @@ def test_a_model_without_flavor_is_a_note_and_read_back_by_name(tmp_path: Path) 
     ("from torchtitan.trainer import Trainer\nfrom torchtitan.config import ParallelismConfig\ndef f():\n"
      "    return Trainer.Config(parallelism=ParallelismConfig(tensor_parallel_degree=2, foo=1))\n", "foo"),
     ("def f():\n    return Trainer.Config()\n", "Trainer.Config"),  # not imported
+    # Found by the fuzz suite (issue 14): a zero sequence length divided by zero; inf named no field.
+    ("from torchtitan.trainer import Trainer\nfrom torchtitan.config import ParallelismConfig, TrainingConfig\n"
+     "def f():\n    return Trainer.Config(parallelism=ParallelismConfig(data_parallel_shard_degree=8),\n"
+     "                          training=TrainingConfig(max_context_length=0))\n", "max_context_length"),
+    ("from torchtitan.trainer import Trainer\nfrom torchtitan.config import TrainingConfig\ndef f():\n"
+     "    return Trainer.Config(training=TrainingConfig(max_context_length=inf))\n", "max_context_length"),
 ])  # fmt: skip
 def test_bad_recipes_are_one_line(source: str, named: str) -> None:
     with pytest.raises(SpecError) as info:

@@ -149,3 +149,9 @@ def test_nothing_evaluated_gives_null_statistics(tmp_path: Path, capsys: pytest.
     assert "no row was evaluated" in summary["median_abs_error_pct_reason"]
     assert err.strip().splitlines() == [f"error: no row of {path} was evaluated (1 skipped, each with its reason)"]
 
+
+
+def test_a_row_number_past_any_published_value_is_skipped_not_an_overflow() -> None:
+    # The fuzz suite (issue 14) found `seq_len: 10**150` overflowing int → float: refused as a typo instead.
+    report = validate_rows([GOOD, {**GOOD, "name": "huge", "seq_len": 10**150}], "test.yaml")
+    assert [r.name for r in report.rows] == ["ok"] and "seq_len" in report.skipped[0].reason

@@ -157,6 +157,10 @@ def parse_megatron_args(text: str) -> ParsedLaunch:
     layout, train = parts["layout"], _train(parts["train"])
     gpus = int(preamble["gpus"]) if "gpus" in preamble else None
     _pipeline(flags, layout, model.layers)
+    for key, flag in (("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size"),
+                      ("cp", "--context-parallel-size")):
+        if layout.get(key, 1) < 1:
+            raise SpecError(flag, layout[key], "must be a positive number of ranks", where=WHERE)
     if gpus is not None:
         layout["dp"] = gpus // (layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1))
     inert = tuple(f for f in flags if f in _INERT)
@@ -196,7 +200,7 @@ def _special_model(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]
     rope["yarn"] = position == "yarn" or _choice(flags, "--rope-type", ("rope", "yarn")) == "yarn"
     rms = _choice(flags, "--normalization", ("LayerNorm", "RMSNorm")) == "RMSNorm"
     model["norm"] = "rmsnorm" if rms else "layernorm"
-    dropouts = [float(_one(f, flags[f])) for f in ("--attention-dropout", "--hidden-dropout") if f in flags]
+    dropouts = [_one(f, flags[f], float) for f in ("--attention-dropout", "--hidden-dropout") if f in flags]
     model["dropout"] = len(dropouts) < 2 or any(dropouts)  # Megatron's default dropout is 0.1
     model.setdefault("gated_mlp", False)
     model.setdefault("linear_bias", True)

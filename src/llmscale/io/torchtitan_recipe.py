@@ -179,6 +179,9 @@ def _train(training: dict[str, Any], layout: dict[str, Any], par: dict[str, Any]
            precision: str) -> dict[str, Any]:
     seq = int(training.get("max_context_length", 2048))
     micro = int(training.get("num_tokens_per_microbatch_per_dp_rank", 16384))
+    for name, value in (("max_context_length", seq), ("num_tokens_per_microbatch_per_dp_rank", micro)):
+        if value < 1:
+            raise SpecError(name, value, "must be a positive number of tokens", where=WHERE)
     if micro % seq:
         raise SpecError("num_tokens_per_microbatch_per_dp_rank", micro, f"is not whole sequences of {seq}",
                         where=WHERE)

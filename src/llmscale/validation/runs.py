@@ -105,13 +105,22 @@ class PublishedRun:
     raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
 
 
+ROW_NUMBER_LIMIT = 1e30
+"""No column of a published run comes near this (tokens ≤ 1e16, parameters ≤ 1e14): a larger number is a typo,
+refused before Python's int → float conversion overflows."""
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= ROW_NUMBER_LIMIT and (
+        math.isfinite(value))
+
+
 def _int(row: Mapping[str, Any], key: str, where: str) -> int | None:
     value = row.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value):
-        raise SpecError(key, value, "expected a whole number or null", where)
+    if not _finite(value) or value != int(value):
+        raise SpecError(key, value, f"expected a whole number (|n| ≤ {ROW_NUMBER_LIMIT:.0e}) or null", where)
     return int(value)
 
 
@@ -119,8 +128,8 @@ def _float(row: Mapping[str, Any], key: str, where: str) -> float | None:
     value = row.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SpecError(key, value, "expected a finite number or null", where)
+    if not _finite(value):
+        raise SpecError(key, value, f"expected a finite number (|x| ≤ {ROW_NUMBER_LIMIT:.0e}) or null", where)
     return float(value)
 
 
