@@ -364,11 +364,15 @@ def test_model_from_run_names_the_null_field() -> None:
         model_from_run(RUNS_BY_NAME["Gopher 280B on 4096 TPU v3 (as analysed in PaLM)"])
 
 
-def test_load_runs_ignores_unknown_keys_and_rejects_bad_values(tmp_path: Path) -> None:
+def test_load_runs_rejects_unknown_keys_and_bad_values(tmp_path: Path) -> None:
     row = dict(RUNS[0].raw)
     good = tmp_path / "runs.yaml"
-    good.write_text(_yaml([{**row, "extra_column": 1}]))
+    good.write_text(_yaml([row]))
     assert load_runs(good)[0].name == RUNS[0].name
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(_yaml([{**row, "extra_column": 1}]))  # issue 14: no column is dropped unseen
+    with pytest.raises(SpecError, match="extra_column"):
+        load_runs(extra)
     bad = tmp_path / "bad.yaml"
     bad.write_text(_yaml([{**row, "flops_formula": "MEG2099"}]))  # not a FlopsFormula ID
     with pytest.raises(SpecError, match="flops_formula"):
