@@ -160,3 +160,15 @@ def test_plan_of_a_model_with_thousands_of_layers_finishes(capsys: pytest.Captur
     code, _ = run_inprocess(capsys, "plan", "-m", str(path), "--cluster", "selene", "--top", "1")
     assert code in (0, 3), code
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("args", [
+    ("bench", "gemm", "--block-ms", "inf"),  # hung: a timed block that never ends
+    ("bench", "collectives", "--nproc", "0"),
+    ("probe", "--nproc", "100000000000000000000"),  # crashed with exit 1
+    ("probe", "--tolerance-pct", "nan"),  # ran 50 s, then exit 1
+    ("probe", "--seq-len", "100000000000000000000"),
+])
+def test_measuring_flags_are_bounded(capsys: pytest.CaptureFixture[str], args: tuple[str, ...]) -> None:
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and err.startswith(f"error: {args[-2]} = ") and len(err.strip().splitlines()) == 1, err

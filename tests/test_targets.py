@@ -266,3 +266,20 @@ def test_plan_table_says_none_valid_and_why_a_given_size(capsys: pytest.CaptureF
     _, out, _ = run_cli(capsys, "plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64",
                         "--objective", "time")
     assert "the job size given" in out
+
+
+def test_the_search_estimates_its_work_exactly_and_refuses_past_the_limit(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 14 item 5: the search states its work up front. The estimate is the number generate() builds.
+    from llmscale.layout.space import candidate_count
+    target = SearchTarget(Framework.MEGATRON_CORE)
+    cluster = load_cluster("eos-h100", num_gpus=64)
+    assert candidate_count(TINY, cluster, TINY_TRAIN, 64, target.space_options(SUPPORTS, False)) == _space(
+        target).generated
+    import llmscale.search.plan as search_plan
+    monkeypatch.setattr(search_plan, "MAX_SEARCH_CANDIDATES", 1000)  # the mechanism, at a small limit
+    base = ("plan", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "64")
+    code, _, err = run_cli(capsys, *base)
+    assert code == 2 and err.startswith("error: search = ") and "--force" in err
+    code, _, _ = run_cli(capsys, *base, "--force")
+    assert code == 0

@@ -80,26 +80,26 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
          framework: Framework | str = Framework.MEGATRON_CORE, rules: Mapping[str, RuleValue] | None = None,
          max_memory_fraction: float = 1.0, top: int = 5, calibration: Path | None = None,
          allow_unsealed: bool = False, expect_sha256: str | None = None,
-         on_size: Callable[[int, int, int], None] | None = None) -> Plan:
+         on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
     """Search every layout (and job size) of `model` on `cluster` and recommend the best (`llmscale plan`).
 
     train: TrainSpec fields ({'total_tokens': 15e12, 'seq_len': 8192, 'precision': 'fp8'}); without a
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
-    'schedule': ['1f1b', 'interleaved']})."""
+    'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES."""
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,
                           expect_sha256=expect_sha256)
-    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size)
+    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force)
 
 
 def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, top: int = 5,
-             on_size: Callable[[int, int, int], None] | None = None) -> Plan:
+             on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
     """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
     whole("top", top, allow_none=False)
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
-                         objective=objective, top=top, target=target, on_size=on_size)
+                         objective=objective, top=top, target=target, on_size=on_size, force=force)
     return Plan.of(plan_document(result, job), result, job)
 
 

@@ -21,6 +21,10 @@ from llmscale.units import GB, KIB, TERA
 bench_app = typer.Typer(name="bench", help="Micro-benchmarks of this machine (torch): GEMM, memory copy, collectives, "
                         "link health.", no_args_is_help=True)
 
+MAX_BLOCK_MS = 10_000.0
+"""A timed block longer than 10 s measures nothing a shorter one would not, and makes a run take hours."""
+MAX_RANKS = 1024
+"""Processes a measuring command starts on this one machine."""
 NprocOpt = Annotated[int, typer.Option("--nproc", help="ranks to start on this machine (ignored under torchrun)")]
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="gloo or nccl (default: nccl with GPUs, else gloo)")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="cpu or cuda[:N] (default: the GPU if any, else cpu)")]
@@ -67,6 +71,8 @@ def gemm(
     as_json: o.JsonOpt = False,
 ) -> None:
     """Matmul throughput on the GEMM shapes of one micro-batch of MODEL under the layout, on one device."""
+    o.within("--block-ms", block_ms, 0.1, MAX_BLOCK_MS)
+    o.within("--seq-len", seq_len, 1, 1e8)
     from llmscale.measure import require_torch
 
     require_torch()
@@ -140,6 +146,7 @@ def memory(
     as_json: o.JsonOpt = False,
 ) -> None:
     """Device copy bandwidth, (read + write) bytes per second of dst.copy_(src)."""
+    o.within("--block-ms", block_ms, 0.1, MAX_BLOCK_MS)
     from llmscale.measure import require_torch
 
     require_torch()
@@ -204,6 +211,10 @@ def collectives(
     as_json: o.JsonOpt = False,
 ) -> None:
     """nccl-tests-style table of collectives (time, algbw, busbw, #wrong) beside a plain torch.distributed loop."""
+    o.within("--block-ms", block_ms, 0.1, MAX_BLOCK_MS)
+    o.within("--nproc", nproc, 1, MAX_RANKS)
+    o.within("--iters", iters, 0, 1e6)
+    o.within("--repeats", repeats, 1, 1e4)
     from llmscale.measure import require_torch
 
     require_torch()
@@ -282,6 +293,11 @@ def links(
     as_json: o.JsonOpt = False,
 ) -> None:
     """Pairwise send/recv sweep over all ranks; names sub-healthy ranks, pairs and nodes (JSON: `suspects`)."""
+    o.within("--nproc", nproc, 1, MAX_RANKS)
+    o.within("--iters", iters, 1, 1e6)
+    o.within("--repeats", repeats, 1, 1e4)
+    o.within("--threshold", threshold, 0, 1)
+    o.within("--slow-delay-ms", slow_delay_ms, 0, MAX_BLOCK_MS)
     from llmscale.measure import require_torch
 
     require_torch()

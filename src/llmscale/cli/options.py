@@ -312,3 +312,12 @@ def _is_flag(arg: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+def within(name: str, value: float | None, low: float, high: float) -> None:
+    """A numeric flag of a measuring command (bench, probe) inside [low, high] and finite (NaN fails every
+    comparison, so it is refused too); one error line otherwise. None: not given."""
+    if value is None:
+        return
+    if not (low <= value <= high):
+        raise SpecError(name, value, f"must be within {low:g}..{high:g}")

@@ -41,6 +41,8 @@ FrameworkOpt = Annotated[Framework, typer.Option(
     "--framework", case_sensitive=False,
     help="search only what this framework runs at its checked commit (catalog/frameworks.yaml); any: everything "
          "the cost model prices, naming which framework could run each layout")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="search even when the estimated layouts pass the limit "
+                                        "(search.plan.MAX_SEARCH_CANDIDATES, 10⁸)")]
 MemoryFractionOpt = Annotated[float, typer.Option(
     "--max-memory-fraction", help="a layout fits when it needs at most this share of GPU memory, in (0, 1]")]
 
@@ -69,6 +71,7 @@ def plan_cmd(
     expect_sha256: o.ExpectShaOpt = None,
     calibration: o.CalibrationOpt = None,
     force_calibration: o.ForceCalibrationOpt = False,
+    force: ForceOpt = False,
     allow_unsealed: o.AllowUnsealedOpt = False,
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
@@ -79,7 +82,7 @@ def plan_cmd(
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256)
     target = SearchTarget(framework, parse_rules(rules), max_memory_fraction)
-    result = _search(request, objective, top, target, quiet=as_json)
+    result = _search(request, objective, top, target, quiet=as_json, force=force)
     if html is not None:
         from llmscale.report.plan_html import write_plan_html
 
@@ -100,7 +103,8 @@ def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> in
     return max(1, int(cap_tokens // (seq_len or TrainSpec().seq_len)))
 
 
-def _search(request: JobRequest, objective: Objective, top: int, target: SearchTarget, quiet: bool) -> Plan:
+def _search(request: JobRequest, objective: Objective, top: int, target: SearchTarget, quiet: bool,
+            force: bool = False) -> Plan:
     """api.plan_job with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
@@ -109,7 +113,7 @@ def _search(request: JobRequest, objective: Objective, top: int, target: SearchT
             def on_size(i: int, n: int, size: int) -> None:
                 progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
 
-            return plan_job(request, objective, target, top, on_size)
+            return plan_job(request, objective, target, top, on_size, force)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None

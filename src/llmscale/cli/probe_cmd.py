@@ -23,6 +23,10 @@ ROWS = (("step", "step_s"), ("compute", "compute_s"), ("  forward", "forward_s")
         ("idle", "idle_s"), ("  peer wait", "wait_s"))
 
 
+MAX_RANKS = 1024
+"""Processes a measuring command starts on this one machine."""
+
+
 @o.with_layout_flags("mbs", mbs=4)
 def probe(
     layout: dict[str, Any],
@@ -42,6 +46,12 @@ def probe(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="also write the JSON document here")] = None,
 ) -> None:
     """Train a small transformer on this CPU under torch.distributed and compare its step with the prediction."""
+    for name, value, high in (("--nproc", nproc, MAX_RANKS), ("--ep", ep, MAX_RANKS), ("--seq-len", seq_len, 1e6),
+                              ("--micro-batches", micro_batches, 1e4), ("--steps", steps, 1e4)):
+        o.within(name, value, 1, high)
+    o.within("--warmup", warmup, 0, 1e4)
+    o.within("--seed", seed, 0, 2**32 - 1)
+    o.within("--tolerance-pct", tolerance_pct, 0, 1e4)
     from llmscale.measure import require_torch
 
     require_torch()

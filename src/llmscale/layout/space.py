@@ -26,6 +26,7 @@ what they exclude; a range keeps the default candidates inside it (zero: all fou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,15 @@ def _ruled(opts: SpaceOptions, name: str, defaults: list[Any]) -> list[Any]:
     if name in opts.given and rule.values is not None:
         return sorted(rule.values, key=lambda v: getattr(v, "code", v))
     return rule.keep(defaults)
+
+
+def candidate_count(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
+                    opts: SpaceOptions | None = None) -> int:
+    """How many combinations `generate` would build for `num_gpus` GPUs (before the rules), without building them:
+    the search's work, estimated up front."""
+    opts = opts or SpaceOptions()
+    values = candidate_values(model, cluster, train, num_gpus, opts) | _mode_values(model, opts)
+    return math.prod(len(v) for v in values.values())
 
 
 def _product(columns: dict[str, list[int]]) -> dict[str, np.ndarray]:

@@ -28,7 +28,7 @@ from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason
-from llmscale.layout.space import generate
+from llmscale.layout.space import SpaceOptions, candidate_count, generate
 from llmscale.reliability.estimate import JobReliability, layout_goodput, reliability_rows
 from llmscale.search.targets import SearchTarget, Supports, runnable_by
 from llmscale.specs.cluster import ClusterSpec
@@ -301,7 +301,8 @@ def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
 def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Constants,
          supports: Supports | None = None, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5,
-         target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None) -> PlanResult:
+         target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None,
+         force: bool = False) -> PlanResult:
     """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
     jobs. `supports` says what each framework runs (io.catalog.load_frameworks); `target` which one the plan is for
     and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress)."""
@@ -311,6 +312,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
     target.check(supports, model.is_moe)
     start = time.perf_counter()
     sizes = [gpus] if gpus is not None else job_sizes(model, cluster, constants.search)
+    if not force:
+        _check_work(model, cluster, train, sizes, target.space_options(supports, model.is_moe))
     results = []
     for i, size in enumerate(sizes):
         if on_size is not None:
@@ -324,6 +327,21 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
         floor=constants.search.scaling_floor,
         framework_label=supports[target.framework].label if target.framework in supports else target.framework.value,
     )
+
+
+MAX_SEARCH_CANDIDATES = 100_000_000
+"""Layout combinations one plan may build (before the rules) unless forced: ~40× the default plan's 2.3M, about two
+minutes at the search's ~1M layouts/s on one core (benchmarks/search_layouts_per_s.py)."""
+
+
+def _check_work(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, sizes: list[int],
+                options: SpaceOptions) -> None:
+    """Refuse a search whose estimated combinations pass MAX_SEARCH_CANDIDATES (layout.space.candidate_count)."""
+    work = sum(candidate_count(model, cluster.model_copy(update={"num_gpus": g}), train, g, options) for g in sizes)
+    if work > MAX_SEARCH_CANDIDATES:
+        raise SpecError("search", f"{work:.3g} layouts", f"over {len(sizes)} job size(s) is above the limit "
+                        f"{MAX_SEARCH_CANDIDATES:.0e}: fix or bound layout fields (--tp 8, --pp 4..16), give --gpus, "
+                        "or pass --force")
 
 
 def _choose_job_size(results: list[JobSizeResult], objective: Objective, floor: float) -> int:
