@@ -67,13 +67,15 @@ def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_shipped_set_regression_guard() -> None:
     # A regression pin, not the issue's target (dense median ≤ 5 %, p90 ≤ 15 %; MoE median ≤ 8 %, p90 ≤ 20 %): on
     # the shipped 123 published runs (115 evaluated) the kernel-physics model with its six fitted residuals reached
-    # dense median 5.4 % / p90 16.7 % and MoE median 9.8 % / p90 13.9 % |error| in tokens/s per GPU when this pin
+    # dense median 5.5 % / p90 21.0 % and MoE median 9.8 % / p90 13.9 % |error| in tokens/s per GPU when this pin
     # was last updated (scripts/fit_efficiency.py reports the fitting, held-out and leave-one-framework-out errors).
+    # The dense p90 rose from 16.7 % when the Bridge Llama rows got their recipes' bf16 gradients (run_settings.yaml):
+    # half the DP traffic uncovered B200 rows the model already predicted too fast.
     report = validate_rows(*load_rows())
     assert report.summary()["evaluated"] >= 113
     groups = report.by_group()
     dense, moe = groups[("all", "dense")], groups[("all", "moe")]
-    assert dense.median_abs_error_pct <= 6.0 and dense.p90_abs_error_pct <= 18.0
+    assert dense.median_abs_error_pct <= 6.0 and dense.p90_abs_error_pct <= 22.5
     assert moe.median_abs_error_pct <= 10.5 and moe.p90_abs_error_pct <= 16.0
 
 
@@ -155,3 +157,17 @@ def test_a_row_number_past_any_published_value_is_skipped_not_an_overflow() -> N
     # The fuzz suite (issue 14) found `seq_len: 10**150` overflowing int → float: refused as a typo instead.
     report = validate_rows([GOOD, {**GOOD, "name": "huge", "seq_len": 10**150}], "test.yaml")
     assert [r.name for r in report.rows] == ["ok"] and "seq_len" in report.skipped[0].reason
+
+
+@pytest.mark.parametrize("name", [
+    "Megatron-Bridge 26.04.01 LLAMA3_70B on 64 GB300 MXFP8",
+    "Megatron-Bridge 26.04.01 LLAMA3.1_405B on 256 GB200 FP8",
+    "Megatron-Bridge 25.11 LLAMA3.1_405B on 256 GB300 FP8-CS",
+])
+def test_bridge_llama_layouts_that_ran_are_predicted_to_fit(name: str) -> None:
+    # These layouts ran: Megatron-Bridge's performance summary publishes their throughput (published_runs.yaml). Their
+    # recipes reduce gradients in bf16 (grad_reduce_in_fp32 = False, run_settings.yaml cites the lines); with fp32
+    # gradient buffers the model put them 1-5 % over the GPU's memory.
+    report = validate_rows(*load_rows())
+    row = next(r for r in report.rows if r.name == name)
+    assert row.fits
