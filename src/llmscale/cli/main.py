@@ -186,6 +186,8 @@ from llmscale.cli.calibrate_cmd import calibrate  # noqa: E402
 from llmscale.cli.export_cmd import export, read_megatron, read_torchtitan  # noqa: E402
 from llmscale.cli.goodput_cmd import goodput  # noqa: E402
 from llmscale.cli.probe_cmd import probe  # noqa: E402
+from llmscale.cli.storage_cmd import storage  # noqa: E402, F401  (registers `bench storage` on bench_app)
+from llmscale.cli.journal_cmd import journal  # noqa: E402
 
 app.command("export")(export)
 app.command("read-megatron")(read_megatron)
@@ -195,6 +197,7 @@ app.command("allocate")(allocate_cmd)
 app.command("probe")(probe)
 app.add_typer(bench_app, name="bench")
 app.command("calibrate")(calibrate)
+app.command("journal")(journal)
 
 
 def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
