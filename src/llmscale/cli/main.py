@@ -187,6 +187,7 @@ from llmscale.cli.export_cmd import export, read_megatron, read_torchtitan  # no
 from llmscale.cli.goodput_cmd import goodput  # noqa: E402
 from llmscale.cli.probe_cmd import probe  # noqa: E402
 from llmscale.cli.storage_cmd import storage  # noqa: E402, F401  (registers `bench storage` on bench_app)
+from llmscale.cli.profile_cmd import profile_cmd  # noqa: E402
 from llmscale.cli.journal_cmd import journal  # noqa: E402
 
 app.command("export")(export)
@@ -197,6 +198,7 @@ app.command("allocate")(allocate_cmd)
 app.command("probe")(probe)
 app.add_typer(bench_app, name="bench")
 app.command("calibrate")(calibrate)
+app.command("profile")(profile_cmd)
 app.command("journal")(journal)
 
 
