@@ -188,6 +188,7 @@ from llmscale.cli.goodput_cmd import goodput  # noqa: E402
 from llmscale.cli.probe_cmd import probe  # noqa: E402
 from llmscale.cli.storage_cmd import storage  # noqa: E402, F401  (registers `bench storage` on bench_app)
 from llmscale.cli.profile_cmd import profile_cmd  # noqa: E402
+from llmscale.cli.dashboard_cmd import dashboard_cmd  # noqa: E402
 from llmscale.cli.journal_cmd import journal  # noqa: E402
 
 app.command("export")(export)
@@ -199,6 +200,7 @@ app.command("probe")(probe)
 app.add_typer(bench_app, name="bench")
 app.command("calibrate")(calibrate)
 app.command("profile")(profile_cmd)
+app.command("dashboard")(dashboard_cmd)
 app.command("journal")(journal)
 
 
