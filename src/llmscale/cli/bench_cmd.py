@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -290,6 +291,8 @@ def links(
                                           "at a time) or auto (sequential up to 64 pairs)")] = "auto",
     no_confirm: Annotated[bool, typer.Option("--no-confirm", help="skip timing suspects again one pair at a time")]
     = False,
+    exclude_out: Annotated[Path | None, typer.Option("--exclude-out", help="write the suspect hosts as an exclusion "
+                                                     "list: FILE (hostfile form) and FILE.slurm (--exclude=)")] = None,
     as_json: o.JsonOpt = False,
 ) -> None:
     """Pairwise send/recv sweep over all ranks; names sub-healthy ranks, pairs and nodes (JSON: `suspects`)."""
@@ -325,6 +328,10 @@ def links(
         return
     document = links_document(result, cfg, kind)
     _emit(as_json, document, links_text(document))
+    if exclude_out is not None:
+        from llmscale.cli.health import write_exclude_out
+
+        typer.echo(write_exclude_out(document, exclude_out), err=True)
 
 
 def links_document(result: dict[str, Any], cfg: dict[str, Any], backend: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscale import __version__
-from llmscale.errors import InputFileError, LlmscaleError
+from llmscale.errors import InputFileError
 from llmscale.specs.model import ModelSpec, Norm
 
 FORMAT = 1
@@ -64,16 +64,11 @@ class Prediction:
 
 
 def _corpus_vocab(cfg: Any) -> int:
-    """Distinct characters of the corpus (the example's character tokenizer), when the config leaves vocab out."""
-    path = Path(cfg.data.path) if cfg.data.path else None
-    if path is None:
-        from llmscale.runtime import files
+    """Distinct characters of the corpus (the example's character tokenizer, runtime/example/data.py), when the
+    config leaves vocab out."""
+    from llmscale.runtime.example.data import corpus_text
 
-        default = getattr(files, "default_corpus_path", None)
-        path = Path(default()) if callable(default) else None
-    if path is None or not path.is_file():
-        raise LlmscaleError("model.vocab_size is not set and the corpus was not found: give model.vocab_size")
-    return len(set(path.read_text(encoding="utf-8")))
+    return len(set(corpus_text(cfg.data.path)))
 
 
 def run_model_spec(cfg: Any) -> ModelSpec:
