@@ -133,7 +133,7 @@ def serve(run_dir: Path, port: int, prediction: Prediction | None = None, host: 
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()
-    registry.register(RunCollector(Path(run_dir), prediction))  # type: ignore[arg-type]
+    registry.register(RunCollector(Path(run_dir), prediction))
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

@@ -32,7 +32,7 @@ def _handler(run_dir: Path) -> type[BaseHTTPRequestHandler]:
                     body, kind, code = json.dumps({"error": str(exc)}).encode(), "application/json", 500
             elif path in STATIC:
                 name, kind = STATIC[path]
-                body, code = resources.files(__package__).joinpath("static", name).read_bytes(), 200
+                body, code = resources.files(__package__).joinpath("static").joinpath(name).read_bytes(), 200
             else:
                 body, kind, code = b"not found", "text/plain", 404
             self.send_response(code)
