@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from llmscale.runtime.files import RunPaths  # noqa: E402
-from llmscale.runtime.storage import committed  # noqa: E402
+from llmscale.runtime.files import RunPaths
+from llmscale.runtime.storage import committed
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"name": "tiny", "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "seq_len": 32},
@@ -46,11 +46,13 @@ def _train(run_dir: Path, config: Path, ranks: int = 1, kill_at: int | None = No
         env.pop(name, None)
     cmd = [sys.executable, "-m", "llmscale.runtime.example.train", "--run-dir", str(run_dir), "--config", str(config)]
     cmd += ["--kill-at-step", str(kill_at)] if kill_at is not None else []
-    procs = []
+    procs, logs = [], []
     try:
         for rank in range(ranks):
-            rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank)} if ranks > 1 else env
-            procs.append(subprocess.Popen(cmd, env=rank_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank)}
+            log = open(run_dir.parent / f"{run_dir.name}.rank{rank}.log", "ab")  # noqa: SIM115 - closed below
+            logs.append(log)
+            procs.append(subprocess.Popen(cmd, env=rank_env if ranks > 1 else env, stdout=log, stderr=log))
         codes = []
         for proc in procs:
             try:
@@ -65,6 +67,8 @@ def _train(run_dir: Path, config: Path, ranks: int = 1, kill_at: int | None = No
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        for log in logs:
+            log.close()
 
 
 def _losses(run_dir: Path, rank: int = 0) -> dict[int, float]:

@@ -1,6 +1,6 @@
 """The run config: one YAML file holds the model, layout, precision, optimizer and schedule, batch, data, seed,
-checkpoint tiers and restart policy of a training run (issue 15 §1; seed 000 §4.3: one configuration file as the
-single source of truth, hash-checked at launch). Imports without torch.
+checkpoint tiers and restart policy of a training run (issue 15 §1: one configuration file as the single source of
+truth, hash-checked at launch). Imports without torch.
 
 Every field is bounded, unknown keys are errors, and a bad value is one `SpecError` line naming the field, the value
 and what is allowed (the project's boundary rule). `config_sha256` is the SHA256 of the canonical resolved config —

@@ -30,7 +30,7 @@ def _python_state() -> list[Any]:
 
 def _numpy_state() -> list[Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    return [str(name), keys.tolist(), int(pos), int(has_gauss), float(cached)]
+    return [str(name), np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)]
 
 
 def capture(loader: Positioned | None, device: torch.device | None = None) -> dict[str, Any]:
