@@ -128,3 +128,22 @@ def test_journal_cli_text_json_and_errors(tmp_path: Path, capsys: pytest.Capture
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: run_dir = ") and err.count("\n") == 1
+
+
+def test_attribution_root_cause() -> None:
+    from llmscale.runtime.agent import AttemptResult, RankFailure
+    from llmscale.runtime.watch import attribute
+
+    term = RankFailure(0, 10, -15, "SIGTERM", "Signal 15")   # sent by the agent after the real failure
+    kill = RankFailure(1, 11, -9, "SIGKILL", "Signal 9")
+    exit3 = RankFailure(1, 11, 3, None, "To enable traceback ...")
+    assert attribute(AttemptResult(False, (term, kill)), None, False, False).rank == 1
+    got = attribute(AttemptResult(False, (term, exit3)), None, False, False)
+    assert (got.cause, got.rank, got.exit_code) == (j.Cause.PROCESS_EXIT, 1, 3)
+    assert attribute(AttemptResult(False, (term, exit3)), None, False, True).cause is j.Cause.CHECKPOINT_IO
+    assert attribute(AttemptResult(False, (kill,)), None, True, False).cause is j.Cause.OOM
+    shell = RankFailure(0, 12, 137, None, "")                   # 128 + 9: killed, as a shell reports it
+    assert attribute(AttemptResult(False, (shell,)), None, False, False).signal == "SIGKILL"
+    assert attribute(AttemptResult(False, (term,)), None, False, False).signal == "SIGTERM"
+    reset = RankFailure(0, 12, 1, None, "RuntimeError: Connection reset by peer")
+    assert attribute(AttemptResult(False, (reset,)), None, False, False).cause is j.Cause.NETWORK

@@ -190,6 +190,7 @@ from llmscale.cli.storage_cmd import storage  # noqa: E402, F401  (registers `be
 from llmscale.cli.profile_cmd import profile_cmd  # noqa: E402
 from llmscale.cli.dashboard_cmd import dashboard_cmd  # noqa: E402
 from llmscale.cli.journal_cmd import journal  # noqa: E402
+from llmscale.cli.launch_cmd import launch  # noqa: E402
 
 app.command("export")(export)
 app.command("read-megatron")(read_megatron)
@@ -202,6 +203,7 @@ app.command("calibrate")(calibrate)
 app.command("profile")(profile_cmd)
 app.command("dashboard")(dashboard_cmd)
 app.command("journal")(journal)
+app.command("launch")(launch)
 
 
 def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,

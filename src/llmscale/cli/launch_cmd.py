@@ -1,0 +1,52 @@
+"""`llmscale launch RUN.yaml [--run-dir DIR] [--allow-config-change] [--exclude-from FILE] [--metrics-port P] --
+TRAIN.py [args...]`: run a training script under the supervisor (runtime/supervisor.py) — torch's elastic agent, a
+fresh rendezvous per attempt, restarts on exits and hangs, the fault journal. torch is imported after
+`require_torch()`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmscale.errors import LlmscaleError
+
+
+def launch(
+    config: Annotated[Path, typer.Argument(help="the run YAML", show_default=False)],
+    train: Annotated[list[str], typer.Argument(help="-- TRAIN.py [args...]: the training script and its arguments",
+                                               show_default=False)],
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR",
+                                                 help="run directory (default: runs/<config name>)")] = None,
+    allow_config_change: Annotated[bool, typer.Option("--allow-config-change", metavar="",
+                                                      help="resume under a config of another hash; the diff is "
+                                                           "journaled")] = False,
+    exclude_from: Annotated[Path | None, typer.Option("--exclude-from", metavar="FILE",
+                                                      help="an exclusion list (llmscale bench ... --exclude-out)")]
+    = None,
+    metrics_port: Annotated[int | None, typer.Option("--metrics-port", metavar="P", min=0, max=65535,
+                                                     help="serve Prometheus metrics of the run on this port")]
+    = None,
+) -> None:
+    """Launch a training run from one hashed config: restarts on exit or hang, resumes from the newest checkpoint,
+    journals every fault (llmscale journal RUN_DIR)."""
+    from llmscale.measure import require_torch
+
+    require_torch()
+    from llmscale.runtime.config import load_config
+    from llmscale.runtime.supervisor import LaunchRequest
+    from llmscale.runtime.supervisor import launch as run_launch
+
+    script = Path(train[0])
+    if not script.is_file():
+        raise LlmscaleError(f"TRAIN.py = {train[0]!r}: not a file (usage: llmscale launch RUN.yaml -- TRAIN.py ...)")
+    if exclude_from is not None and not exclude_from.is_file():
+        raise LlmscaleError(f"--exclude-from = {str(exclude_from)!r}: not a file")
+    if run_dir is None:
+        run_dir = Path("runs") / load_config(config).name
+    outcome = run_launch(LaunchRequest(config, run_dir, script, tuple(train[1:]), allow_config_change, exclude_from,
+                                       metrics_port), say=typer.echo)
+    if not outcome.completed:
+        typer.echo(f"error: stopped after {outcome.attempts} attempt(s): {outcome.reason}", err=True)
+    raise typer.Exit(outcome.exit_code)
