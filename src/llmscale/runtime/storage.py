@@ -40,6 +40,7 @@ from torch.distributed.checkpoint import _async_process_executor as process_exec
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from llmscale.runtime import chaos
 from llmscale.runtime.files import sha256_file, step_dir_name, write_atomic
 
 MANIFEST = "manifest.json"
@@ -109,6 +110,12 @@ def _writer_alive() -> bool | None:
     return None if inner is None else bool(inner.is_alive())
 
 
+def _writer_pid() -> int | None:
+    proc = getattr(process_executor, "_CHECKPOINT_PROCESS", None)
+    inner = getattr(proc, "_save_process", None)
+    return None if inner is None else inner.pid
+
+
 def _stop_writer() -> None:
     """Stop this trainer's background writer (if any) so the next async_save spawns a fresh one."""
     proc = getattr(process_executor, "_CHECKPOINT_PROCESS", None)
@@ -165,8 +172,11 @@ class StorageTier:
         directory = self.root / step_dir_name(step)
         if self.rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
+        chaos.point(chaos.Phase.SAVE_START, step, self.rank)
         future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self.group,
                                 async_checkpointer_type=AsyncCheckpointerType.PROCESS)
+        chaos.point(chaos.Phase.KILL_WRITER, step, self.rank, _writer_pid())
+        chaos.point(chaos.Phase.SAVE_WRITING, step, self.rank)
         assert isinstance(future, Future)
         blocking = time.perf_counter() - start
         self.pending = _Pending(step, future, start, blocking)
@@ -217,7 +227,9 @@ class StorageTier:
                 manifest = {"step": pending.step, "world_size": self.world_size, "config_sha256": self.config_sha256,
                             "files": files, "time_unix": time.time(), "save_blocking_s": pending.blocking_s,
                             "save_total_s": total}
+                chaos.point(chaos.Phase.AFTER_FILES, pending.step, self.rank)
                 write_atomic(directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
+                chaos.point(chaos.Phase.AFTER_MANIFEST, pending.step, self.rank)
                 write_atomic(self.root / LATEST, (directory.name + "\n").encode("utf-8"))
             except OSError as exc:
                 (directory / MANIFEST).unlink(missing_ok=True)

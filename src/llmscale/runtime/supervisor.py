@@ -88,15 +88,15 @@ def _first_attempt(run_dir: Path) -> int:
 
 
 def _cleanup_memory_tier(paths: RunPaths) -> None:
+    """Remove the run's shared-memory tier (memtier.remove); torch-free fallback: the directory itself."""
     try:
-        from llmscale.runtime import memtier
-
-        cleanup = getattr(memtier, "cleanup", None)
+        from llmscale.runtime.memtier import remove
     except ImportError:
-        cleanup = None
-    if callable(cleanup):
-        cleanup(paths.root)
-    else:
+        shutil.rmtree(paths.memory_tier(), ignore_errors=True)
+        return
+    try:
+        remove(paths.memory_tier())
+    except OSError:
         shutil.rmtree(paths.memory_tier(), ignore_errors=True)
 
 
