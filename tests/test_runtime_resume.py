@@ -99,7 +99,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _drop_memory(base)
     assert _train(killed, config, kill_at=KILL_AT) == [-9]
     yield {"base": base, "killed": killed, "config": config, "tmp": tmp}
-    _drop_memory(killed)
+    for run in (killed, tmp / "storage", tmp / "corrupt"):  # the resumed runs' memory tiers
+        _drop_memory(run)
 
 
 def _copy(runs: dict[str, Path], name: str) -> Path:
