@@ -221,3 +221,26 @@ def pair_rows(bandwidth: np.ndarray, seconds: np.ndarray, sweep_bandwidth: np.nd
                      "bandwidth_bytes_per_s": float(bandwidth[i, j]),
                      "sweep_bandwidth_bytes_per_s": float(sweep_bandwidth[i, j]), "status": status})
     return rows
+
+
+def find_suspects_vs(bandwidth: np.ndarray, reference: np.ndarray, hosts: list[str],
+                     threshold: float) -> list[Suspect]:
+    """`find_suspects` against a per-pair expected bandwidth (the catalog's for each pair's tier): the verdict runs
+    on bandwidth / reference with a rated reference of 1, and each suspect reports its measured bandwidth beside the
+    median expected bandwidth of the pairs its score came from."""
+    ratio = bandwidth / reference
+    np.fill_diagonal(ratio, np.inf)
+    n = bandwidth.shape[0]
+    off = ~np.eye(n, dtype=bool)
+    where = np.array(hosts)
+    found = []
+    for s in find_suspects(ratio, hosts, threshold, rated_bytes_per_s=1.0):
+        if s.kind == "pair":
+            expected = float(reference[s.ranks])
+        elif s.kind == "rank":
+            expected = _median(reference[s.ranks[0]][off[s.ranks[0]]])
+        else:
+            mine = where == s.hosts[0]
+            expected = _median(reference[np.ix_(mine, ~mine)].ravel())
+        found.append(Suspect(s.kind, s.ranks, s.hosts, s.bandwidth_bytes_per_s * expected, expected))
+    return found

@@ -2,10 +2,12 @@
 
 Torch-free (the launcher, the sweep and the planning CLI read these files).
 
-Hostfile (the OpenMPI / DeepSpeed form): one host per line, `NAME [slots=N]`, `#` starts a comment, blank lines
-ignored; a host named twice is an error (which slots would count?). OpenMPI's `--hostfile` and DeepSpeed's
-`-H/--hostfile` read the same lines (open-mpi/ompi docs/launching-apps/scheduling.rst; deepspeedai/DeepSpeed
-deepspeed/launcher/runner.py `fetch_hostfile`).
+Hostfile (the OpenMPI / DeepSpeed form): one host per line, `NAME [slots=N] [addr=A]`, `#` starts a comment, blank
+lines ignored; a host named twice is an error (which slots would count?). `addr=A` (an llmscale addition) is the
+address other hosts reach NAME at when NAME is not itself resolvable — a network namespace (`ip netns exec NAME`)
+or a Slurm node name on a fabric with its own addresses; without it the address is NAME. OpenMPI's `--hostfile`
+and DeepSpeed's `-H/--hostfile` read the same lines (open-mpi/ompi docs/launching-apps/scheduling.rst;
+deepspeedai/DeepSpeed deepspeed/launcher/runner.py `fetch_hostfile`).
 
 Exclusion list, written by `llmscale bench links|collectives --exclude-out FILE`, read by `llmscale launch
 --exclude-from FILE`, in two forms:
@@ -38,6 +40,12 @@ class Host:
     name: str
     slots: int | None = None
     """Processes it takes (`slots=N`); None: the launcher's --nproc-per-node."""
+    addr: str | None = None
+    """Where other hosts reach it (`addr=A`); None: the name."""
+
+    @property
+    def address(self) -> str:
+        return self.addr or self.name
 
 
 @dataclass(frozen=True)
@@ -92,21 +100,30 @@ def parse_hostfile(text: str, where: str = "hostfile") -> list[Host]:
         name, *rest = line.split()
         here = f"{where} line {number}"
         check_name(name, here)
-        slots = None
-        for item in rest:
-            match = re.fullmatch(r"(?:slots|max_slots)=(\d+)", item)
-            if not match:
-                raise SpecError("hostfile entry", item, "slots=N (N in 1..1024) after the host name", where=here)
-            slots = int(match.group(1))
-            if not 1 <= slots <= MAX_SLOTS:
-                raise SpecError("slots", slots, f"an integer in 1..{MAX_SLOTS}", where=here)
+        slots, addr = _entry_fields(rest, here)
         if name in seen:
             raise SpecError("host", name, "each host once (it is named again)", where=here)
         seen.add(name)
-        hosts.append(Host(name, slots))
+        hosts.append(Host(name, slots, addr))
     if len(hosts) > MAX_HOSTS:
         raise SpecError("hosts", len(hosts), f"at most {MAX_HOSTS:,}", where=where)
     return hosts
+
+
+def _entry_fields(items: list[str], where: str) -> tuple[int | None, str | None]:
+    """(slots, addr) of the `key=value` items after a hostfile line's host name."""
+    slots, addr = None, None
+    for item in items:
+        if match := re.fullmatch(r"(?:slots|max_slots)=(\d+)", item):
+            slots = int(match.group(1))
+            if not 1 <= slots <= MAX_SLOTS:
+                raise SpecError("slots", slots, f"an integer in 1..{MAX_SLOTS}", where=where)
+        elif item.startswith("addr="):
+            addr = check_name(item[5:], where)
+        else:
+            raise SpecError("hostfile entry", item, "slots=N (N in 1..1024) or addr=ADDRESS after the host name",
+                            where=where)
+    return slots, addr
 
 
 def read_hostfile(path: Path) -> list[Host]:
