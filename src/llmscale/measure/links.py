@@ -228,7 +228,8 @@ def find_suspects_vs(bandwidth: np.ndarray, reference: np.ndarray, hosts: list[s
     """`find_suspects` against a per-pair expected bandwidth (the catalog's for each pair's tier): the verdict runs
     on bandwidth / reference with a rated reference of 1, and each suspect reports its measured bandwidth beside the
     median expected bandwidth of the pairs its score came from."""
-    ratio = bandwidth / reference
+    with np.errstate(invalid="ignore"):  # inf / inf on the diagonal, set just below
+        ratio = bandwidth / reference
     np.fill_diagonal(ratio, np.inf)
     n = bandwidth.shape[0]
     off = ~np.eye(n, dtype=bool)
