@@ -114,3 +114,34 @@ def _run_plan(commands: list[list[str]], timeout_s: float) -> None:
             _, err = p.communicate()
             assert p.returncode == 0, err.decode()[-2000:]
     assert sys.executable in commands[0]
+
+
+BRIDGE_CLUSTER = """name: netns-bridge
+gpu: a100-80gb
+num_gpus: 4
+node: {gpus_per_node: 1, nics_per_node: 1, nic_gbit_per_s: 1, pcie_gb_per_s: 1, host_memory_gib: 1}
+tiers:
+  - {name: bridge, ranks: 4, bandwidth_gb_per_s: 0.05, latency_us: 50}
+"""
+"""A stand-in catalog entry for the namespaces: one host = one node of one "GPU", one tier (the bridge) rated
+0.05 GB/s — 4x what the 100 Mbit/s cap lets through, below what the unshaped bridge moves."""
+
+
+def test_collectives_across_the_namespaces_judged_against_the_catalog_tier(
+        cluster: NetnsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hostfile = cluster.write_hostfile(tmp_path / "hosts.txt")
+    spec = tmp_path / "bridge.yaml"
+    spec.write_text(BRIDGE_CLUSTER, encoding="utf-8")
+    out_file = tmp_path / "exclude.txt"
+    code, out, err = run_cli(capsys, "bench", "collectives", "--scope", "cross-node", "--hostfile", str(hostfile),
+                             "--node-exec", "netns", "--ops", "all_reduce", "--sizes", "64K", "--iters", "3",
+                             "--repeats", "3", "--cluster", str(spec), "--exclude-out", str(out_file), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [r["host"] for r in doc["ranks"]] == [h.name for h in cluster.hosts] and doc["scope"] == "cross-node"
+    # every all-reduce ring passes the capped link: 12.5 MB/s bounds its busbw far below the tier's 0.05 GB/s
+    assert doc["rows"] and all(r["tier_name"] == "bridge" and r["reference_bytes_per_s"] == 0.05e9 for r in doc["rows"])
+    assert all(r["status"] == "SLOW" and r["reference_ratio"] < 0.5 for r in doc["rows"]), doc["rows"]
+    # a slow collective across hosts pins no host: none excluded, the rows listed in the file's header
+    assert read_exclusions(out_file) == []
+    assert "slow across hosts" in out_file.read_text() and (tmp_path / "exclude.txt.slurm").read_text() == ""
