@@ -19,11 +19,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-import contextlib
 
 from llmscale.runtime import journal as jr
 from llmscale.runtime.files import RunPaths, read_heartbeat
-from llmscale.runtime.procs import descendants
+from tests.launch_helpers import reap_all
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "tests" / "fixtures" / "standin_trainer.py"
@@ -51,16 +50,6 @@ def start(tmp_path: Path, config: Path, *flags: str, env: dict[str, str] | None 
 def finish(proc: subprocess.Popen[str], timeout_s: float = 240) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=timeout_s)
     return proc.returncode, out, err
-
-
-def reap_all(proc: subprocess.Popen[str]) -> None:
-    """Kill (by pid) the supervisor and everything below it, continuing stopped ones first."""
-    for pid in [*reversed(descendants(proc.pid)), proc.pid]:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-    with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
-        proc.communicate(timeout=30)
 
 
 @pytest.fixture

@@ -15,11 +15,18 @@ Unset (the default), each call is one dictionary lookup. torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from enum import Enum
+from pathlib import Path
+
+from llmscale.runtime.files import append_line
 
 ENV = "LLMSCALE_CHAOS"
+KILLS_FILE = "chaos_kills.jsonl"
+"""Each injected kill, appended just before it (RUN_DIR/chaos_kills.jsonl)."""
 
 
 class Phase(str, Enum):
@@ -51,6 +58,11 @@ def point(phase: Phase, step: int, rank: int, writer_pid: int | None = None) -> 
     """SIGKILL this process (or, for KILL_WRITER, the writer `writer_pid`) when armed for this point."""
     if not armed(phase, step, rank):
         return
+    run_dir = os.environ.get("LLMSCALE_RUN_DIR")
+    if run_dir:  # when the kill happened, for the kill-to-training-again figure (benchmarks/chaos.py)
+        line = json.dumps({"phase": phase.value, "step": step, "rank": rank, "time_unix": time.time(),
+                           "attempt": int(os.environ.get("LLMSCALE_ATTEMPT", "0"))})
+        append_line(Path(run_dir) / KILLS_FILE, line)
     if phase is Phase.KILL_WRITER:
         if writer_pid is not None:
             os.kill(writer_pid, signal.SIGKILL)
