@@ -55,7 +55,7 @@ class NodeExec:
 
     @property
     def text(self) -> str:
-        return "local" if self.kind is NodeExecKind.LOCAL else shlex.join(self.tokens)
+        return "local" if self.kind is NodeExecKind.LOCAL else " ".join(self.tokens)
 
     def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """The command line that runs `argv` with `env` on `host`."""
