@@ -49,8 +49,14 @@ restart: {{max_attempts: {attempts}, max_attempts_without_progress: 3, heartbeat
 
 
 def plan(rng: random.Random, kills: int) -> list[tuple[str, int, int]]:
-    """(phase, step, rank) per fault, at increasing save steps (each attempt makes progress past the last)."""
-    return [(rng.choice(PHASES), EVERY * (i + 2), rng.randrange(2)) for i in range(kills)]
+    """(phase, step, rank) per fault, at increasing save steps (each attempt makes progress past the last); the
+    commit phases on rank 0, the rank that commits."""
+    out = []
+    for i in range(kills):
+        phase = rng.choice(PHASES)
+        rank = 0 if phase in ("after_files", "after_manifest") else rng.randrange(2)  # rank 0 commits
+        out.append((phase, EVERY * (i + 2), rank))
+    return out
 
 
 def run_one(out: Path, index: int, faults: list[tuple[str, int, int]], total: int, memory: int) -> Path:

@@ -31,7 +31,7 @@ def start_launch(config: Path, run_dir: Path, script: Path, *flags: str, env: di
     return subprocess.Popen(cmd, env=full, stdout=handle, stderr=subprocess.STDOUT, text=True)
 
 
-def wait_beat(run_dir: Path, rank: int, attempt: int, min_step: int, proc: subprocess.Popen[str],
+def wait_beat(run_dir: Path, rank: int, attempt: int, min_step: float, proc: subprocess.Popen[str],
               timeout_s: float = 180.0) -> Heartbeat:
     """The first heartbeat of `rank` in `attempt` at `min_step` or later; AssertionError past the timeout."""
     paths = RunPaths(run_dir)

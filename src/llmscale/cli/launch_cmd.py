@@ -5,6 +5,7 @@ fresh rendezvous per attempt, restarts on exits and hangs, the fault journal. to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -45,8 +46,16 @@ def launch(
         raise LlmscaleError(f"--exclude-from = {str(exclude_from)!r}: not a file")
     if run_dir is None:
         run_dir = Path("runs") / load_config(config).name
+    server: Callable[[Path, int], object] | None = None
+    if metrics_port is not None:
+        try:
+            from llmscale.monitor.metrics import serve
+
+            server = serve
+        except ImportError as exc:
+            typer.echo(f"metrics: not served, llmscale.monitor is unavailable ({exc})", err=True)
     outcome = run_launch(LaunchRequest(config, run_dir, script, tuple(train[1:]), allow_config_change, exclude_from,
-                                       metrics_port), say=typer.echo)
+                                       metrics_port, server), say=typer.echo)
     if not outcome.completed:
         typer.echo(f"error: stopped after {outcome.attempts} attempt(s): {outcome.reason}", err=True)
     raise typer.Exit(outcome.exit_code)

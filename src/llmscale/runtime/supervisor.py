@@ -46,6 +46,8 @@ class LaunchRequest:
     allow_config_change: bool = False
     exclude_from: Path | None = None
     metrics_port: int | None = None
+    metrics_server: Callable[[Path, int], object] | None = None
+    """Starts the Prometheus endpoint: (run_dir, port) → an object with .close()."""
 
 
 @dataclass(frozen=True)
@@ -100,16 +102,16 @@ def _cleanup_memory_tier(paths: RunPaths) -> None:
         shutil.rmtree(paths.memory_tier(), ignore_errors=True)
 
 
-def _start_metrics(run_dir: Path, port: int | None, say: Callable[[str], None]) -> object | None:
-    if port is None:
+def _start_metrics(run_dir: Path, req: LaunchRequest, say: Callable[[str], None]) -> object | None:
+    """The metrics server, from the caller's factory (the CLI passes llmscale.monitor.metrics.serve: monitor sits
+    above runtime, so the runtime does not import it)."""
+    if req.metrics_port is None:
         return None
-    try:
-        from llmscale.monitor.metrics import serve
-    except ImportError as exc:
-        say(f"metrics: not served, llmscale.monitor is unavailable ({exc})")
+    if req.metrics_server is None:
+        say("metrics: not served, no metrics server given (llmscale.monitor unavailable)")
         return None
-    server = serve(run_dir, port)
-    say(f"metrics: http://127.0.0.1:{getattr(server, 'port', port)}/metrics")
+    server = req.metrics_server(run_dir, req.metrics_port)
+    say(f"metrics: http://127.0.0.1:{getattr(server, 'port', req.metrics_port)}/metrics")
     return server
 
 
@@ -216,7 +218,7 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
     say(f"launch: {run_dir} config {prepared.sha256[:12]}… {nodes.nproc} rank(s), attempt {st.attempt}"
         + (" (resume)" if prepared.resumed else ""))
     become_subreaper()
-    server = _start_metrics(run_dir, req.metrics_port, say)
+    server = _start_metrics(run_dir, req, say)
     try:
         return _loop(req, paths, st, nodes.nproc, say)
     except BaseException as exc:
