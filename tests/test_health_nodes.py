@@ -99,3 +99,33 @@ def test_catalog_reference_per_pair_tier() -> None:
     pair = next(s for s in suspects if s.kind == "pair")
     assert pair.ranks == (0, 1) and pair.bandwidth_bytes_per_s == pytest.approx(200e9)
     assert pair.reference_bytes_per_s == 300e9
+
+
+def test_tiers_scope_needs_a_cluster(tmp_path: Path) -> None:
+    hostfile = tmp_path / "h.txt"
+    hostfile.write_text("a\nb\n")
+    with pytest.raises(SpecError, match="cluster"):
+        resolve_placement("tiers", 2, hostfile, None, "netns")
+    assert resolve_placement("tiers", 2, hostfile, None, "netns", "selene").scope is Scope.TIERS
+
+
+def test_job_scope_reads_the_hosts_of_the_step_records(tmp_path: Path) -> None:
+    from llmscale.runtime.files import RunPaths, StepRecord, append_step
+
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    paths = RunPaths(tmp_path)
+    for rank, host in enumerate(["n1", "n1", "n2"]):
+        append_step(paths, StepRecord(1, rank, 0, host, 0.0, 0.1, {}, 1.0, 8))
+    placement = resolve_placement("job", 2, None, tmp_path, "ssh {host}")
+    assert [h.name for h in placement.hosts] == ["n1", "n2"] and placement.ranks_per_host == (2, 1)
+    with pytest.raises(SpecError, match="run_dir"):
+        resolve_placement("job", 2, None, None, None)
+
+
+def test_against_an_absolute_reference_a_healthy_rank_is_not_condemned_by_one_slow_peer() -> None:
+    # measured on three namespaced hosts with host 2 capped (leaf 0-1 rated 0.2, spine 0.1 GB/s): ranks 0 and 1
+    # have one good and one slow pair each; the plain median (their mean) would fall below 0.8 x their reference
+    bandwidth = np.array([[np.inf, 0.27, 0.020], [0.27, np.inf, 0.019], [0.020, 0.019, np.inf]]) * 1e9
+    reference = np.array([[np.inf, 0.2, 0.1], [0.2, np.inf, 0.1], [0.1, 0.1, np.inf]]) * 1e9
+    found = {(s.kind, s.ranks) for s in find_suspects_vs(bandwidth, reference, ["h0", "h1", "h2"], 0.8)}
+    assert found == {("rank", (2,)), ("node", (2,)), ("pair", (0, 2)), ("pair", (1, 2))}

@@ -90,7 +90,7 @@ def collectives(
     from llmscale.io.resolve import resolve_cluster
     from llmscale.measure import require_torch
 
-    placement = hs.resolve_placement(scope, nproc, hostfile, run_dir, node_exec)
+    placement = hs.resolve_placement(scope, nproc, hostfile, run_dir, node_exec, cluster)
     refs = hs.references(placement, resolve_cluster(cluster)) if cluster else None
     require_torch()
     from llmscale.measure import collectives as c

@@ -95,7 +95,7 @@ def links(
     _check_flags(nproc, iters, repeats, threshold, slow_delay_ms, timeout_s, rated_gb_per_s, cluster, schedule)
     from llmscale.cli import health_scope as hs
 
-    placement = hs.resolve_placement(scope, nproc, hostfile, run_dir, node_exec)
+    placement = hs.resolve_placement(scope, nproc, hostfile, run_dir, node_exec, cluster)
     from llmscale.io.resolve import resolve_cluster
     from llmscale.measure import require_torch
 

@@ -68,9 +68,11 @@ def parse_scope(text: str) -> Scope:
 
 
 def resolve_placement(scope_text: str, nproc: int, hostfile: Path | None, run_dir: Path | None,
-                      node_exec_text: str | None) -> Placement:
+                      node_exec_text: str | None, cluster: str | None = None) -> Placement:
     """The placement of a scope (module docstring); a flag the scope does not use is an error, never ignored."""
     scope = parse_scope(scope_text)
+    if scope is Scope.TIERS and cluster is None:
+        raise SpecError("cluster", None, "a catalog cluster (or file) for --scope tiers: its tiers label the pairs")
     uses_hostfile = scope in (Scope.CROSS_NODE, Scope.HOSTFILE, Scope.TIERS)
     if hostfile is not None and not uses_hostfile:
         raise SpecError("hostfile", str(hostfile), "only with --scope cross-node, hostfile or tiers")
