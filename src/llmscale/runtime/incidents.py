@@ -90,12 +90,9 @@ def median_step_s(run_dir: Path) -> float | None:
 
 
 def _restore_after(events: tuple[Event, ...], attempt: int) -> Event | None:
-    """The slowest restore of the first later attempt that restored anything."""
-    later = [e for e in events if e.event is EventKind.RESTORE and e.attempt > attempt]
-    if not later:
-        return None
-    first = min(e.attempt for e in later)
-    return max((e for e in later if e.attempt == first), key=lambda e: e.load_s or 0.0)
+    """The slowest restore of the next attempt (None: it restored nothing, a fresh start)."""
+    nxt = [e for e in events if e.event is EventKind.RESTORE and e.attempt == attempt + 1]
+    return max(nxt, key=lambda e: e.load_s or 0.0) if nxt else None
 
 
 def _incident(fault: Event, events: tuple[Event, ...], step_s: float | None) -> Incident:
