@@ -96,12 +96,7 @@ def collectives(
     from llmscale.measure import collectives as c
     from llmscale.measure.launch import launch
 
-    chosen_ops = [x.strip() for x in ops.split(",")] if ops else list(c.OPS)
-    for op in chosen_ops:
-        if op not in c.OPS:
-            raise SpecError("ops", op, f"one of {', '.join(c.OPS)}")
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise SpecError("dtype", dtype, "float32, bfloat16 or float16")
+    chosen_ops = _chosen_ops(ops, dtype, c.OPS)
     kind = hosts_backend(backend, placement, nproc)
     chosen = parse_sizes(sizes) if sizes else list(c.DEFAULT_GPU_SIZES if kind == "nccl" else c.DEFAULT_CPU_SIZES)
     cfg = c.bench_config(chosen_ops, chosen, dtype, kind, iters=iters, repeats=repeats, target_s=block_ms / 1e3)
@@ -118,6 +113,16 @@ def collectives(
         typer.echo(write_collectives_exclude_out(document, exclude_out), err=True)
     if document["wrong"]:
         raise typer.Exit(1)
+
+
+def _chosen_ops(ops: str | None, dtype: str, known: tuple[str, ...]) -> list[str]:
+    chosen = [x.strip() for x in ops.split(",")] if ops else list(known)
+    for op in chosen:
+        if op not in known:
+            raise SpecError("ops", op, f"one of {', '.join(known)}")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise SpecError("dtype", dtype, "float32, bfloat16 or float16")
+    return chosen
 
 
 def judge(document: dict[str, Any], refs: Any, threshold: float) -> None:
