@@ -375,11 +375,12 @@ def test_measure_flags_are_frozen() -> None:
     def flags(command: Any) -> set[str]:
         return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
 
+    scope = {"--scope", "--hostfile", "--node-exec", "--run-dir", "--cluster", "-c", "--timeout-s", "--exclude-out"}
     assert flags(bench.commands["collectives"]) == {"--nproc", "--backend", "--ops", "--sizes", "--dtype", "--iters",
-                                                    "--repeats", "--block-ms", "--json"}
+                                                    "--repeats", "--block-ms", "--threshold", "--json", *scope}
     assert flags(bench.commands["links"]) == {"--nproc", "--backend", "--size", "--iters", "--repeats", "--threshold",
                                               "--rated-gb-per-s", "--slow-rank", "--slow-delay-ms", "--schedule",
-                                              "--no-confirm", "--json"}
+                                              "--no-confirm", "--json", *scope}
     assert flags(bench.commands["gemm"]) == {"--model", "-m", "--tp", "--cp", "--ep", "--etp", "--mbs", "--seq-len",
                                              "--dtype", "--device", "--block-ms", "--json"}
     assert flags(bench.commands["memory"]) == {"--sizes", "--device", "--block-ms", "--json"}
