@@ -4,6 +4,7 @@ no torch, no processes."""
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,8 @@ def test_node_plan_with_too_few_hosts_left_says_what_the_exclusions_removed() ->
     with pytest.raises(SpecError, match=r"at most 1: the hostfile's 3 hosts less 2 excluded \(a, c\)"):
         plan_nodes(HOSTS, [Exclusion("a"), Exclusion("c")], 2, parse_node_exec("local"),
                    node_argv=torchrun_argv(["t.py"]))
+    local = plan_nodes(HOSTS, [], 1, parse_node_exec("local"), node_argv=torchrun_argv(["t.py"]))
+    assert local.master_addr == "127.0.0.1" and local.nodes[0].argv[0] == sys.executable  # no prefix, no env
     with pytest.raises(SpecError, match="slots"):
         plan_nodes([Host("a", 1), Host("b", 2)], [], 2, parse_node_exec("local"), node_argv=torchrun_argv(["t.py"]))
 

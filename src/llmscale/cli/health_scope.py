@@ -10,10 +10,10 @@ Scopes (`--scope`):
               named (the hostfile spans too few nodes to reach them). All pairs are timed, not a per-tier sample.
   job         the hosts of a run directory (`--run-dir`): its config's `hosts` hostfile, else the hosts and rank
               counts its step records name (this machine's ranks as `node` when they are all here).
-Ranks on hosts start through `--node-exec` (runtime/nodes.py; default `ssh {host}`), the first host's address is
-MASTER_ADDR. Reference: with `--cluster`, the catalog's per-GPU one-direction bandwidth of each pair's tier (before
-oversubscription); without, the measured median (links.py: the verdict is relative — a cluster uniformly slow is
-not seen).
+Ranks on hosts start through `--node-exec` (runtime/nodes.py; default `ssh {host}`); MASTER_ADDR is the first
+host's address (127.0.0.1 under `local`), the port a free one here or LLMSCALE_MASTER_PORT. Reference: with
+`--cluster`, the catalog's per-GPU one-direction bandwidth of each pair's tier (before oversubscription); without,
+the measured median (links.py: the verdict is relative — a cluster uniformly slow is not seen).
 """
 
 from __future__ import annotations
@@ -136,13 +136,15 @@ def run_placed(placement: Placement, worker_key: str, payload: Any, backend: str
     if not placement.hosts:
         return local()
     port = int(os.environ.get("LLMSCALE_MASTER_PORT") or _free_port())
+    # `local`: every "host" is this machine, whatever the hostfile calls it
+    master = "127.0.0.1" if placement.node_exec.kind is NodeExecKind.LOCAL else placement.hosts[0].address
     host_index = placement.host_of_rank()
     commands = []
     for rank, k in enumerate(host_index):
         host = placement.hosts[k]
         local_rank = host_index[:rank].count(k)
         place = hl.RankPlace(rank, host.name, local_rank, placement.ranks_per_host[k])
-        env = hl.rank_env(place, placement.world_size, placement.hosts[0].address, port)
+        env = hl.rank_env(place, placement.world_size, master, port)
         argv = hl.worker_argv(hl.WORKERS[worker_key], backend)
         commands.append((place, placement.node_exec.command(host.name, argv, env)))
     return hl.run_ranks(commands, payload, timeout_s)
@@ -180,7 +182,3 @@ def references(placement: Placement, cluster: Any) -> References:
                 ref[i, j], names[i][j] = tier.bandwidth_bytes_per_s, tier.name
                 crossed[tier.name] += int(i < j)
     return References(cluster.name, ref, names, crossed)
-
-
-def is_local_exec(placement: Placement) -> bool:
-    return placement.node_exec.kind is NodeExecKind.LOCAL

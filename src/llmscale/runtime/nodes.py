@@ -11,7 +11,8 @@ one whole token, exactly once, and no other brace appears. The environment goes 
 env(1)) so that it reaches the process over ssh and srun alike.
 
 Node plan (`plan_nodes`): given the hostfile, the exclusion list and the node count the config needs, the first
-that many kept hosts in hostfile order, the rendezvous address (the first kept host's address) and each node's
+that many kept hosts in hostfile order, the rendezvous address (the first kept host's address; 127.0.0.1 under
+`local`) and each node's
 command line: by default torchrun's static-rendezvous form (`python -m torch.distributed.run --nnodes N
 --nproc-per-node P --node-rank i --master-addr A --master-port PORT SCRIPT ...`, pytorch/pytorch
 torch/distributed/run.py) through the node exec template. Too few hosts left is one error naming how many the
@@ -150,7 +151,7 @@ def plan_nodes(hosts: list[Host], exclude: list[Exclusion], needed_nodes: int, n
             raise SpecError("slots", sorted(slots), "the same slots=N on every used host (torchrun runs one "
                             "--nproc-per-node on all nodes), or give nproc_per_node")
         nproc_per_node = slots.pop() if slots else 1
-    addr = used[0].address
+    addr = "127.0.0.1" if node_exec.kind is NodeExecKind.LOCAL else used[0].address  # local: all on this machine
     nodes = tuple(NodeLaunch(i, h, tuple(node_exec.command(
         h.name, node_argv(i, needed_nodes, addr, master_port, nproc_per_node), env))) for i, h in enumerate(used))
     return NodePlan(selection, nodes, tuple(spare), addr, master_port, nproc_per_node, node_exec)
