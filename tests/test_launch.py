@@ -158,3 +158,28 @@ def test_exclusion_list(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> N
     assert code == 0, err[-2000:]
     (excluded,) = events(tmp_path, jr.EventKind.EXCLUDED_HOSTS)
     assert excluded.extra["hosts"] == ["127.0.0.1"] and excluded.extra["reasons"] == ["slow links"]
+
+
+def test_a_save_blocking_past_the_training_deadline_is_no_hang(tmp_path: Path,
+                                                               procs: list[subprocess.Popen[str]]) -> None:
+    # rank 1's "save" at step 8 blocks 6 s under a checkpoint-phase heartbeat; rank 0 waits for it in the all-reduce
+    # with a 6 s old training heartbeat: both past heartbeat_timeout_s = 3, within phase_timeout_s = 20
+    cfg = write_config(tmp_path / "run.yaml", extra="")
+    cfg.write_text(cfg.read_text().replace("heartbeat_timeout_s: 3}", "heartbeat_timeout_s: 3, phase_timeout_s: 20}"))
+    proc = start(tmp_path, cfg, env={"STANDIN_FAULT": "0:1:8:slowsave", "STANDIN_STALL_S": "6"})
+    procs.append(proc)
+    code, _out, err = finish(proc)
+    assert code == 0, err[-2000:]
+    assert events(tmp_path, jr.EventKind.FAULT) == []
+
+
+def test_a_stopped_rank_in_a_save_is_still_a_hang(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    cfg = write_config(tmp_path / "run.yaml")
+    cfg.write_text(cfg.read_text().replace("heartbeat_timeout_s: 3}", "heartbeat_timeout_s: 3, phase_timeout_s: 60}"))
+    proc = start(tmp_path, cfg, env={"STANDIN_FAULT": "0:1:8:stopsave"})
+    procs.append(proc)
+    code, _out, err = finish(proc)
+    assert code == 0, err[-2000:]
+    (fault,) = events(tmp_path, jr.EventKind.FAULT)
+    assert fault.cause is jr.Cause.HANG and fault.rank == 1
+    assert fault.detect_s is not None and 3.0 <= fault.detect_s < 20.0   # the training deadline, not 60 s

@@ -8,7 +8,8 @@ a resumed attempt replays the same steps. Phases, in the order a storage save pa
   save_writing    right after `async_save` returned: the background process is writing
   after_files     rank 0's commit: every file written, before the manifest
   after_manifest  rank 0's commit: manifest written, before `latest` moved
-  kill_writer     right after `async_save` returned: SIGKILL the checkpoint background process, not the trainer
+  kill_writer     right after `async_save` returned: SIGKILL the checkpoint writer process (storage.writer_pid: DCP's
+                  spawned background process, started at session start), not the trainer
 
 Unset (the default), each call is one dictionary lookup. torch-free.
 """
@@ -61,7 +62,8 @@ def point(phase: Phase, step: int, rank: int, writer_pid: int | None = None) -> 
     run_dir = os.environ.get("LLMSCALE_RUN_DIR")
     if run_dir:  # when the kill happened, for the kill-to-training-again figure (benchmarks/chaos.py)
         line = json.dumps({"phase": phase.value, "step": step, "rank": rank, "time_unix": time.time(),
-                           "attempt": int(os.environ.get("LLMSCALE_ATTEMPT", "0"))})
+                           "attempt": int(os.environ.get("LLMSCALE_ATTEMPT", "0")),
+                           "pid": writer_pid if phase is Phase.KILL_WRITER else os.getpid()})
         append_line(Path(run_dir) / KILLS_FILE, line)
     if phase is Phase.KILL_WRITER:
         if writer_pid is not None:

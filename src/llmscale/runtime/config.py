@@ -117,7 +117,11 @@ class CheckpointConfig(Spec):
 class RestartConfig(Spec):
     max_attempts: int = Field(10, ge=1, le=100_000)
     max_attempts_without_progress: int = Field(3, ge=1, le=100_000)
-    heartbeat_timeout_s: float = Field(60.0, gt=0.0, le=86_400.0)
+    heartbeat_timeout_s: float = Field(60.0, gt=0.0, le=86_400.0,
+                                       description="heartbeat deadline while training (files.BeatPhase.TRAIN)")
+    phase_timeout_s: float = Field(300.0, gt=0.0, le=86_400.0,
+                                   description="heartbeat deadline before the first heartbeat and in the startup, "
+                                               "restore and checkpoint phases (a blocking storage save)")
     assumed_mtbf_s: float = Field(3600.0, gt=0.0, le=1e9, description="job MTBF the 'auto' intervals assume")
     assumed_restart_s: float = Field(30.0, ge=0.0, le=1e6,
                                      description="restart time the 'auto' intervals assume before one is measured")

@@ -4,7 +4,8 @@
     config.yaml, config.sha256      the launched run config (exact bytes) and its canonical hash (config.py)
     journal.jsonl                   the fault journal (journal.py)
     steps/rank{R}.jsonl             one StepRecord per step per rank, appended by the session
-    heartbeat/rank{R}               a Heartbeat, rewritten atomically (tmp + os.replace) at least once per step
+    heartbeat/rank{R}               a Heartbeat (+ its phase), rewritten atomically (tmp + os.replace) at least once
+                                    per step
     checkpoints/step_{N:08d}/       a DCP directory; manifest.json added after the save completed (storage.py)
     checkpoints/latest              the name of the newest committed step directory, moved only after its manifest
     /dev/shm/llmscale-<run_id>/rank{R}/   the shared-memory tier (memtier.py); run_id = the first 16 hex digits of
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +101,26 @@ class StepRecord:
         return json.dumps(asdict(self), sort_keys=True, allow_nan=False)
 
 
+class BeatPhase(str, Enum):
+    """What a rank is doing when it writes its heartbeat; the hang watch gives STARTUP, RESTORE and CHECKPOINT the
+    longer `restart.phase_timeout_s` and TRAIN `restart.heartbeat_timeout_s` (NVIDIA/nvidia-resiliency-ext
+    fault_tolerance: an initial and a subsequent rank heartbeat timeout)."""
+
+    STARTUP = "startup"
+    """Session set-up: the dedicated group, the checkpoint writer process started."""
+    RESTORE = "restore"
+    TRAIN = "train"
+    CHECKPOINT = "checkpoint"
+    """A storage save blocks this step (waiting for the previous one, staging, a writer restart)."""
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     pid: int
     step: int
     time_unix: float
     attempt: int
+    phase: BeatPhase = BeatPhase.TRAIN
 
 
 @dataclass
@@ -178,15 +194,24 @@ def read_steps(paths: RunPaths, rank: int) -> tuple[list[StepRecord], int]:
     return records, skipped
 
 
+def last_per_step(records: list[StepRecord]) -> dict[int, StepRecord]:
+    """One record per step: the last one in the file. A resumed attempt re-runs the steps after the restored
+    checkpoint and appends them again, so a step can appear once per attempt; the later line is the step that
+    counts (the earlier one's work was lost)."""
+    return {rec.step: rec for rec in records}
+
+
 def write_heartbeat(paths: RunPaths, rank: int, beat: Heartbeat) -> None:
-    write_atomic(paths.heartbeat(rank), json.dumps(asdict(beat)).encode("utf-8"), durable=False)
+    row = {**asdict(beat), "phase": beat.phase.value}
+    write_atomic(paths.heartbeat(rank), json.dumps(row).encode("utf-8"), durable=False)
 
 
 def read_heartbeat(paths: RunPaths, rank: int) -> Heartbeat | None:
     """The last heartbeat of a rank; None when there is none or it does not parse."""
     try:
         row = json.loads(paths.heartbeat(rank).read_text(encoding="utf-8"))
-        return Heartbeat(int(row["pid"]), int(row["step"]), float(row["time_unix"]), int(row["attempt"]))
+        return Heartbeat(int(row["pid"]), int(row["step"]), float(row["time_unix"]), int(row["attempt"]),
+                         BeatPhase(row.get("phase", "train")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -19,13 +19,13 @@ torch-free.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from llmscale.runtime.files import RunPaths, last_per_step, read_steps
 from llmscale.runtime.journal import Event, EventKind, JournalRead
 
 REPEAT_THRESHOLD = 2
@@ -76,16 +76,12 @@ class JournalSummary:
 
 
 def median_step_s(run_dir: Path) -> float | None:
-    """Median `step_s` over every rank's step log (unparseable lines skipped), or None without one."""
-    values: list[float] = []
-    for path in sorted((Path(run_dir) / "steps").glob("rank*.jsonl")):
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                value = json.loads(line).get("step_s")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                values.append(float(value))
+    """Median `step_s` over every rank's step log, the last record per step (files.last_per_step: a re-run step
+    counts once), unparseable lines skipped; None without one."""
+    paths = RunPaths(Path(run_dir))
+    values = [rec.step_s for path in sorted(paths.steps_dir.glob("rank*.jsonl")) if path.stem[4:].isdigit()
+              for rec in last_per_step(read_steps(paths, int(path.stem[4:]))[0]).values()
+              if isinstance(rec.step_s, int | float) and not isinstance(rec.step_s, bool)]
     return statistics.median(values) if values else None
 
 

@@ -17,6 +17,11 @@ Resume (`__enter__`): the memory tier when every rank holds a complete snapshot 
 storage checkpoint (memtier.agree), else the storage tier (storage.StorageTier.load, which falls back to older
 checkpoints), else from scratch; a `restore` event records the tier, step, steps lost (the newest step in this
 rank's step records minus the restored one) and load time. All runtime collectives use a dedicated gloo group.
+
+Heartbeats carry the phase (files.BeatPhase): STARTUP while DCP's checkpoint writer process is started (before step
+1, so that no save pays for its spawn), RESTORE while a checkpoint loads, CHECKPOINT before a step's storage save
+(it may block: waiting for the previous save, a writer restart), TRAIN otherwise; the supervisor's hang watch gives
+the first three `restart.phase_timeout_s` and TRAIN `restart.heartbeat_timeout_s`.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ import torch.distributed as dist
 from llmscale.errors import LlmscaleError
 from llmscale.runtime import journal
 from llmscale.runtime.config import AUTO, RunConfig, config_sha256, load_config
-from llmscale.runtime.files import PHASES, Heartbeat, RunPaths, StepRecord, append_step, write_heartbeat
+from llmscale.runtime.files import PHASES, BeatPhase, Heartbeat, RunPaths, StepRecord, append_step, write_heartbeat
 from llmscale.runtime.memtier import MemoryTier
 from llmscale.runtime.restore import Restorer
-from llmscale.runtime.storage import StorageTier
+from llmscale.runtime.storage import StorageTier, _stop_writer, start_writer
 from llmscale.runtime.tiers import TierState
 
 ENV_RUN_DIR, ENV_ATTEMPT, ENV_CONFIG = "LLMSCALE_RUN_DIR", "LLMSCALE_ATTEMPT", "LLMSCALE_CONFIG"
@@ -122,6 +127,9 @@ class Session:
                               self.ctx.world_size, self.sha, ck.keep, ck.save_timeout_s, self.group)
         memory = MemoryTier(self.paths.memory_tier(self.ctx.rank), self.sha)
         self.tiers = TierState(self.config, storage, memory, self.paths.root)
+        self._beat(BeatPhase.STARTUP)
+        start_writer(self.group)  # DCP's writer process, before step 1: no save pays for its spawn
+        self._beat(BeatPhase.RESTORE)
         restorer = Restorer(self.model, self.optimizer, self.scheduler, self.loader, self.ctx.device, self.group)
         self.step = restorer.resume(self, storage, memory)
         self._beat()
@@ -130,11 +138,11 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         assert self.tiers is not None
         if exc[0] is None:
+            self._beat(BeatPhase.CHECKPOINT)
             self.tiers.storage.close()
             self._report()
+            self._beat()
         else:
-            from llmscale.runtime.storage import _stop_writer
-
             _stop_writer()
         if self.group is not None:
             dist.destroy_process_group(self.group)
@@ -164,6 +172,8 @@ class Session:
         """Save the tiers due at this step, write the step record and the heartbeat."""
         assert self.tiers is not None
         with self.phase("checkpoint"):
+            if self.tiers.storage_due(self.step):
+                self._beat(BeatPhase.CHECKPOINT)  # a storage save may block: the longer deadline (watch.py)
             for kind, values in self.tiers.after_step(self.step, self._payload, self._storage_state):
                 self.event(kind, **values)
             self._report()
@@ -190,8 +200,9 @@ class Session:
             for kind, values in self.tiers.outcome_events(outcome):
                 self.event(kind, **values)
 
-    def _beat(self) -> None:
-        write_heartbeat(self.paths, self.ctx.rank, Heartbeat(os.getpid(), self.step, time.time(), self.attempt))
+    def _beat(self, phase: BeatPhase = BeatPhase.TRAIN) -> None:
+        write_heartbeat(self.paths, self.ctx.rank,
+                        Heartbeat(os.getpid(), self.step, time.time(), self.attempt, phase))
 
     def _payload(self) -> dict[str, Any]:
         """The memory-tier snapshot of this rank (plain state dicts; torch.load(weights_only=True) reads it)."""

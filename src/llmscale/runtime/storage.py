@@ -13,10 +13,11 @@ after every rank's write came back, so rank 0's success means every rank's files
 A directory without a manifest is never loaded. A save that fails (ENOSPC, a dead or hung background process) has
 its directory removed and is reported; the committed ones are untouched, since no save writes into them.
 
-The background process's death is seen at the next step (`poll`): its future raises, or the process is no longer
-alive, or the save is older than `save_timeout_s` (a peer's writer died and this one waits on it). Before the next
-save all ranks agree (an all-reduce on the dedicated group) whether any writer is gone; if so every rank stops its
-own and the next save starts fresh ones.
+The writer process is started at session start (`start_writer`), not by the first save. Its death is seen at the
+next step (`poll`): its future raises, or the process is no longer alive, or the save is older than
+`save_timeout_s` (a peer's writer died and this one waits on it); the failed save is journaled (checkpoint_failed,
+checkpoint_io) and its directory removed. Before the next save all ranks agree (an all-reduce on the dedicated
+group) whether any writer is gone; if so every rank stops its own and starts a fresh one.
 
 Load. The newest manifest-complete directory whose hashes verify and whose world size matches is chosen by rank 0
 and broadcast; every rank loads it with `dcp.load`; if any rank fails (DCP's `CheckpointException` derives from
@@ -102,24 +103,47 @@ def verify(path: Path, manifest: dict[str, Any]) -> str:
     return ""
 
 
-def _writer_alive() -> bool | None:
-    """Whether DCP's checkpoint background process of this trainer is alive; None when none was started (a private
-    attribute of torch 2.13's _async_process_executor; None too if a torch release drops it)."""
+def _writer() -> Any:
+    """DCP's checkpoint background process of this trainer: `_CHECKPOINT_PROCESS._save_process`, the
+    `multiprocessing` spawn-context Process that `_AsyncCheckpointProcess.__init__` starts and that serves every
+    `async_save` request over a pipe (pytorch/pytorch v2.13.0 torch/distributed/checkpoint/
+    _async_process_executor.py). DCP creates it lazily, inside its executor THREAD, during the first save, and
+    publishes the module global only after the child answered INIT_COMPLETE — so during a first save the global is
+    still None (a writer kill there found no pid). `start_writer` creates it up front. None when there is none (or
+    a torch release drops the private names)."""
     proc = getattr(process_executor, "_CHECKPOINT_PROCESS", None)
-    inner = getattr(proc, "_save_process", None)
+    return getattr(proc, "_save_process", None)
+
+
+def _writer_alive() -> bool | None:
+    """Whether the writer (`_writer`) is alive; None when none was started."""
+    inner = _writer()
     return None if inner is None else bool(inner.is_alive())
 
 
-def _writer_pid() -> int | None:
-    proc = getattr(process_executor, "_CHECKPOINT_PROCESS", None)
-    inner = getattr(proc, "_save_process", None)
+def writer_pid() -> int | None:
+    """The pid of this trainer's checkpoint writer process (the spawned child itself: spawn runs it as a direct
+    child of the trainer), or None."""
+    inner = _writer()
     return None if inner is None else inner.pid
 
 
+def start_writer(group: Any) -> int | None:
+    """Start DCP's writer process now, as DCP's own first `async_save` would (`_ProcessGroupInitInfo` broadcasts
+    the writers' store address over `group`; the child joins its own gloo group and answers INIT_COMPLETE) — a
+    collective: every rank calls it. Done at session start so that no save pays for the spawn (3-6 s, > 10 s on a
+    loaded CPU, measured) and the writer's pid is known from the first save on. No-op when one is running."""
+    if _writer_alive():
+        return writer_pid()
+    process_executor._CHECKPOINT_PROCESS = None
+    info = process_executor._ProcessGroupInitInfo(group)
+    process_executor._CHECKPOINT_PROCESS = process_executor._AsyncCheckpointProcess(info)
+    return writer_pid()
+
+
 def _stop_writer() -> None:
-    """Stop this trainer's background writer (if any) so the next async_save spawns a fresh one."""
-    proc = getattr(process_executor, "_CHECKPOINT_PROCESS", None)
-    inner = getattr(proc, "_save_process", None)
+    """Stop this trainer's background writer (if any) so that a fresh one can be started."""
+    inner = _writer()
     if inner is not None and inner.is_alive():
         inner.terminate()
         inner.join(timeout=10)
@@ -166,16 +190,17 @@ class StorageTier:
             self.poll(block=True)
         lost = torch.tensor([1 if self.writer_lost or _writer_alive() is False else 0])
         dist.all_reduce(lost, op=dist.ReduceOp.MAX, group=self.group)
-        if int(lost.item()):
+        if int(lost.item()):  # every rank agreed: all restart their writers together (the writers' group is shared)
             _stop_writer()
             self.writer_lost = False
+            start_writer(self.group)
         directory = self.root / step_dir_name(step)
         if self.rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
         chaos.point(chaos.Phase.SAVE_START, step, self.rank)
         future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self.group,
                                 async_checkpointer_type=AsyncCheckpointerType.PROCESS)
-        chaos.point(chaos.Phase.KILL_WRITER, step, self.rank, _writer_pid())
+        chaos.point(chaos.Phase.KILL_WRITER, step, self.rank, writer_pid())
         chaos.point(chaos.Phase.SAVE_WRITING, step, self.rank)
         assert isinstance(future, Future)
         blocking = time.perf_counter() - start
@@ -203,7 +228,9 @@ class StorageTier:
             return self._fail(pending, f"save not finished after {self.save_timeout_s:g} s (writer dead or hung)")
         error = pending.future.exception()
         if error is not None:
-            self.writer_lost = self.writer_lost or _writer_alive() is False
+            # the writer may be dead though not reaped yet (a SIGKILLed child reads as alive for a moment, while the
+            # pipe already reset): after any failed save every rank starts a fresh writer before the next one
+            self.writer_lost = True
             lines = str(error).strip().splitlines()
             return self._fail(pending, f"{type(error).__name__}: {lines[-1] if lines else ''}")
         return self._commit(pending)

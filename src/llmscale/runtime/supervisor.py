@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmscale.runtime import journal as jr
+from llmscale.runtime.config import RestartConfig
 from llmscale.runtime.files import RunPaths, read_lines
 from llmscale.runtime.procs import become_subreaper, kill_descendants, oom_kills
 from llmscale.runtime.rundir import changed_message, plan_hosts, prepare_run
@@ -33,8 +34,6 @@ from llmscale.runtime.watch import HangWatch, attribute
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 8.0
-STARTUP_GRACE_S = 120.0
-"""How long an attempt may run before its first heartbeat (imports, rendezvous, restore), at least the timeout."""
 
 
 @dataclass(frozen=True)
@@ -131,14 +130,14 @@ def _set_env(req: LaunchRequest, paths: RunPaths, attempt: int) -> None:
     os.environ["LLMSCALE_CONFIG"] = str(paths.config)
 
 
-def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, timeout_s: float) -> bool:
+def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, restart: RestartConfig) -> bool:
     """Run one attempt; journal its start and, if it failed, its fault. True when it completed."""
     from llmscale.runtime.agent import run_attempt
 
     _set_env(req, paths, st.attempt)
     jr.append(paths.root, _event(st, jr.EventKind.ATTEMPT_START, message=f"{nproc} rank(s)"))
     oom_before = oom_kills()
-    watch = HangWatch(paths, nproc, st.attempt, timeout_s, max(STARTUP_GRACE_S, timeout_s))
+    watch = HangWatch(paths, nproc, st.attempt, restart.heartbeat_timeout_s, restart.phase_timeout_s)
     watch.start()
     try:
         result = run_attempt(req.script, list(req.args), nproc, st.attempt, paths.root.name or "run",
@@ -178,7 +177,7 @@ def _loop(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, say: Call
 
     restart = load_config(paths.config).restart
     while True:
-        if _one_attempt(req, paths, st, nproc, restart.heartbeat_timeout_s):
+        if _one_attempt(req, paths, st, nproc, restart):
             say(f"launch: attempt {st.attempt} completed")
             return _stop(paths, st, "completed", 0, True)
         last = jr.read(paths.root).of_kind(jr.EventKind.FAULT)[-1]

@@ -39,6 +39,14 @@ class TierState:
         self.memory_blocking_s: list[float] = []
         self.step_s: list[float] = []
 
+    def storage_due(self, step: int) -> bool:
+        """Whether `after_step(step)` will run a storage save (fixed interval, last step, or the 'auto' measuring
+        step)."""
+        if self.auto_pending:
+            return step >= self.config.checkpoint.auto_first_storage_step
+        every = self.storage_every
+        return bool(every and step % every == 0) or step == self.config.schedule.total_steps
+
     def after_step(self, step: int, payload: Callable[[], dict[str, Any]],
                    storage_state: Callable[[], dict[str, Any]]) -> Events:
         """Save what is due at the end of `step`; the events to journal."""

@@ -1,13 +1,17 @@
 """Hang detection and fault attribution for one attempt. torch-free.
 
-Hang: a monitor thread reads every rank's `heartbeat/rank{R}` (the session rewrites it at least once per step); a
-rank whose heartbeat of this attempt is older than `restart.heartbeat_timeout_s` — or that has written none
-`startup_s` after the attempt began (imports, rendezvous, restore) — is hung, and the thread SIGKILLs every worker
-of the attempt by pid (a gloo peer blocked in a collective with the hung rank would otherwise wait for its own
-timeout). This is the heartbeat scheme of NVIDIA's nvidia-resiliency-ext fault tolerance (NVIDIA/nvidia-resiliency-ext
+Hang: a monitor thread reads every rank's `heartbeat/rank{R}` (the session rewrites it at least once per step, and
+whenever it enters another phase); a rank whose heartbeat of this attempt is older than its phase's deadline is
+hung, and the thread SIGKILLs every worker of the attempt by pid (a gloo peer blocked in a collective with the hung
+rank would otherwise wait for its own timeout). Deadlines: in training (BeatPhase.TRAIN)
+`restart.heartbeat_timeout_s`; in the startup, restore and checkpoint phases (the writer process starting, a
+checkpoint loading, a storage save blocking) and before the first heartbeat (imports, rendezvous) the longer
+`restart.phase_timeout_s` — and the peers of a rank in such a phase get it too (they wait for it in a collective),
+but a stopped process (SIGSTOP) always gets the training deadline. This is the heartbeat scheme of NVIDIA's
+nvidia-resiliency-ext fault tolerance (NVIDIA/nvidia-resiliency-ext
 src/nvidia_resiliency_ext/fault_tolerance/rank_monitor_server.py: a per-rank monitor kills the rank when no
-heartbeat arrives within the timeout). A rank whose process has exited is not watched (it finished, or the agent
-reports its exit).
+heartbeat arrives within the timeout; its initial vs subsequent rank heartbeat timeouts are the model for the two
+deadlines). A rank whose process has exited is not watched (it finished, or the agent reports its exit).
 
 Attribution (one root cause per failed attempt): a hang found by the monitor; else a rank killed by a signal
 (SIGKILL with the cgroup's oom_kill count risen → oom), since its peers' exits follow from it; else a non-zero exit —
@@ -27,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from llmscale.runtime.agent import AttemptResult, RankFailure
-from llmscale.runtime.files import RunPaths, read_heartbeat
+from llmscale.runtime.files import BeatPhase, RunPaths, read_heartbeat
 from llmscale.runtime.journal import Cause
 from llmscale.runtime.procs import descendants, is_zombie, kill_pids, state_of
 
@@ -48,11 +52,11 @@ class HangFound:
 class HangWatch(threading.Thread):
     """The monitor thread of one attempt (module docstring); `found` is set when it killed the attempt."""
 
-    def __init__(self, paths: RunPaths, world: int, attempt: int, timeout_s: float, startup_s: float,
+    def __init__(self, paths: RunPaths, world: int, attempt: int, timeout_s: float, phase_timeout_s: float,
                  poll_s: float = 0.1) -> None:
         super().__init__(name=f"llmscale-hang-watch-{attempt}", daemon=True)
         self.paths, self.world, self.attempt = paths, world, attempt
-        self.timeout_s, self.startup_s, self.poll_s = timeout_s, startup_s, poll_s
+        self.timeout_s, self.phase_timeout_s, self.poll_s = timeout_s, phase_timeout_s, poll_s
         self.started_unix = time.time()
         self.found: HangFound | None = None
         self.last_beats: dict[int, tuple[float, int]] = {}
@@ -72,19 +76,29 @@ class HangWatch(threading.Thread):
                 return
 
     def _check(self, now: float) -> tuple[int, int | None, int | None, float | None] | None:
-        """The hung rank, if any: of the ranks past the timeout, a stopped process first (its peers wait for it in a
-        collective and age alike), else the oldest heartbeat."""
-        late: list[tuple[bool, float, int, int, int]] = []
+        """The hung rank, if any (module docstring). While any rank is in a slow phase within its deadline, its
+        peers wait for it in a collective with training heartbeats: they get the phase deadline too — except a
+        stopped process (SIGSTOP), which never resumes by itself. Of the ranks past their deadline, a stopped
+        process first (its peers age alike), else the oldest heartbeat."""
+        beats = {}
         for rank in range(self.world):
             beat = read_heartbeat(self.paths, rank)
             if beat is not None and beat.attempt == self.attempt:
                 self.last_beats[rank] = (beat.time_unix, beat.step)
-                if is_zombie(beat.pid):
-                    continue  # exited: the agent reports it
-                if now - beat.time_unix > self.timeout_s:
-                    late.append((state_of(beat.pid) not in ("T", "t"), beat.time_unix, rank, beat.pid, beat.step))
-            elif now - self.started_unix > self.startup_s:
+                if not is_zombie(beat.pid):  # exited: the agent reports it
+                    beats[rank] = beat
+            elif now - self.started_unix > self.phase_timeout_s:
                 return rank, None, None, None
+        slow = any(b.phase is not BeatPhase.TRAIN and now - b.time_unix <= self.phase_timeout_s
+                   for b in beats.values())
+        late: list[tuple[bool, float, int, int, int]] = []
+        for rank, beat in beats.items():
+            age = now - beat.time_unix
+            if age <= self.timeout_s:
+                continue
+            stopped = state_of(beat.pid) in ("T", "t")
+            if stopped or age > self.phase_timeout_s or (beat.phase is BeatPhase.TRAIN and not slow):
+                late.append((not stopped, beat.time_unix, rank, beat.pid, beat.step))
         if not late:
             return None
         _, when, rank, pid, step = min(late)
