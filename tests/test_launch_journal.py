@@ -90,6 +90,15 @@ def _hand_journal(run_dir: Path) -> None:
                                                              for i, s in enumerate([0.1, 0.2, 0.3])) + "\n")
 
 
+def test_a_step_re_run_after_a_resume_counts_once(tmp_path: Path) -> None:
+    # steps 1-3 in attempt 0, then 2-3 re-run in attempt 1 (resumed from step 1): the last record per step counts
+    rows = [(1, 0, 1.0), (2, 0, 9.0), (3, 0, 9.0), (2, 1, 2.0), (3, 1, 3.0)]
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "rank0.jsonl").write_text("".join(json.dumps({"step": s, "attempt": a, "step_s": t}) + "\n"
+                                                            for s, a, t in rows))
+    assert median_step_s(tmp_path) == pytest.approx(2.0)   # median of 1, 2, 3 (all five lines: 3.0)
+
+
 def test_summary_figures_worked_by_hand(tmp_path: Path) -> None:
     _hand_journal(tmp_path)
     step_s = median_step_s(tmp_path)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from llmscale.runtime.files import RunPaths, last_per_step, read_steps
+from llmscale.runtime.files import read_lines
 from llmscale.runtime.journal import Event, EventKind, JournalRead
 
 REPEAT_THRESHOLD = 2
@@ -76,12 +76,16 @@ class JournalSummary:
 
 
 def median_step_s(run_dir: Path) -> float | None:
-    """Median `step_s` over every rank's step log, the last record per step (files.last_per_step: a re-run step
-    counts once), unparseable lines skipped; None without one."""
-    paths = RunPaths(Path(run_dir))
-    values = [rec.step_s for path in sorted(paths.steps_dir.glob("rank*.jsonl")) if path.stem[4:].isdigit()
-              for rec in last_per_step(read_steps(paths, int(path.stem[4:]))[0]).values()
-              if isinstance(rec.step_s, int | float) and not isinstance(rec.step_s, bool)]
+    """Median `step_s` over every rank's step log, the last record per step (a step re-run after a resume counts
+    once, as files.last_per_step), lines that do not parse or lack the keys skipped; None without one."""
+    values: list[float] = []
+    for path in sorted((Path(run_dir) / "steps").glob("rank*.jsonl")):
+        last: dict[int, float] = {}
+        for row in read_lines(path).rows:
+            step, value = row.get("step"), row.get("step_s")
+            if isinstance(step, int) and isinstance(value, int | float) and not isinstance(value, bool):
+                last[step] = float(value)
+        values += last.values()
     return statistics.median(values) if values else None
 
 

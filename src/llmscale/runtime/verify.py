@@ -28,10 +28,24 @@ Losses = dict[tuple[int, int], float]
 
 
 def losses(run_dir: Path, world: int) -> Losses:
+    """The loss curve: per rank and step the LAST record (files.last_per_step: a resumed attempt re-runs steps)."""
     out: Losses = {}
     for rank in range(world):
         for row in read_lines(RunPaths(run_dir).steps(rank)).rows:
             out[(rank, int(row["step"]))] = float(row["loss"])
+    return out
+
+
+def replayed_losses(run_dir: Path, world: int) -> list[tuple[int, int, int, float]]:
+    """(rank, step, attempt, loss) of every record that a later one of the same step superseded."""
+    out = []
+    for rank in range(world):
+        seen: dict[int, tuple[int, float]] = {}
+        for row in read_lines(RunPaths(run_dir).steps(rank)).rows:
+            step = int(row["step"])
+            if step in seen:
+                out.append((rank, step, *seen[step]))
+            seen[step] = (int(row.get("attempt", -1)), float(row["loss"]))
     return out
 
 
@@ -107,6 +121,10 @@ def verify_run(run_dir: Path, reference: Losses, world: int, total_steps: int, k
         want = reference.get(key)
         if want is None or loss != want:
             v.curve_mismatches.append(f"rank {key[0]} step {key[1]}: {loss!r} vs reference {want!r}")
+    for rank, step, attempt, loss in replayed_losses(run_dir, world):  # the superseded runs of a step must agree too
+        if loss != reference.get((rank, step)):
+            v.curve_mismatches.append(f"rank {rank} step {step} (attempt {attempt}, re-run later): {loss!r} vs "
+                                      f"reference {reference.get((rank, step))!r}")
     for rank in range(world):
         if (rank, total_steps) not in got:
             v.curve_mismatches.append(f"rank {rank}: never reached step {total_steps}")
