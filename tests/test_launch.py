@@ -183,3 +183,20 @@ def test_a_stopped_rank_in_a_save_is_still_a_hang(tmp_path: Path, procs: list[su
     (fault,) = events(tmp_path, jr.EventKind.FAULT)
     assert fault.cause is jr.Cause.HANG and fault.rank == 1
     assert fault.detect_s is not None and 3.0 <= fault.detect_s < 20.0   # the training deadline, not 60 s
+
+
+def test_launch_example_runs_the_packaged_example_from_any_directory(tmp_path: Path,
+                                                                     procs: list[subprocess.Popen[str]]) -> None:
+    from tests.launch_helpers import wait_beat
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    bad = subprocess.run([sys.executable, "-m", "llmscale.cli.main", "launch", "--example", "x.yaml"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "error: --example runs the packaged example" in bad.stderr, bad.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "llmscale.cli.main", "launch", "--example", "--run-dir", "ex"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    procs.append(proc)
+    beat = wait_beat(tmp_path / "ex", 0, 0, 1, proc)        # the example trains: rank 0 finished step 1
+    assert beat.step >= 1
+    config = (tmp_path / "ex" / "config.yaml").read_text()
+    assert config == (ROOT / "src" / "llmscale" / "runtime" / "example" / "run.yaml").read_text()

@@ -1,7 +1,8 @@
 """`llmscale launch RUN.yaml [--run-dir DIR] [--allow-config-change] [--exclude-from FILE] [--metrics-port P] --
 TRAIN.py [args...]`: run a training script under the supervisor (runtime/supervisor.py) — torch's elastic agent, a
-fresh rendezvous per attempt, restarts on exits and hangs, the fault journal. torch is imported after
-`require_torch()`."""
+fresh rendezvous per attempt, restarts on exits and hangs, the fault journal. `llmscale launch --example [--run-dir
+DIR]` runs the packaged example (llmscale/runtime/example/run.yaml and train.py of the installed package, so it works
+from any directory). torch is imported after `require_torch()`."""
 
 from __future__ import annotations
 
@@ -14,10 +15,30 @@ import typer
 from llmscale.errors import LlmscaleError
 
 
+def _example() -> tuple[Path, list[str]]:
+    """The packaged example's run.yaml and train.py (importlib.resources: the installed package's files)."""
+    from importlib import resources
+
+    root = Path(str(resources.files("llmscale.runtime.example")))
+    return root / "run.yaml", [str(root / "train.py")]
+
+
+def _resolve(config: Path | None, train: list[str] | None, example: bool) -> tuple[Path, list[str]]:
+    if example:
+        if config is not None or train:
+            raise LlmscaleError("--example runs the packaged example: give no RUN.yaml or TRAIN.py with it")
+        return _example()
+    if config is None or not train:
+        raise LlmscaleError("usage: llmscale launch RUN.yaml -- TRAIN.py [args...]  (or: llmscale launch --example)")
+    return config, train
+
+
 def launch(
-    config: Annotated[Path, typer.Argument(help="the run YAML", show_default=False)],
-    train: Annotated[list[str], typer.Argument(help="-- TRAIN.py [args...]: the training script and its arguments",
-                                               show_default=False)],
+    config: Annotated[Path | None, typer.Argument(help="the run YAML", show_default=False)] = None,
+    train: Annotated[list[str] | None, typer.Argument(help="-- TRAIN.py [args...]: the training script and its "
+                                                      "arguments", show_default=False)] = None,
+    example: Annotated[bool, typer.Option("--example", metavar="",
+                                          help="run the packaged example GPT (its run.yaml and train.py)")] = False,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR",
                                                  help="run directory (default: runs/<config name>)")] = None,
     allow_config_change: Annotated[bool, typer.Option("--allow-config-change", metavar="",
@@ -34,6 +55,7 @@ def launch(
     journals every fault (llmscale journal RUN_DIR)."""
     from llmscale.measure import require_torch
 
+    config, train = _resolve(config, train, example)
     require_torch()
     from llmscale.runtime.config import load_config
     from llmscale.runtime.supervisor import LaunchRequest
