@@ -4,8 +4,10 @@
 
 Each run gets `--kills` faults, one per attempt at a random rank: SIGKILL inside a storage save (save_start,
 save_writing, after_files, after_manifest: runtime/chaos.py's hook points), SIGKILL from outside at a random
-moment of a step (compute), or the checkpoint writer killed (kill_writer: training goes on, the next save starts a
-fresh writer). Odd runs use the memory tier every 2 steps, even runs storage only. Every run is checked against one
+moment of a step (compute), SIGSTOP from outside (hang: the heartbeat watch must kill the attempt), or the
+checkpoint writer killed (kill_writer: the save in flight fails, training goes on, the next save starts fresh
+writers). Then a corrupt shard and a full disk (a 1600 KiB tmpfs) under `launch`. Odd runs use the memory tier
+every 2 steps, even runs storage only. Every run is checked against one
 uninterrupted run with the same seed (runtime/verify.py): no committed checkpoint lost, no resume from a partial
 one, every step's loss bitwise equal. Prints the table, the blocking time per save (storage, memory), the restore
 time per tier, and the time from kill to training again (detect + restart + load + first step), from the journal,
@@ -15,11 +17,13 @@ the step logs and the kill times the hooks record (chaos_kills.jsonl; the driver
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -34,7 +38,9 @@ from llmscale.runtime.verify import losses, verify_run  # noqa: E402
 from tests.launch_helpers import EXAMPLE, reap_all, start_launch, wait_beat  # noqa: E402
 
 SAVE_PHASES = ("save_start", "save_writing", "after_files", "after_manifest")
-PHASES = (*SAVE_PHASES, "compute", "kill_writer")
+PHASES = (*SAVE_PHASES, "compute", "kill_writer", "hang")
+EXTERNAL = ("compute", "hang")
+"""Delivered by this driver from outside: SIGKILL of the rank's pid, or SIGSTOP (a hang the heartbeat must catch)."""
 EVERY = 5
 CONFIG = """name: chaos-bench
 model: {{n_layer: 2, n_head: 2, d_model: 32, seq_len: 32}}
@@ -43,8 +49,8 @@ nproc_per_node: 2
 schedule: {{warmup_steps: 5, total_steps: {total}}}
 batch: {{micro_batch_size: 4, global_batch_size: 8}}
 seed: 7
-checkpoint: {{memory_every_steps: {memory}, storage_every_steps: {every}, keep: 2, save_timeout_s: 30}}
-restart: {{max_attempts: {attempts}, max_attempts_without_progress: 3, heartbeat_timeout_s: 10}}
+checkpoint: {{memory_every_steps: {memory}, storage_every_steps: {every}, keep: 2, save_timeout_s: 30{ckdir}}}
+restart: {{max_attempts: {attempts}, max_attempts_without_progress: 3, heartbeat_timeout_s: 5, phase_timeout_s: 60}}
 """
 
 
@@ -59,33 +65,44 @@ def plan(rng: random.Random, kills: int) -> list[tuple[str, int, int]]:
     return out
 
 
+def write_config(path: Path, total: int, memory: int, attempts: int, ckdir: str = "") -> Path:
+    path.write_text(CONFIG.format(total=total, memory=memory, every=EVERY, attempts=attempts,
+                                  ckdir=f", dir: {ckdir}" if ckdir else ""))
+    return path
+
+
 def run_one(out: Path, index: int, faults: list[tuple[str, int, int]], total: int, memory: int) -> Path:
     run_dir = out / f"run{index:03d}"
-    cfg = out / f"run{index:03d}.yaml"
-    cfg.write_text(CONFIG.format(total=total, memory=memory, every=EVERY, attempts=len(faults) + 5))
+    cfg = write_config(out / f"run{index:03d}.yaml", total, memory, len(faults) + 5)
     attempt, hooks, external = 0, [], []
     for phase, step, rank in faults:
-        if phase == "compute":
-            external.append((attempt, step - 2, rank))
+        if phase in EXTERNAL:
+            external.append((attempt, step - 2, rank, phase))
         else:
             hooks.append(f"{phase}:{step}:{rank}:{attempt}")
         if phase != "kill_writer":
             attempt += 1
     proc = start_launch(cfg, run_dir, EXAMPLE, env={"LLMSCALE_CHAOS": ",".join(hooks)},
                         log=out / f"run{index:03d}.log")
+    stopped: list[int] = []
     try:
-        for a, step, rank in external:
+        for a, step, rank, phase in external:
             try:
                 beat = wait_beat(run_dir, rank, a, step + random.Random(step).random() * 1.5, proc)
             except AssertionError as exc:
-                print(f"# run {index}: compute kill not delivered: {exc}", flush=True)
+                print(f"# run {index}: {phase} not delivered: {exc}", flush=True)
                 break
-            os.kill(beat.pid, signal.SIGKILL)
+            os.kill(beat.pid, signal.SIGKILL if phase == "compute" else signal.SIGSTOP)
+            stopped += [beat.pid] if phase == "hang" else []
             with open(run_dir / "chaos_kills.jsonl", "a") as f:
-                f.write(json.dumps({"phase": "compute", "step": beat.step, "rank": rank, "attempt": a,
+                f.write(json.dumps({"phase": phase, "step": beat.step, "rank": rank, "attempt": a,
                                     "time_unix": time.time()}) + "\n")
         proc.wait(timeout=900)
     finally:
+        for pid in stopped:  # a stopped rank the supervisor did not kill: continue it, then kill it (by pid)
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
         reap_all(proc)
     if proc.returncode != 0:
         print(f"# run {index}: launch exited {proc.returncode}; see {out}/run{index:03d}.log", flush=True)
@@ -122,8 +139,61 @@ def recovery(run_dir: Path) -> list[dict[str, float]]:
 def _stats(values: list[float]) -> str:
     if not values:
         return "n/a"
-    q = statistics.quantiles(values, n=20) if len(values) >= 2 else [values[0]] * 19
-    return f"median {statistics.median(values):.3f} s  p95 {q[18]:.3f} s  max {max(values):.3f} s  (n={len(values)})"
+    q = statistics.quantiles(values, n=10) if len(values) >= 2 else [values[0]] * 9
+    return f"median {statistics.median(values):.3f} s  p90 {q[8]:.3f} s  max {max(values):.3f} s  (n={len(values)})"
+
+
+def _launch(cfg: Path, run_dir: Path, log: Path, chaos: str = "") -> int:
+    proc = start_launch(cfg, run_dir, EXAMPLE, env={"LLMSCALE_CHAOS": chaos}, log=log)
+    try:
+        proc.wait(timeout=900)
+    finally:
+        reap_all(proc)
+    return proc.returncode
+
+
+def corrupt_shard(out: Path, reference: dict[tuple[int, int], float], total: int) -> str:
+    """Killed at step 20's save with max_attempts 1 (the job stops: steps 10 and 15 committed), one byte of step
+    15's rank-0 shard flipped, relaunched: the resume must skip step 15 (SHA256 differs), load step 10, finish with
+    the reference curve."""
+    run_dir, cfg = out / "corrupt", write_config(out / "corrupt.yaml", total, 1000, 1)
+    first = _launch(cfg, run_dir, out / "corrupt.log", "save_start:20:0:0")
+    shard = run_dir / "checkpoints" / "step_00000015" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    second = _launch(cfg, run_dir, out / "corrupt2.log")
+    v = verify_run(run_dir, reference, 2, total, spared={15})
+    failed = [e for e in jr.read(run_dir).of_kind(jr.EventKind.CHECKPOINT_FAILED) if e.attempt == 1]
+    ok = first == 1 and second == 0 and v.ok and v.restores[-1][2] == 10 and any(
+        e.cause is jr.Cause.CHECKPOINT_IO and "SHA256" in (e.reason or "") for e in failed)
+    return (f"corrupt shard under launch: exits {first} then {second}, restores {v.restores}, journaled "
+            f"{[(e.cause.value if e.cause else None, (e.reason or '')[:60]) for e in failed[:1]]}, lost {v.lost}, "
+            f"curve mismatches {len(v.curve_mismatches)}: {'OK' if ok else 'FAILED'}")
+
+
+def full_disk(out: Path, reference: dict[tuple[int, int], float], total: int) -> str:
+    """The storage tier on a 1600 KiB tmpfs (two checkpoints of this model fit, ~630 KB each): later saves fail with
+    ENOSPC (checkpoint_failed), training goes on, the committed checkpoints stay intact, the curve is the
+    reference's."""
+    mount = out / "small"
+    mount.mkdir(exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1600k", "tmpfs", str(mount)], capture_output=True)
+    if mounted.returncode:
+        return "full disk under launch: not run (mounting a tmpfs is not permitted here)"
+    try:
+        run_dir, cfg = out / "fulldisk", write_config(out / "fulldisk.yaml", total, 1000, 3, str(mount))
+        code = _launch(cfg, run_dir, out / "fulldisk.log")
+        failed = jr.read(run_dir).of_kind(jr.EventKind.CHECKPOINT_FAILED)
+        v = verify_run(run_dir, reference, 2, total, keep=2)
+        kept = sorted(int(p.name[5:]) for p in mount.glob("step_*") if (p / "manifest.json").is_file())
+        enospc = sum("space" in (e.reason or "").lower() for e in failed)
+        ok = code == 0 and enospc > 0 and v.ok and len(kept) >= 1
+        return (f"full disk under launch: exit {code}, {len(failed)} checkpoint_failed ({enospc} no space), "
+                f"committed kept {kept}, lost {v.lost}, curve mismatches {len(v.curve_mismatches)}: "
+                f"{'OK' if ok else 'FAILED'}")
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
 
 
 def main() -> None:
@@ -171,8 +241,10 @@ def main() -> None:
         rows = [r for r in recov if r["tier"] == flag]
         print(f"restore ({tier} tier) load: {_stats([r['load_s'] for r in rows])}")
         print(f"kill -> training again ({tier}): {_stats([r['total_s'] for r in rows])}")
-    for part in ("detect_s", "restart_s"):
+    for part in ("detect_s", "restart_s", "load_s"):
         print(f"  {part[:-2]}: {_stats([r[part] for r in recov])}")
+    print(corrupt_shard(args.out, reference, total), flush=True)
+    print(full_disk(args.out, reference, total), flush=True)
 
 
 if __name__ == "__main__":

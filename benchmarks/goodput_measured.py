@@ -24,6 +24,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,8 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from llmscale.reliability.intervals import segment_efficiency  # noqa: E402
+from llmscale.reliability.montecarlo import SimulationInputs, simulate  # noqa: E402
 from llmscale.runtime import journal as jr  # noqa: E402
 from llmscale.runtime.files import RunPaths, read_heartbeat, read_lines  # noqa: E402
+from llmscale.runtime.procs import descendants  # noqa: E402
 from tests.launch_helpers import EXAMPLE, reap_all, start_launch  # noqa: E402
 
 MEMORY_EVERY, STORAGE_EVERY = 10, 50
@@ -45,30 +48,43 @@ schedule: {{warmup_steps: 10, total_steps: {total}}}
 batch: {{micro_batch_size: 8, global_batch_size: 16}}
 seed: 11
 checkpoint: {{memory_every_steps: {mem}, storage_every_steps: {sto}, keep: 2, save_timeout_s: 60}}
-restart: {{max_attempts: 1000, max_attempts_without_progress: 5, heartbeat_timeout_s: 30}}
+restart: {{max_attempts: 1000, max_attempts_without_progress: 5, heartbeat_timeout_s: 10, phase_timeout_s: 60}}
 """
 
 
-def inject(run_dir: Path, proc: object, mtbf_s: float, rng: random.Random) -> list[tuple[float, int]]:
-    """Poisson kills until the job ends: (time, attempt) of each delivered kill; events while no worker of the
-    newest attempt is alive (a restart in progress) are skipped and counted by the caller as not delivered."""
+def _workers(supervisor_pid: int, script: str) -> list[int]:
+    """The trainer processes below the supervisor (their command line names the script; not the writers)."""
+    out = []
+    for pid in descendants(supervisor_pid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if script in cmd and "multiprocessing" not in cmd:
+            out.append(pid)
+    return out
+
+
+def inject(run_dir: Path, proc: subprocess.Popen[str], mtbf_s: float, rng: random.Random) -> list[tuple[float, int]]:
+    """Poisson kills (SIGKILL of a random trainer process) until the job ends: (time, attempt) of each. A kill that
+    falls in a restart hits a starting trainer of the new attempt (the model's restarts can fail too); one that
+    finds no trainer process at all (the agent between attempts) is skipped and counted."""
     paths, kills, skipped = RunPaths(run_dir), [], 0
     next_at = time.time() + rng.expovariate(1.0 / mtbf_s)
-    while proc.poll() is None:  # type: ignore[attr-defined]
+    while proc.poll() is None:
         time.sleep(0.01)
         if time.time() < next_at:
             continue
         next_at = time.time() + rng.expovariate(1.0 / mtbf_s)
-        beats = [b for b in (read_heartbeat(paths, r) for r in (0, 1)) if b is not None]
-        newest = max((b.attempt for b in beats), default=-1)
-        live = [b for b in beats if b.attempt == newest and Path(f"/proc/{b.pid}").exists()]
+        attempt = max((e.attempt for e in jr.read(run_dir).of_kind(jr.EventKind.ATTEMPT_START)), default=0)
+        beats = [b for b in (read_heartbeat(paths, r) for r in (0, 1)) if b is not None and b.attempt == attempt]
+        live = [b.pid for b in beats if Path(f"/proc/{b.pid}").exists()] or _workers(proc.pid, EXAMPLE.name)
         if not live:
             skipped += 1
             continue
-        victim = rng.choice(live)
-        os.kill(victim.pid, signal.SIGKILL)
-        kills.append((time.time(), victim.attempt))
-    print(f"#   kills delivered {len(kills)}, skipped during restarts {skipped}", flush=True)
+        os.kill(rng.choice(live), signal.SIGKILL)
+        kills.append((time.time(), attempt))
+    print(f"#   kills delivered {len(kills)}, skipped (no trainer process) {skipped}", flush=True)
     return kills
 
 
@@ -122,16 +138,22 @@ def main() -> None:
         m = measure(run_dir, kills)
         k = STORAGE_EVERY / MEMORY_EVERY
         blocking_s = m["stall_m_s"] + m["stall_s_s"] / k
-        pred = float(segment_efficiency(1.0 / mtbf, 0.0, MEMORY_EVERY * m["step_s"], blocking_s, k, m["r_m_s"],
-                                        m["r_s_s"]))
-        rows.append((mtbf, m, m["productive_s"] / m["wall_s"], pred))
-    print("# goodput = productive step time / wall time; predicted = reliability.intervals.segment_efficiency")
+        tau_s = MEMORY_EVERY * m["step_s"]
+        pred = float(segment_efficiency(1.0 / mtbf, 0.0, tau_s, blocking_s, k, m["r_m_s"], m["r_s_s"]))
+        mc = simulate(SimulationInputs(1.0 / mtbf, 0.0, tau_s, blocking_s, int(k), m["r_m_s"], m["r_s_s"],
+                                       m["wall_s"]), trials=4000, seed=args.seed)
+        band = mc.percentiles(mc.goodput)
+        rows.append((mtbf, m, m["productive_s"] / m["wall_s"], pred, band))
+    print("# goodput = productive step time / wall time; predicted = reliability.intervals.segment_efficiency "
+          "(analytic) and reliability.montecarlo.simulate over the same wall time (mean, p5-p95 of 4000 trials)")
     print(f"{'mtbf_s':>7} {'kills':>5} {'wall_s':>7} {'prod_s':>7} {'step_s':>7} {'C_mem_s':>8} {'C_sto_s':>8} "
-          f"{'R_m_s':>6} {'R_s_s':>6} {'n_m/n_s':>7} {'measured':>8} {'predicted':>9} {'diff_%':>7}")
-    for mtbf, m, got, pred in rows:
+          f"{'R_m_s':>6} {'R_s_s':>6} {'n_m/n_s':>7} {'measured':>8} {'analytic':>8} {'diff_%':>7} {'MC mean':>7} "
+          f"{'MC p5-p95':>11}")
+    for mtbf, m, got, pred, band in rows:
         print(f"{mtbf:>7g} {m['kills']:>5} {m['wall_s']:>7.1f} {m['productive_s']:>7.1f} {m['step_s']:>7.4f} "
               f"{m['stall_m_s']:>8.4f} {m['stall_s_s']:>8.4f} {m['r_m_s']:>6.2f} {m['r_s_s']:>6.2f} "
-              f"{m['restores_m']:>3}/{m['restores_s']:<3} {got:>8.3f} {pred:>9.3f} {100 * (pred - got) / got:>7.1f}")
+              f"{m['restores_m']:>3}/{m['restores_s']:<3} {got:>8.3f} {pred:>8.3f} {100 * (pred - got) / got:>7.1f} "
+              f"{band['mean']:>7.3f} {band['p5']:>5.3f}-{band['p95']:<5.3f}")
 
 
 if __name__ == "__main__":
