@@ -11,7 +11,9 @@ per attempt (watch.py), a journal line for everything it does (journal.py), and 
 
 Workers get LLMSCALE_RUN_DIR, LLMSCALE_ATTEMPT and LLMSCALE_CONFIG (the run dir's copy of the config) besides the
 agent's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...). At the end the supervisor kills and reaps any process
-left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>).
+left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>). After a failed attempt
+(and before the first of a resumed launch) it journals the commits a killed trainer did not (reconcile.py); a fresh
+run directory starts without a leftover memory tier.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from llmscale.runtime import journal as jr
 from llmscale.runtime.config import RestartConfig
 from llmscale.runtime.files import RunPaths, read_lines
 from llmscale.runtime.procs import become_subreaper, kill_descendants, oom_kills
+from llmscale.runtime.reconcile import fresh_memory_tier, reconcile
 from llmscale.runtime.rundir import changed_message, plan_hosts, prepare_run
 from llmscale.runtime.watch import HangWatch, attribute
 
@@ -66,6 +69,8 @@ class _State:
     frontier: int = -1
     """The highest step any attempt completed (-1: none)."""
     notes: list[str] = field(default_factory=list)
+    checkpoints: Path = field(default_factory=Path)
+    """The storage tier's directory (checkpoint.dir, else RUN_DIR/checkpoints)."""
 
 
 def _event(st: _State, kind: jr.EventKind, **kw: object) -> jr.Event:
@@ -146,6 +151,8 @@ def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, re
         watch.stop()
         kill_descendants()  # what the workers left behind (a checkpoint writer), by pid
     st.attempts_run += 1
+    if not result.ok or watch.found is not None:  # commits a killed trainer did not journal (reconcile.py)
+        reconcile(paths, st.checkpoints, nproc, st.cfg_sha, st.attempt)
     reached = steps_by_attempt(paths, nproc).get(st.attempt)
     if result.ok and watch.found is None:
         st.frontier = max(st.frontier, reached if reached is not None else -1)
@@ -200,6 +207,12 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
     nodes = plan_hosts(prepared.cfg, req.exclude_from)
     paths = RunPaths(run_dir)
     st = _State(prepared.sha256, _first_attempt(run_dir))
+    ck_dir = prepared.cfg.checkpoint.dir
+    st.checkpoints = Path(ck_dir) if ck_dir else paths.checkpoints
+    if prepared.resumed:
+        reconcile(paths, st.checkpoints, nodes.nproc, st.cfg_sha, st.attempt)
+    elif fresh_memory_tier(paths):
+        say(f"launch: removed a leftover memory tier of an earlier job at {paths.memory_tier()}")
     before = steps_by_attempt(paths, nodes.nproc)
     st.frontier = max(before.values(), default=-1)
     if prepared.changed:
