@@ -1,7 +1,8 @@
-"""`llmscale launch RUN.yaml [--run-dir DIR] [--allow-config-change] [--exclude-from FILE] [--metrics-port P] --
-TRAIN.py [args...]`: run a training script under the supervisor (runtime/supervisor.py) — torch's elastic agent, a
-fresh rendezvous per attempt, restarts on exits and hangs, the fault journal. `llmscale launch --example [--run-dir
-DIR]` runs the packaged example (llmscale/runtime/example/run.yaml and train.py of the installed package, so it works
+"""`llmscale launch RUN.yaml [--run-dir DIR] [--allow-config-change] [--exclude-from FILE] [--metrics-port P]
+[--hostfile FILE] [--node-exec TEMPLATE] -- TRAIN.py [args...]`: run a training script under the supervisor
+(runtime/supervisor.py) — torch's elastic agent (one torchrun per node across hosts, runtime/multinode.py), a fresh
+rendezvous per attempt, restarts on exits and hangs, the fault journal. `llmscale launch --example [--run-dir DIR]`
+runs the packaged example (llmscale/runtime/example/run.yaml and train.py of the installed package, so it works
 from any directory). torch is imported after `require_torch()`."""
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def launch(
     metrics_port: Annotated[int | None, typer.Option("--metrics-port", metavar="P", min=0, max=65535,
                                                      help="serve Prometheus metrics of the run on this port")]
     = None,
+    hostfile: Annotated[Path | None, typer.Option("--hostfile", metavar="FILE",
+                                                  help="hosts of the job (NAME [slots=N] [addr=A] lines); the "
+                                                       "config's hosts: must then name the same")] = None,
+    node_exec: Annotated[str, typer.Option("--node-exec", metavar="TEMPLATE",
+                                           help="how a node's torchrun starts on its host: local, 'ssh {host}', "
+                                                "'ip netns exec {host}', 'srun -w {host} -N1 -n1'")] = "local",
 ) -> None:
     """Launch a training run from one hashed config: restarts on exit or hang, resumes from the newest checkpoint,
     journals every fault (llmscale journal RUN_DIR)."""
@@ -66,6 +73,8 @@ def launch(
         raise LlmscaleError(f"TRAIN.py = {train[0]!r}: not a file (usage: llmscale launch RUN.yaml -- TRAIN.py ...)")
     if exclude_from is not None and not exclude_from.is_file():
         raise LlmscaleError(f"--exclude-from = {str(exclude_from)!r}: not a file")
+    if hostfile is not None and not hostfile.is_file():
+        raise LlmscaleError(f"--hostfile = {str(hostfile)!r}: not a file")
     if run_dir is None:
         run_dir = Path("runs") / load_config(config).name
     server: Callable[[Path, int], object] | None = None
@@ -77,7 +86,8 @@ def launch(
         except ImportError as exc:
             typer.echo(f"metrics: not served, llmscale.monitor is unavailable ({exc})", err=True)
     outcome = run_launch(LaunchRequest(config, run_dir, script, tuple(train[1:]), allow_config_change, exclude_from,
-                                       metrics_port, server), say=typer.echo)
+                                       metrics_port, server, hostfile, node_exec),
+                         say=typer.echo)
     if not outcome.completed:
         typer.echo(f"error: stopped after {outcome.attempts} attempt(s): {outcome.reason}", err=True)
     raise typer.Exit(outcome.exit_code)

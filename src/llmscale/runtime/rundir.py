@@ -6,10 +6,11 @@ is refused unless `--allow-config-change`, and then the supervisor journals `con
 differ (dotted paths of the canonical resolved configs, old → new). The new config's exact bytes replace
 `config.yaml` only after that check.
 
-Hosts: the config's hostfile (`hosts:`), or this machine alone. The launcher runs one node: a hostfile whose kept
-hosts are all this machine (localhost, a loopback address, its host name) is one node running the world size's
-ranks; a kept host elsewhere is refused (start `llmscale launch` on each node — not built here). Fewer kept hosts than
-the layout needs (dp / nproc_per_node) is refused.
+Hosts: the config's hostfile (`hosts:`) or `--hostfile` (both naming different hostfiles is refused), or this machine
+alone. Node exec `local` with one node is the in-process path (agent.py: its kept hosts must be this machine —
+localhost, a loopback address, its host name); any other template, or more than one node (dp / nproc_per_node), is
+the multi-node path (multinode.py: one torchrun per kept node through the template). Fewer kept hosts than the layout
+needs is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscale.errors import LlmscaleError
+from llmscale.runtime import nodes as nodes_mod
 from llmscale.runtime.config import RunConfig, config_sha256, load_config, parse_config
 from llmscale.runtime.files import RunPaths, write_atomic
 from llmscale.runtime.hosts import Host, HostSelection, read_exclusions, read_hostfile, select_hosts
@@ -105,22 +107,31 @@ def is_local(name: str) -> bool:
 class NodePlan:
     selection: HostSelection
     nproc: int
-    """Ranks this (single) node runs: the layout's world size."""
+    """Ranks of the job: the layout's world size."""
+    nodes: nodes_mod.NodePlan | None = None
+    """The node plan across hosts (runtime/multinode.py); None: one node, in-process (agent.py)."""
 
 
-def plan_hosts(cfg: RunConfig, exclude_from: Path | None) -> NodePlan:
-    """The hosts kept after the exclusion list and the ranks to start here (module docstring)."""
-    hosts = read_hostfile(Path(cfg.hosts)) if cfg.hosts else [Host(socket.gethostname())]
+def plan_hosts(cfg: RunConfig, exclude_from: Path | None, hostfile: Path | None = None,
+               node_exec: str = "local") -> NodePlan:
+    """The hosts kept after the exclusion list and how the ranks start (module docstring)."""
+    from llmscale.runtime.multinode import hostfile_of, plan_multinode
+
+    path = hostfile_of(cfg.hosts, hostfile)
+    hosts = read_hostfile(path) if path else [Host(socket.gethostname())]
     exclusions = read_exclusions(exclude_from) if exclude_from is not None else []
     selection = select_hosts(hosts, exclusions)
     world = cfg.layout.dp
-    needed = max(1, math.ceil(world / cfg.nproc_per_node)) if cfg.hosts else 1
+    needed = max(1, math.ceil(world / cfg.nproc_per_node)) if path else 1
     if len(selection.kept) < needed:
         raise LlmscaleError(f"exclude_from = {str(exclude_from)!r}: leaves {len(selection.kept)} host(s) "
                             f"({', '.join(selection.kept_names) or 'none'}) but layout.dp = {world} with "
                             f"nproc_per_node = {cfg.nproc_per_node} needs {needed}")
+    plan = plan_multinode(hosts, exclusions, needed, world, cfg.nproc_per_node, node_exec, is_local)
+    if plan is not None:
+        return NodePlan(selection, world, plan)
     remote = [h.name for h in selection.kept if not is_local(h.name)]
     if remote:
-        raise LlmscaleError(f"hosts = {cfg.hosts!r}: {', '.join(remote[:4])} not this machine; llmscale launch runs "
-                            "one node (start it on each node; multi-node rendezvous is not built)")
+        raise LlmscaleError(f"hosts = {str(path)!r}: {', '.join(remote[:4])} not this machine; node exec 'local' "
+                            "runs here: pass --node-exec 'ssh {host}' (or netns, srun) to start the ranks there")
     return NodePlan(selection, world)

@@ -79,7 +79,8 @@ def init_distributed(backend: str | None = None) -> Context:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    return Context(dist.get_rank(), dist.get_world_size(), local_rank, device, socket.gethostname())
+    host = env.get("LLMSCALE_HOST") or socket.gethostname()  # the launcher's name for this node (multinode.py)
+    return Context(dist.get_rank(), dist.get_world_size(), local_rank, device, host)
 
 
 class Session:

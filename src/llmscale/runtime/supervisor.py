@@ -30,6 +30,8 @@ from pathlib import Path
 from llmscale.runtime import journal as jr
 from llmscale.runtime.config import RestartConfig
 from llmscale.runtime.files import RunPaths, read_lines
+from llmscale.runtime.multinode import NodesResult, describe, fresh_port, host_of, plan_extra, run_attempt_nodes
+from llmscale.runtime.nodes import NodePlan
 from llmscale.runtime.procs import become_subreaper, kill_descendants, oom_kills
 from llmscale.runtime.reconcile import fresh_memory_tier, reconcile
 from llmscale.runtime.rundir import changed_message, plan_hosts, prepare_run
@@ -50,6 +52,9 @@ class LaunchRequest:
     metrics_port: int | None = None
     metrics_server: Callable[[Path, int], object] | None = None
     """Starts the Prometheus endpoint: (run_dir, port) → an object with .close()."""
+    hostfile: Path | None = None
+    node_exec: str = "local"
+    """How a node's torchrun reaches its host (runtime/nodes.py); with one local node the in-process agent runs."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class _State:
     frontier: int = -1
     """The highest step any attempt completed (-1: none)."""
     notes: list[str] = field(default_factory=list)
+    nodes: NodePlan | None = None
+    """Across hosts (runtime/multinode.py); None: one node, in-process."""
     checkpoints: Path = field(default_factory=Path)
     """The storage tier's directory (checkpoint.dir, else RUN_DIR/checkpoints)."""
 
@@ -140,13 +147,22 @@ def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, re
     from llmscale.runtime.agent import run_attempt
 
     _set_env(req, paths, st.attempt)
-    jr.append(paths.root, _event(st, jr.EventKind.ATTEMPT_START, message=f"{nproc} rank(s)"))
+    port = fresh_port() if st.nodes else None
+    on = f" on {', '.join(st.nodes.hosts)}" if st.nodes else ""
+    jr.append(paths.root, _event(st, jr.EventKind.ATTEMPT_START, message=f"{nproc} rank(s){on}",
+                                 extra=plan_extra(st.nodes, port) if st.nodes else {}))
     oom_before = oom_kills()
     watch = HangWatch(paths, nproc, st.attempt, restart.heartbeat_timeout_s, restart.phase_timeout_s)
     watch.start()
+    across: NodesResult | None = None
     try:
-        result = run_attempt(req.script, list(req.args), nproc, st.attempt, paths.root.name or "run",
-                             paths.root / "logs" / f"attempt_{st.attempt}")
+        log_dir = paths.root / "logs" / f"attempt_{st.attempt}"
+        if st.nodes is None:
+            result = run_attempt(req.script, list(req.args), nproc, st.attempt, paths.root.name or "run", log_dir)
+        else:
+            across = run_attempt_nodes(st.nodes, port or 0, req.script, req.args, st.attempt,
+                                       paths.root.name or "run", log_dir, lambda: watch.found is not None)
+            result = across.result
     finally:
         watch.stop()
         kill_descendants()  # what the workers left behind (a checkpoint writer), by pid
@@ -164,9 +180,11 @@ def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, re
     beat = watch.last_beats.get(why.rank) if why.rank is not None else None
     now = time.time()
     detect_s = (watch.found.detected_unix if watch.found else now) - beat[0] if beat else None
+    host = socket.gethostname() if across is None else host_of(across, paths.steps(why.rank or 0), st.attempt,
+                                                                why.rank)
     jr.append(paths.root, _event(
         st, jr.EventKind.FAULT, time_unix=now, step=step, steps_lost=0 if step is None else None, rank=why.rank,
-        host=socket.gethostname(), pid=why.pid, exit_code=why.exit_code, signal=why.signal, cause=why.cause,
+        host=host, pid=why.pid, exit_code=why.exit_code, signal=why.signal, cause=why.cause,
         detect_s=detect_s, message=why.message))
     progressed = reached is not None and reached > st.frontier
     st.frontier = max(st.frontier, reached if reached is not None else -1)
@@ -204,9 +222,9 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
     """Prepare the run directory, then run attempts until the job completes or the restart policy stops it."""
     run_dir = req.run_dir.absolute()
     prepared = prepare_run(req.config_path, run_dir, req.allow_config_change)
-    nodes = plan_hosts(prepared.cfg, req.exclude_from)
+    nodes = plan_hosts(prepared.cfg, req.exclude_from, req.hostfile, req.node_exec)
     paths = RunPaths(run_dir)
-    st = _State(prepared.sha256, _first_attempt(run_dir))
+    st = _State(prepared.sha256, _first_attempt(run_dir), nodes=nodes.nodes)
     ck_dir = prepared.cfg.checkpoint.dir
     st.checkpoints = Path(ck_dir) if ck_dir else paths.checkpoints
     if prepared.resumed:
@@ -226,9 +244,10 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
         say(nodes.selection.summary())
     jr.append(run_dir, _event(st, jr.EventKind.LAUNCH, message=" ".join([sys.executable, str(req.script),
                                                                         *req.args]),
-                              extra={"nproc": nodes.nproc, "resumed": prepared.resumed}))
+                              extra={"nproc": nodes.nproc, "resumed": prepared.resumed,
+                                     **(plan_extra(nodes.nodes) if nodes.nodes else {})}))
     say(f"launch: {run_dir} config {prepared.sha256[:12]}… {nodes.nproc} rank(s), attempt {st.attempt}"
-        + (" (resume)" if prepared.resumed else ""))
+        + (" (resume)" if prepared.resumed else "") + (f"; {describe(nodes.nodes)}" if nodes.nodes else ""))
     become_subreaper()
     server = _start_metrics(run_dir, req, say)
     try:
