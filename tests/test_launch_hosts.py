@@ -86,49 +86,35 @@ def _finish(proc: subprocess.Popen[str], tmp_path: Path, timeout_s: float = 150)
     return log
 
 
-def test_launch_runs_on_the_kept_hosts_only(cluster: NetnsCluster,
-                                             job: tuple[Path, list[subprocess.Popen[str]]]) -> None:
+def test_launch_runs_on_the_kept_hosts_and_a_killed_rank_restarts_on_both(
+        cluster: NetnsCluster, job: tuple[Path, list[subprocess.Popen[str]]]) -> None:
     tmp_path, started = job
     kept, excluded = [h.name for h in cluster.hosts[:2]], cluster.hosts[2].name
-    started.append(proc := _launch(tmp_path, steps=30))
+    started.append(proc := _launch(tmp_path, steps=40))
     run = tmp_path / "run"
     homes = {r: _namespace_of(wait_beat(run, r, 0, 3, proc, timeout_s=120).pid) for r in (0, 1)}
     assert sorted(homes.values()) == kept, homes  # one rank per kept namespace, none in the excluded one
-    log = _finish(proc, tmp_path)
-    assert excluded in log and "attempt 0 completed" in log
-    events = jr.read(run).events
-    ex = [e for e in events if e.event is jr.EventKind.EXCLUDED_HOSTS]
-    assert [(e.extra["hosts"], e.extra["reasons"]) for e in ex] == [([excluded], ["rank 2: 0.05 of the median"])]
-    starts = [e for e in events if e.event is jr.EventKind.ATTEMPT_START]
-    assert [e.extra["hosts"] for e in starts] == [kept] and starts[0].extra["rendezvous_addr"] == "10.77.0.1"
-    rows = [row for r in (0, 1) for row in read_lines(RunPaths(run).steps(r)).rows]
-    assert {row["host"] for row in rows} == set(kept)
-    assert {row["step"] for row in rows if row["rank"] == 1} == set(range(1, 31))
-    assert events[-1].event is jr.EventKind.STOP and events[-1].reason == "completed"
-
-
-def test_a_killed_rank_restarts_the_job_on_both_kept_hosts(cluster: NetnsCluster,
-                                                            job: tuple[Path, list[subprocess.Popen[str]]]) -> None:
-    tmp_path, started = job
-    kept = [h.name for h in cluster.hosts[:2]]
-    started.append(proc := _launch(tmp_path, steps=40))
-    run = tmp_path / "run"
     beat = wait_beat(run, 1, 0, 8, proc, timeout_s=120)
-    victim_host = _namespace_of(beat.pid)
     os.kill(beat.pid, signal.SIGKILL)
     again = {r: wait_beat(run, r, 1, 1, proc, timeout_s=120) for r in (0, 1)}
     assert sorted(_namespace_of(b.pid) for b in again.values()) == kept
     assert beat.pid not in {b.pid for b in again.values()}
     log = _finish(proc, tmp_path)
+    assert excluded in log and "attempt 1 completed" in log
     events = jr.read(run).events
+    ex = [e for e in events if e.event is jr.EventKind.EXCLUDED_HOSTS]
+    assert [(e.extra["hosts"], e.extra["reasons"]) for e in ex] == [([excluded], ["rank 2: 0.05 of the median"])]
+    starts = [e for e in events if e.event is jr.EventKind.ATTEMPT_START]
+    assert [e.attempt for e in starts] == [0, 1] and all(e.extra["hosts"] == kept for e in starts)
+    assert {e.extra["rendezvous_addr"] for e in starts} == {cluster.hosts[0].address}
     fault = next(e for e in events if e.event is jr.EventKind.FAULT)
     assert (fault.attempt, fault.rank, fault.cause, fault.signal, fault.pid) == (
         0, 1, jr.Cause.PROCESS_KILLED, "SIGKILL", beat.pid), log[-2000:]
-    assert fault.host == victim_host
-    starts = [e for e in events if e.event is jr.EventKind.ATTEMPT_START]
-    assert [e.attempt for e in starts] == [0, 1] and all(e.extra["hosts"] == kept for e in starts)
-    second = [row for r in (0, 1) for row in read_lines(RunPaths(run).steps(r)).rows if row["attempt"] == 1]
-    assert {row["host"] for row in second} == set(kept) and max(row["step"] for row in second) == 40
+    assert fault.host == homes[1]
+    rows = [row for r in (0, 1) for row in read_lines(RunPaths(run).steps(r)).rows]
+    assert {row["host"] for row in rows} == set(kept)
+    assert {row["host"] for row in rows if row["attempt"] == 1} == set(kept)
+    assert {row["step"] for row in rows if row["rank"] == 1} == set(range(1, 41))
     assert events[-1].event is jr.EventKind.STOP and events[-1].reason == "completed"
 
 
