@@ -22,6 +22,7 @@ import pytest
 from llmscale.runtime import journal as jr
 from llmscale.runtime.files import RunPaths, read_lines
 from llmscale.runtime.hosts import Exclusion, write_exclusions
+from tests.conftest import run_cli
 from tests.launch_helpers import ROOT, reap_all, start_launch, wait_beat
 from tests.netns_cluster import IFNAME, NetnsCluster, leftovers, netns_available, netns_cluster
 
@@ -87,7 +88,8 @@ def _finish(proc: subprocess.Popen[str], tmp_path: Path, timeout_s: float = 150)
 
 
 def test_launch_runs_on_the_kept_hosts_and_a_killed_rank_restarts_on_both(
-        cluster: NetnsCluster, job: tuple[Path, list[subprocess.Popen[str]]]) -> None:
+        cluster: NetnsCluster, job: tuple[Path, list[subprocess.Popen[str]]],
+        capsys: pytest.CaptureFixture[str]) -> None:
     tmp_path, started = job
     kept, excluded = [h.name for h in cluster.hosts[:2]], cluster.hosts[2].name
     started.append(proc := _launch(tmp_path, steps=40))
@@ -116,6 +118,10 @@ def test_launch_runs_on_the_kept_hosts_and_a_killed_rank_restarts_on_both(
     assert {row["host"] for row in rows if row["attempt"] == 1} == set(kept)
     assert {row["step"] for row in rows if row["rank"] == 1} == set(range(1, 41))
     assert events[-1].event is jr.EventKind.STOP and events[-1].reason == "completed"
+    code, out, _ = run_cli(capsys, "journal", str(run))
+    assert code == 0 and f"# excluded hosts: {excluded} (rank 2: 0.05 of the median)" in out
+    assert f"# hosts of the last attempt: {', '.join(kept)}" in out
+    assert "by cause: process_killed 1" in out
 
 
 def test_hostfile_flag_and_config_hosts_must_agree(tmp_path: Path) -> None:

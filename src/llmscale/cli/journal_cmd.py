@@ -27,6 +27,11 @@ def _text(summary: object, run_dir: Path) -> str:
              f"   stop: {s.stop_reason or '(running or no stop recorded)'}"]
     if s.skipped_lines:
         lines.append(f"# {s.skipped_lines} unparseable line(s) skipped")
+    if s.excluded_hosts:
+        lines.append("# excluded hosts: " + "; ".join(f"{h} ({r or 'no reason given'})"
+                                                      for h, r in s.excluded_hosts.items()))
+    if s.hosts:
+        lines.append(f"# hosts of the last attempt: {', '.join(s.hosts)}")
     header = f"{'attempt':>7} {'cause':<15} {'host':<14} {'rank':>4} {'step':>6} {'restored':>8} {'tier':<7} " \
              f"{'lost':>5} {'detect':>7} {'restart':>7} {'load':>6} {'lost_s':>7}"
     units = f"{'':>7} {'':<15} {'':<14} {'':>4} {'':>6} {'step':>8} {'':<7} {'steps':>5} {'s':>7} {'s':>7} " \

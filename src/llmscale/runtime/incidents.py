@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,10 @@ class JournalSummary:
     checkpoint_failures: int
     stop_reason: str | None
     skipped_lines: int
+    excluded_hosts: dict[str, str] = field(default_factory=dict)
+    """Host → reason, from the `excluded_hosts` events (launch --exclude-from)."""
+    hosts: tuple[str, ...] = ()
+    """The hosts the last attempt ran on (its attempt_start's `hosts`; empty: one node, in-process)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -144,4 +148,17 @@ def summarize(read: JournalRead, step_s: float | None = None) -> JournalSummary:
         checkpoint_failures=sum(1 for e in events if e.event is EventKind.CHECKPOINT_FAILED),
         stop_reason=stops[-1].reason if stops else None,
         skipped_lines=read.skipped_lines,
+        excluded_hosts=_excluded(events),
+        hosts=next((tuple(map(str, e.extra["hosts"])) for e in reversed(events) if e.event is
+                    EventKind.ATTEMPT_START and isinstance(e.extra.get("hosts"), list)), ()),
     )
+
+
+def _excluded(events: tuple[Event, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for e in events:
+        hosts, reasons = e.extra.get("hosts"), e.extra.get("reasons")
+        if e.event is EventKind.EXCLUDED_HOSTS and isinstance(hosts, list):
+            why = reasons if isinstance(reasons, list) and len(reasons) == len(hosts) else [""] * len(hosts)
+            out.update({str(h): str(r) for h, r in zip(hosts, why, strict=True)})
+    return out
