@@ -124,20 +124,17 @@ def test_launch_runs_on_the_kept_hosts_and_a_killed_rank_restarts_on_both(
     assert "by cause: process_killed 1" in out
 
 
-def test_hostfile_flag_and_config_hosts_must_agree(tmp_path: Path) -> None:
+def test_hostfile_flag_and_config_hosts_must_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     hostfile = tmp_path / "hosts.txt"
     hostfile.write_text("llh0 slots=1 addr=10.77.0.1\nllh1 slots=1 addr=10.77.0.2\n", encoding="utf-8")
     other = tmp_path / "other.txt"
     other.write_text("elsewhere slots=1\nalso-elsewhere slots=1\n", encoding="utf-8")
     (tmp_path / "run.yaml").write_text(CONFIG.format(hostfile=hostfile), encoding="utf-8")
-    proc = start_launch(tmp_path / "run.yaml", tmp_path / "run", TRAINER, "--hostfile", str(other), "--node-exec",
-                        NETNS)
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        reap_all(proc)
-    assert proc.returncode == 2, out + err
+    base = ("launch", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run"))
+    code, _, err = run_cli(capsys, *base, "--hostfile", str(other), "--node-exec", NETNS, "--", str(TRAINER))
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --hostfile = ") and str(hostfile) in lines[0], err
-    started = [e for e in jr.read(tmp_path / "run").events if e.event is jr.EventKind.ATTEMPT_START]
-    assert started == []
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: --hostfile = {str(other)!r}") and str(hostfile) in lines[0], err
+    assert [e for e in jr.read(tmp_path / "run").events if e.event is jr.EventKind.ATTEMPT_START] == []
+    code, _, err = run_cli(capsys, *base, "--node-exec", "rsh {host}", "--", str(TRAINER))
+    assert code == 2 and err.count("\n") == 1 and "node-exec" in err and "rsh {host}" in err, err

@@ -73,6 +73,9 @@ def launch(
         raise LlmscaleError(f"TRAIN.py = {train[0]!r}: not a file (usage: llmscale launch RUN.yaml -- TRAIN.py ...)")
     if exclude_from is not None and not exclude_from.is_file():
         raise LlmscaleError(f"--exclude-from = {str(exclude_from)!r}: not a file")
+    from llmscale.runtime.nodes import parse_node_exec
+
+    parse_node_exec(node_exec)  # a bad template is one error line before the run directory is touched
     if hostfile is not None and not hostfile.is_file():
         raise LlmscaleError(f"--hostfile = {str(hostfile)!r}: not a file")
     if run_dir is None:
