@@ -140,6 +140,14 @@ _EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)\s*(?:\((SIG\w
 _TRACE = re.compile(r"^\s*traceback\s*:\s*(.*)")
 
 
+def _signal_name(exit_code: int) -> str | None:
+    """SIGKILL for -9 (the subprocess convention of a negative exit code), None otherwise."""
+    try:
+        return signal.Signals(-exit_code).name if exit_code < 0 else None
+    except ValueError:
+        return None
+
+
 def parse_failures(text: str) -> list[RankFailure]:
     """The failed ranks of torchrun's failure report (module docstring), in report order, each rank once."""
     found: dict[int, RankFailure] = {}
@@ -151,7 +159,8 @@ def parse_failures(text: str) -> list[RankFailure]:
         elif (m := _EXIT.match(line)) and rank is not None:
             code = (int(m.group(1)), int(m.group(2)), m.group(3))
         elif (m := _TRACE.match(line)) and rank is not None and code is not None:
-            found.setdefault(rank, RankFailure(rank, code[1], code[0], code[2], m.group(1).strip()))
+            found.setdefault(rank, RankFailure(rank, code[1], code[0], code[2] or _signal_name(code[0]),
+                                               m.group(1).strip()))
             rank, code = None, None
     return list(found.values())
 
@@ -204,8 +213,11 @@ def run_nodes(commands: list[NodeCommand], log_dir: Path, stopped: Callable[[], 
     try:
         for c, log in zip(commands, logs, strict=True):
             with open(log, "wb") as handle:
-                procs.append(subprocess.Popen(list(c.argv), stdin=subprocess.DEVNULL, stdout=handle,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
+                try:
+                    procs.append(subprocess.Popen(list(c.argv), stdin=subprocess.DEVNULL, stdout=handle,
+                                                  stderr=subprocess.STDOUT, start_new_session=True))
+                except OSError as exc:  # the template's program is missing: this attempt fails, said so
+                    return NodesResult(AttemptResult(False, (), f"node {c.host}: cannot start {c.argv[0]!r}: {exc}"))
         order: list[int] = []
         while True:
             for i, p in enumerate(procs):
