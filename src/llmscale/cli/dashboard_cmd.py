@@ -13,6 +13,8 @@ def dashboard_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory (llmscale launch --run-dir)")],
     port: Annotated[int, typer.Option("--port", help="TCP port (0: a free one)")] = 8050,
     host: Annotated[str, typer.Option("--host", help="address to listen on (loopback by default)")] = "127.0.0.1",
+    predict: Annotated[bool, typer.Option("--predict/--no-predict", help="make RUN_DIR/prediction.json in the "
+                                          "background when missing (needs torch, ~1 min)")] = True,
 ) -> None:
     """A local page (no internet) refreshing as the run goes: loss, throughput, measured vs predicted, heat map,
     checkpoint and failure timeline. Ctrl-C stops it."""
@@ -20,7 +22,7 @@ def dashboard_cmd(
     from llmscale.monitor.dashboard import start
 
     o.within("--port", port, 0, 65535)
-    board = start(run_dir, port, host)
+    board = start(run_dir, port, host, predict)
     typer.echo(f"llmscale dashboard of {run_dir} at {board.url} (Ctrl-C stops)")
     try:
         while True:

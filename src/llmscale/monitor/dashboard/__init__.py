@@ -1,6 +1,8 @@
 """`llmscale dashboard RUN_DIR`: a local page over the run directory, served by the standard library's
 ThreadingHTTPServer (no framework, no internet: the page's HTML, JS and CSS are package data written for it, and it
-draws its charts as inline SVG). `GET /` the page, `GET /api/run` the JSON it polls every 2 s (api.py).
+draws its charts as inline SVG). `GET /` the page, `GET /api/run` the JSON it polls every 2 s (api.py). The
+prediction beside the measured breakdown is RUN_DIR/prediction.json, made in a background thread when missing
+(predictor.py).
 """
 
 from __future__ import annotations
@@ -15,18 +17,19 @@ from typing import Any
 
 from llmscale.errors import LlmscaleError
 from llmscale.monitor.dashboard.api import run_document
+from llmscale.monitor.dashboard.predictor import Predictor
 
 STATIC = {"/": ("index.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
           "/style.css": ("style.css", "text/css")}
 
 
-def _handler(run_dir: Path) -> type[BaseHTTPRequestHandler]:
+def _handler(run_dir: Path, predictor: Predictor) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/api/run":
                 try:
-                    body, kind, code = json.dumps(run_document(run_dir), allow_nan=False).encode(), \
+                    body, kind, code = json.dumps(run_document(run_dir, predictor), allow_nan=False).encode(), \
                         "application/json", 200
                 except (LlmscaleError, ValueError) as exc:
                     body, kind, code = json.dumps({"error": str(exc)}).encode(), "application/json", 500
@@ -54,6 +57,7 @@ class Dashboard:
 
     server: ThreadingHTTPServer
     thread: threading.Thread
+    predictor: Predictor
 
     @property
     def url(self) -> str:
@@ -61,20 +65,24 @@ class Dashboard:
         return f"http://{host!s}:{port}/"
 
     def close(self) -> None:
+        self.predictor.close()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
 
 
-def start(run_dir: Path, port: int = 0, host: str = "127.0.0.1") -> Dashboard:
-    """Serve the dashboard of `run_dir` in a daemon thread (port 0: a free one)."""
+def start(run_dir: Path, port: int = 0, host: str = "127.0.0.1", predict: bool = True) -> Dashboard:
+    """Serve the dashboard of `run_dir` in a daemon thread (port 0: a free one); `predict`: make the prediction
+    in the background when RUN_DIR/prediction.json is missing (predictor.py)."""
     if not run_dir.is_dir():
         raise LlmscaleError(f"{run_dir}: not a run directory (no such directory)")
     try:
-        server = ThreadingHTTPServer((host, port), _handler(run_dir))
+        predictor = Predictor(run_dir, enabled=predict)
+        server = ThreadingHTTPServer((host, port), _handler(run_dir, predictor))
     except OSError as exc:
         raise LlmscaleError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror})") from None
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="llmscale-dashboard", daemon=True)
     thread.start()
-    return Dashboard(server, thread)
+    predictor.start()
+    return Dashboard(server, thread, predictor)

@@ -28,37 +28,50 @@ function lineChart(svg, points, key) {
   svg.append(el("path", { d: d, class: "line", "data-points": points.length }));
 }
 
+function predictionLabel(doc) {
+  const st = doc.prediction.state;
+  return st === "predicting" ? "predicting…" : st === "ready" ? "predicted" : "no prediction";
+}
+
 function breakdown(svg, doc) {
   svg.replaceChildren();
-  const rows = [["measured", doc.measured], ["predicted", doc.predicted]].filter(r => r[1]);
-  const total = Math.max(...rows.map(r => doc.phases.reduce((a, p) => a + (r[1][p] || 0), 0)), 1e-12);
+  const rows = [["measured", doc.measured], ["predicted", doc.predicted]];
+  const total = Math.max(...rows.filter(r => r[1]).map(r => doc.phases.reduce((a, p) => a + (r[1][p] || 0), 0)),
+                         1e-12);
   rows.forEach(([name, parts], i) => {
     let x = 80;
-    const y = 20 + i * 60;
-    svg.append(el("text", { x: 2, y: y + 22 }, name));
+    const y = 8 + i * 48;
+    svg.append(el("text", { x: 2, y: y + 20 }, name === "predicted" ? predictionLabel(doc) : name));
+    if (!parts) return;
     for (const p of doc.phases) {
       const w = 390 * (parts[p] || 0) / total;
-      svg.append(el("rect", { x: x, y: y, width: w, height: 36, fill: COLORS[p], "data-phase": p,
-                              "data-row": name }));
+      svg.append(el("rect", { x: x, y: y, width: w, height: 32, fill: COLORS[p], class: "bar", "data-phase": p,
+                              "data-row": name, "data-ms": (1e3 * (parts[p] || 0)).toFixed(3) }));
       x += w;
     }
+    svg.append(el("text", { x: x + 4, y: y + 20 }, fmt(doc.phases.reduce((a, p) => a + (parts[p] || 0), 0) * 1e3, 4)
+                            + " ms"));
   });
   doc.phases.forEach((p, i) => {
-    svg.append(el("rect", { x: 80 + i * 80, y: 150, width: 10, height: 10, fill: COLORS[p] }));
-    svg.append(el("text", { x: 94 + i * 80, y: 159 }, p));
+    svg.append(el("rect", { x: 80 + i * 80, y: 112, width: 10, height: 10, fill: COLORS[p] }));
+    svg.append(el("text", { x: 94 + i * 80, y: 121 }, p));
   });
   const body = document.querySelector("#breakdown-table tbody");
   body.replaceChildren();
+  const none = doc.predicted ? null : predictionLabel(doc);
   for (const p of doc.phases) {
-    const m = doc.measured[p], q = doc.predicted ? doc.predicted[p] : null;
-    const err = q !== null && m > 0 ? ((q - m) / m * 100).toFixed(1) + "%" : "–";
+    const m = doc.measured[p], q = doc.predicted ? doc.predicted[p] : null, e = doc.errors_pct[p];
+    const err = e === null || e === undefined ? "–" : (e >= 0 ? "+" : "") + e.toFixed(1) + "%";
     const tr = document.createElement("tr");
     tr.id = "part-" + p;
-    for (const cell of [p, fmt(m * 1e3), q === null ? "–" : fmt(q * 1e3), err]) {
+    for (const cell of [p, fmt(m * 1e3), none || fmt(q * 1e3), err]) {
       const td = document.createElement("td"); td.textContent = cell; tr.append(td);
     }
     body.append(tr);
   }
+  const note = document.getElementById("prediction-note");
+  note.textContent = doc.prediction.state === "ready" ? "" : predictionLabel(doc) + ": " + doc.prediction.reason;
+  note.dataset.state = doc.prediction.state;
 }
 
 function heat(svg, doc) {
@@ -84,22 +97,33 @@ function heat(svg, doc) {
     w.slowest_rank + " (" + w.slowest_host + "), mean lag " + fmt(w.mean_lag_s * 1e3, 3) + " ms" : "";
 }
 
+function eventLine(e) {
+  const li = document.createElement("li");
+  li.className = e.event + (e.highlight ? " hl" : "");
+  const when = new Date(e.time_unix * 1000).toISOString().slice(11, 19);
+  const bits = [when, "attempt " + e.attempt, e.event];
+  if (e.step !== null) bits.push("step " + e.step);
+  if (e.tier) bits.push(e.tier);
+  if (e.cause) bits.push("cause " + e.cause);
+  if (e.ranks.length) bits.push((e.ranks.length > 1 ? "ranks " : "rank ") + e.ranks.join(","));
+  if (e.hosts.length) bits.push("host " + e.hosts.join(","));
+  if (e.save_blocking_s !== null) bits.push("blocked " + fmt(e.save_blocking_s * 1e3, 3) + " ms");
+  if (e.restored_step !== null) bits.push("restored step " + e.restored_step);
+  if (e.steps_lost !== null) bits.push(e.steps_lost + " steps lost");
+  if (e.reason) bits.push(e.reason);
+  else if (e.message && e.event !== "launch") bits.push(e.message);
+  li.textContent = bits.join("  ");
+  return li;
+}
+
 function timeline(doc) {
-  const list = document.getElementById("timeline");
-  list.replaceChildren();
-  for (const e of doc.events) {
-    const li = document.createElement("li");
-    li.className = e.event;
-    const when = new Date(e.time_unix * 1000).toISOString().slice(11, 19);
-    const bits = [when, "attempt " + e.attempt, e.event];
-    if (e.step !== null) bits.push("step " + e.step);
-    if (e.cause) bits.push("cause " + e.cause);
-    if (e.host) bits.push("host " + e.host);
-    if (e.save_blocking_s !== null) bits.push("blocked " + fmt(e.save_blocking_s * 1e3, 3) + " ms");
-    if (e.restored_step !== null) bits.push("restored step " + e.restored_step);
-    li.textContent = bits.join("  ");
-    list.append(li);
-  }
+  // newest first, one line per (attempt, kind, step) with the ranks folded (api.py); faults, restores, failed
+  // saves and excluded hosts also in their own list, so a long run's saves never push them out of view
+  const all = document.getElementById("timeline"), incidents = document.getElementById("incidents");
+  all.replaceChildren(...doc.events.map(eventLine));
+  const marked = doc.events.filter(e => e.highlight);
+  incidents.replaceChildren(...marked.map(eventLine));
+  if (!marked.length) incidents.append(Object.assign(document.createElement("li"), { textContent: "none" }));
 }
 
 async function refresh() {
