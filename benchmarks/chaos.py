@@ -215,8 +215,8 @@ def main() -> None:
     started = time.time()
     for i in range(args.runs):
         faults = plan(rng, args.kills)
-        phases.update(p for p, _, _ in faults)
         run_dir = run_one(args.out, i, faults, total, 2 if i % 2 else 1000)
+        phases.update(k["phase"] for k in read_lines(run_dir / "chaos_kills.jsonl").rows)  # delivered, not planned
         v = verify_run(run_dir, reference, 2, total)
         committed, lost, partial = committed + len(v.committed), lost + len(v.lost), partial + len(v.partial_resumes)
         equal += not v.curve_mismatches
