@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 
 from llmscale.errors import LlmscaleError
-from llmscale.monitor.predict import Prediction, load_cached
+from llmscale.monitor.predict import PREDICTION_FILE, Prediction, load_cached
 
 CONFIG_WAIT_S = 2.0
 """How often the thread looks for config.yaml when the dashboard is started before the launch wrote it."""
@@ -59,14 +59,25 @@ class Predictor:
         self._stop = threading.Event()
         self._status = PredictionStatus(PredictionState.PREDICTING, None, "looking for prediction.json")
         self._thread: threading.Thread | None = None
+        self._seen_mtime: int | None = None
 
     def status(self) -> PredictionStatus:
+        """The current prediction; prediction.json is read again when it changed (`llmscale profile
+        --refresh-prediction`, or a profile run while the dashboard was predicting)."""
         with self._lock:
-            if self._status.state is not PredictionState.READY:
-                cached = self._cached_or_none()  # `llmscale profile` may have written one meanwhile
+            mtime = self._mtime()
+            if mtime is not None and mtime != self._seen_mtime:
+                cached = self._cached_or_none()
                 if cached is not None:
+                    self._seen_mtime = mtime
                     self._status = PredictionStatus(PredictionState.READY, cached, "prediction.json")
             return self._status
+
+    def _mtime(self) -> int | None:
+        try:
+            return (self.run_dir / PREDICTION_FILE).stat().st_mtime_ns
+        except OSError:
+            return None
 
     def _cached_or_none(self) -> Prediction | None:
         try:

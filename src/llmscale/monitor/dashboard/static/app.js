@@ -78,10 +78,12 @@ function heat(svg, doc) {
   svg.replaceChildren();
   const cols = doc.heat.length, rows = doc.ranks.length;
   if (!cols) return;
-  const all = doc.heat.flatMap(c => c.ranks), lo = Math.min(...all), hi = Math.max(...all);
+  // colour range: the 2nd–98th percentile of the cells shown, so one restart's slow step does not flatten the rest
+  const all = doc.heat.flatMap(c => c.ranks).sort((a, b) => a - b);
+  const lo = all[Math.floor(0.02 * (all.length - 1))], hi = all[Math.ceil(0.98 * (all.length - 1))];
   const cw = (480 - 40) / cols, rh = (200 - 20) / rows;
   doc.heat.forEach((c, i) => c.ranks.forEach((v, r) => {
-    const t = hi > lo ? (v - lo) / (hi - lo) : 0;
+    const t = hi > lo ? Math.min(Math.max((v - lo) / (hi - lo), 0), 1) : 0;
     const fill = "rgb(" + Math.round(255 * t) + "," + Math.round(80 + 120 * (1 - t)) + "," + Math.round(220 * (1 - t)) + ")";
     const cell = el("rect", { x: 40 + i * cw, y: r * rh, width: Math.max(cw, 1), height: rh, fill: fill,
                               class: "cell", "data-rank": doc.ranks[r], "data-step": c.step });
@@ -90,7 +92,7 @@ function heat(svg, doc) {
   }));
   doc.ranks.forEach((rank, r) => svg.append(el("text", { x: 2, y: r * rh + rh / 2 + 4 }, "r" + rank)));
   svg.append(el("text", { x: 40, y: 196 }, "step " + doc.heat[0].step + "  →  " + doc.heat[cols - 1].step +
-                          "   (" + fmt(lo * 1e3, 3) + "–" + fmt(hi * 1e3, 3) + " ms)"));
+                          "   (colour: " + fmt(lo * 1e3, 3) + "–" + fmt(hi * 1e3, 3) + " ms, 2nd–98th percentile)"));
   svg.setAttribute("data-cells", cols * rows);
   const w = doc.windows[doc.windows.length - 1];
   document.getElementById("slowest").textContent = w ? "slowest rank, steps " + w.first + "–" + w.last + ": rank " +
