@@ -7,6 +7,7 @@ background (predictor.py) is tested with monitor.predict replaced (the real one 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -162,3 +163,23 @@ def test_chromium_renders_a_run_being_appended(tmp_path: Path) -> None:
     finally:
         stop.set()
         board.close()
+
+
+def test_a_rewritten_prediction_is_picked_up(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", steps=2)
+    first = Prediction(SHA, 2, {"data": 0.0, "compute": 0.3, "comm": 0.01, "checkpoint": 0.0, "idle": 0.0}, 1e9, 1e6,
+                       {})
+    (run / "prediction.json").write_text(json.dumps(first.as_dict()))
+    p = pr.Predictor(run, enabled=False)
+    p.start()
+    assert p.status().prediction == first
+    second = Prediction(SHA, 2, {**first.phases_s, "compute": 0.2}, 1e9, 1e6, {})
+    path = run / "prediction.json"
+    path.write_text(json.dumps(second.as_dict()))  # `llmscale profile --refresh-prediction`
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not have moved
+    assert p.status().prediction == second
+    other = Prediction("cd" * 32, 2, first.phases_s, 1e9, 1e6, {})
+    path.write_text(json.dumps(other.as_dict()))  # made for another config: not shown
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000))
+    assert p.status().prediction == second
