@@ -139,7 +139,7 @@ def recovery(run_dir: Path) -> list[dict[str, float]]:
 def _stats(values: list[float]) -> str:
     if not values:
         return "n/a"
-    q = statistics.quantiles(values, n=10) if len(values) >= 2 else [values[0]] * 9
+    q = statistics.quantiles(values, n=10, method="inclusive") if len(values) >= 2 else [values[0]] * 9
     return f"median {statistics.median(values):.3f} s  p90 {q[8]:.3f} s  max {max(values):.3f} s  (n={len(values)})"
 
 

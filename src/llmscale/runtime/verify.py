@@ -64,11 +64,20 @@ class Verdict:
         return not (self.lost or self.partial_resumes or self.curve_mismatches)
 
 
+def storage_dir(paths: RunPaths) -> Path:
+    """The run's storage tier: its config's checkpoint.dir, else RUN_DIR/checkpoints (as the session saves)."""
+    from llmscale.runtime.config import load_config
+
+    given = load_config(paths.config).checkpoint.dir if paths.config.is_file() else None
+    return Path(given) if given else paths.checkpoints
+
+
 def _check_kept(paths: RunPaths, committed: list[int], keep: int, spared: set[int], v: Verdict) -> None:
+    root = storage_dir(paths)
     for step in sorted(committed)[-keep:]:
         if step in spared:
             continue
-        d = paths.checkpoints / f"step_{step:08d}"
+        d = root / f"step_{step:08d}"
         try:
             manifest = json.loads((d / "manifest.json").read_text())
         except (OSError, ValueError):
