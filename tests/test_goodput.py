@@ -259,6 +259,8 @@ def test_goodput_flags_are_frozen() -> None:
     assert flags == sorted([
         "--cluster", "-c", "--gpus", "--model", "-m", "--days", "--interval-min", "--trials", "--seed",
         "--hot-spares", "--mitigation", "--json", "--plot", "--step-s", "--expect-sha256", "--force",
+        # Changed on purpose (issue 16): a calibration profile's measured storage rates feed the checkpoint model.
+        "--calibration", "--allow-unsealed", "--force-calibration",
     ])
 
 

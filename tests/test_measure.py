@@ -352,11 +352,15 @@ def test_without_torch_bench_says_how_to_install_and_planning_never_imports_it()
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "pip install 'llmscale[measure]'" in proc.stderr
-    # Every module of the planning core (all packages but measure's torch modules), then measure's own face.
+    # Every module of the planning core and the monitor (all packages but the torch ones, measure and runtime),
+    # then measure's own face and the runtime's torch-free modules (run config, run-dir formats, journal, hosts:
+    # what `llmscale journal`, `profile` and `dashboard` read on a machine without torch).
     probe = ("import importlib, pkgutil, sys, llmscale; "
              "[importlib.import_module(m.name) for m in pkgutil.walk_packages(llmscale.__path__, 'llmscale.') "
-             "if not m.name.startswith('llmscale.measure.')]; "
-             "import llmscale.measure; print('torch' in sys.modules)")
+             "if not m.name.startswith(('llmscale.measure.', 'llmscale.runtime.'))]; "
+             "import llmscale.measure, llmscale.runtime.config, llmscale.runtime.files, llmscale.runtime.journal, "
+             "llmscale.runtime.incidents, llmscale.runtime.hosts, llmscale.runtime.nodes; "
+             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           check=True).stdout.strip() == "False"
 
@@ -375,11 +379,12 @@ def test_measure_flags_are_frozen() -> None:
     def flags(command: Any) -> set[str]:
         return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
 
+    scope = {"--scope", "--hostfile", "--node-exec", "--run-dir", "--cluster", "-c", "--timeout-s", "--exclude-out"}
     assert flags(bench.commands["collectives"]) == {"--nproc", "--backend", "--ops", "--sizes", "--dtype", "--iters",
-                                                    "--repeats", "--block-ms", "--json"}
+                                                    "--repeats", "--block-ms", "--threshold", "--json", *scope}
     assert flags(bench.commands["links"]) == {"--nproc", "--backend", "--size", "--iters", "--repeats", "--threshold",
                                               "--rated-gb-per-s", "--slow-rank", "--slow-delay-ms", "--schedule",
-                                              "--no-confirm", "--json"}
+                                              "--no-confirm", "--json", *scope}
     assert flags(bench.commands["gemm"]) == {"--model", "-m", "--tp", "--cp", "--ep", "--etp", "--mbs", "--seq-len",
                                              "--dtype", "--device", "--block-ms", "--json"}
     assert flags(bench.commands["memory"]) == {"--sizes", "--device", "--block-ms", "--json"}

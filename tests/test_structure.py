@@ -88,10 +88,18 @@ def _imports_torch(path: Path) -> bool:
     return False
 
 
-def test_only_measure_imports_torch() -> None:
-    # torch is an optional extra for measuring: every other package must import and run without it.
+TORCH_PACKAGES = {"measure", "runtime"}
+"""torch is an optional extra for measuring and running: only these packages may import it."""
+TORCH_FREE_RUNTIME = {"__init__.py", "config.py", "journal.py", "incidents.py", "files.py", "hosts.py"}
+"""The run-dir formats and the journal: read by the CLI and the monitor on machines without torch."""
+
+
+def test_only_measure_and_runtime_import_torch() -> None:
+    # torch is an optional extra for measuring and running: every other package must import and run without it.
     found = [str(p.relative_to(ROOT)) for p in sorted(SRC.rglob("*.py"))
-             if p.relative_to(SRC).parts[0] != "measure" and _imports_torch(p)]
+             if p.relative_to(SRC).parts[0] not in TORCH_PACKAGES and _imports_torch(p)]
+    found += [str(p.relative_to(ROOT)) for p in sorted((SRC / "runtime").glob("*.py"))
+              if p.name in TORCH_FREE_RUNTIME and _imports_torch(p)]
     assert not found, found
 
 

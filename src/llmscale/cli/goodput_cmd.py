@@ -55,11 +55,16 @@ def goodput(
     step_s: StepOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
     force: ForceOpt = False,
+    calibration: o.CalibrationOpt = None,
+    force_calibration: o.ForceCalibrationOpt = False,
+    allow_unsealed: o.AllowUnsealedOpt = False,
 ) -> None:
     """Job MTBF, expected interruptions, the best checkpoint policy per tier, goodput and its Monte Carlo spread."""
     run = GoodputRun(days, list(interval_min or []), trials, seed, hot_spares, tuple(dict.fromkeys(mitigation or [])),
                      step_s, force)
-    result = goodput_job(JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256), run)
+    request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256, calibration=calibration,
+                         force_calibration=force_calibration, allow_unsealed=allow_unsealed)
+    result = goodput_job(request, run)
     if plot is not None:
         from llmscale.report.goodput_charts import write_charts
 

@@ -183,9 +183,14 @@ def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster fil
 from llmscale.cli.allocate_cmd import allocate_cmd  # noqa: E402
 from llmscale.cli.bench_cmd import bench_app  # noqa: E402
 from llmscale.cli.calibrate_cmd import calibrate  # noqa: E402
+from llmscale.cli.dashboard_cmd import dashboard_cmd  # noqa: E402
 from llmscale.cli.export_cmd import export, read_megatron, read_torchtitan  # noqa: E402
 from llmscale.cli.goodput_cmd import goodput  # noqa: E402
+from llmscale.cli.journal_cmd import journal  # noqa: E402
+from llmscale.cli.launch_cmd import launch  # noqa: E402
 from llmscale.cli.probe_cmd import probe  # noqa: E402
+from llmscale.cli.profile_cmd import profile_cmd  # noqa: E402
+from llmscale.cli.storage_cmd import storage  # noqa: E402, F401  (registers `bench storage` on bench_app)
 
 app.command("export")(export)
 app.command("read-megatron")(read_megatron)
@@ -195,6 +200,10 @@ app.command("allocate")(allocate_cmd)
 app.command("probe")(probe)
 app.add_typer(bench_app, name="bench")
 app.command("calibrate")(calibrate)
+app.command("profile")(profile_cmd)
+app.command("dashboard")(dashboard_cmd)
+app.command("journal")(journal)
+app.command("launch")(launch)
 
 
 def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -16,6 +16,11 @@ What it replaces (datasheet peaks stay the MFU denominators):
       t = t_0 + 2(n−1)·α + S·f/busbw gives for the measured small-message time (t_0 the constants' base latency,
       α ≥ 0). All-to-all and send/recv keep their ratio to the ring bandwidth (recorded in the profile, not applied).
   constants: the profile's overrides laid over the constants in use (`calibrated_constants`).
+  storage (`llmscale bench storage`, one node): the cluster's storage system becomes nodes × the measured per-node
+      write and read rates, capped by the cluster's own aggregate figure when it has one — every node writing at
+      the rate one node measured, which the file system's aggregate may not sustain (reliability/checkpoint.py
+      takes the job's G/N share of it). A read served by the page cache (cache_dropped false) is not applied: the
+      read rate stays the cluster's (or the write rate stands for it when the cluster has none).
 The profile's SHA256 goes into the GPU's `source`, so every document records which profile produced a prediction;
 the input hash sees the numbers it replaced.
 """
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from llmscale.specs.bounds import MAX_GB_PER_S, MIN_GB_PER_S
 from llmscale.specs.calibration import CalibrationProfile, ScopeCalibration
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.collective import Collective, bus_factor
@@ -119,7 +125,24 @@ def calibrated_cluster(cluster: ClusterSpec, profile: CalibrationProfile, comm: 
         if updates:
             tiers[scope.tier].update(updates)
     data = {**cluster.model_dump(), "gpu": gpu, "tiers": tiers}
+    if profile.storage is not None:
+        data["storage"] = _storage_update(cluster, profile)
     return ClusterSpec.model_validate(data)  # every measured value is positive: valid by construction
+
+
+def _storage_update(cluster: ClusterSpec, profile: CalibrationProfile) -> dict[str, float]:
+    """The cluster's storage system from one node's measured rates (module docstring), in GB/s within the bounds."""
+    measured = profile.storage
+    assert measured is not None
+    nodes = max(cluster.num_gpus // cluster.node.gpus_per_node, 1)
+    given = cluster.storage
+    write = nodes * measured.write_bytes_per_s / GB
+    read = nodes * measured.read_bytes_per_s / GB if measured.cache_dropped else (
+        given.read_gb_per_s if given is not None else write)
+    if given is not None:
+        write, read = min(write, given.write_gb_per_s), min(read, given.read_gb_per_s)
+    return {"write_gb_per_s": min(max(write, MIN_GB_PER_S), MAX_GB_PER_S),
+            "read_gb_per_s": min(max(read, MIN_GB_PER_S), MAX_GB_PER_S)}
 
 
 def calibrates(profile: CalibrationProfile, gpu_name: str | None) -> bool:

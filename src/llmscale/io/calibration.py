@@ -28,7 +28,7 @@ def seal(profile: CalibrationProfile) -> CalibrationProfile:
 
 def write_profile(profile: CalibrationProfile, path: Path) -> CalibrationProfile:
     sealed = seal(profile)
-    absent = {"constants"} if sealed.constants is None else set()
+    absent = {name for name in ("constants", "storage") if getattr(sealed, name) is None}
     text = yaml.safe_dump(sealed.model_dump(mode="json", exclude=absent), sort_keys=False, allow_unicode=True)
     path.write_text("# llmscale calibration profile (llmscale calibrate); edits break its sha256\n" + text,
                     encoding="utf-8")

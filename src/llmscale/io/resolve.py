@@ -186,7 +186,10 @@ def resolve_cluster(ref: str | Path | ClusterSpec | None) -> ClusterSpec:
 def check_calibration_device(cluster: ClusterSpec, profile: CalibrationProfile, where: str) -> None:
     """Refuse a profile measured on another kind of device than the cluster's: a CPU profile on GPUs (its GEMM peak
     would set an MFU of ~0 %), or one made for another catalog GPU (`calibrate --gpu`). `--force-calibration`
-    skips this check."""
+    skips this check. A storage-only profile (`bench storage --profile-out`) measured the file system, not the
+    device: it applies to any cluster."""
+    if not (profile.gemm or profile.memory or profile.scopes):
+        return
     measured_on = f"{profile.device.kind} ({profile.device.name})"
     if profile.device.kind == "cpu":
         problem = f"was measured on {measured_on}, not on cluster {cluster.name!r}'s {cluster.gpu.name}"

@@ -349,7 +349,8 @@ def _case(op: str, size: int, g: Group, ctx: Context, cfg: dict[str, Any],
     seconds = statistics.median(bench)
     row = {"scope": g.scope, "tier": g.tier, "op": op,
            "impl": "a2a+sum" if op == "reduce_scatter" and cfg["emulate_rs"] else "native",
-           "ranks": g.size, "size_bytes": s, "count": count, "type": cfg["dtype"], "iters": iters,
+           "ranks": g.size, "group_ranks": list(g.ranks), "size_bytes": s, "count": count, "type": cfg["dtype"],
+           "iters": iters,
            "time_s": seconds, "algbw_bytes_per_s": s / seconds, "busbw_bytes_per_s": s / seconds * factor,
            "wrong": wrong, "time_samples_s": bench}
     if plain:

@@ -93,7 +93,10 @@ def _init(rank: int, world: int, local_rank: int, local_world: int, backend: str
         torch.cuda.set_device(local_rank)
         device = f"cuda:{local_rank}"
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=INIT_TIMEOUT)
-    return Context(rank, world, local_rank, local_world, backend, device, socket.gethostname())
+    # LLMSCALE_HOST: the hostfile's name for this host (measure/hostlaunch.py), which namespaces sharing this
+    # machine's hostname need
+    return Context(rank, world, local_rank, local_world, backend, device,
+                   os.environ.get("LLMSCALE_HOST") or socket.gethostname())
 
 
 def _child(rank: int, nproc: int, backend: str, init_method: str, worker: Callable[[Context, Any], Any],

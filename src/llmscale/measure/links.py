@@ -22,6 +22,9 @@ Verdict (threshold θ, reference = the rated bandwidth when given, else a median
   rank   score = median bandwidth of its n − 1 pairs; suspect if score < θ · median of all scores
   pair   suspect if bandwidth < θ · median of the pairs between non-suspect ranks (all pairs if none is clean)
   node   (ranks on several hosts) score = median of its inter-node pairs; suspect if < θ · median node score
+Against an absolute reference (a rated bandwidth, or the catalog's per tier: `find_suspects_vs`) the rank and node
+scores are the UPPER median of their pairs, so a rank is suspect only when a strict majority of its pairs is slow:
+a healthy rank with one slow peer is not condemned with it (with n = 3 the plain median of two pairs is their mean).
 A rank-level verdict needs n ≥ 3: with two ranks one slow end and one slow link look the same (give a rated
 bandwidth). Left out: per-direction asymmetry, NIC/rail attribution inside a node, repeated sweeps over time.
 """
@@ -170,12 +173,20 @@ def _median(values: np.ndarray) -> float:
     return float(np.median(values)) if values.size else float("nan")
 
 
+def _score(values: np.ndarray, upper: bool) -> float:
+    """The median of a rank's (node's) pair bandwidths, or the upper median (module docstring: verdict)."""
+    if not values.size:
+        return float("nan")
+    return float(np.sort(values)[values.size // 2]) if upper else float(np.median(values))
+
+
 def find_suspects(bandwidth: np.ndarray, hosts: list[str], threshold: float,
                   rated_bytes_per_s: float | None = None) -> list[Suspect]:
     """Sub-healthy ranks, pairs and nodes of a symmetric (n, n) bandwidth matrix (module docstring: verdict)."""
     n = bandwidth.shape[0]
     off = ~np.eye(n, dtype=bool)
-    scores = np.array([np.median(bandwidth[r][off[r]]) for r in range(n)])
+    upper = rated_bytes_per_s is not None
+    scores = np.array([_score(bandwidth[r][off[r]], upper) for r in range(n)])
     suspects: list[Suspect] = []
     ref = rated_bytes_per_s or _median(scores)
     bad = scores < threshold * ref if n >= 3 or rated_bytes_per_s else np.zeros(n, dtype=bool)
@@ -192,7 +203,7 @@ def find_suspects(bandwidth: np.ndarray, hosts: list[str], threshold: float,
         node_scores = {}
         for name in names:
             mine, other = where == name, where != name
-            node_scores[name] = _median(bandwidth[np.ix_(mine, other)].ravel())
+            node_scores[name] = _score(bandwidth[np.ix_(mine, other)].ravel(), upper)
         node_ref = rated_bytes_per_s or float(np.median(list(node_scores.values())))
         suspects += [Suspect("node", tuple(int(r) for r in np.flatnonzero(where == name)), (name,), score, node_ref)
                      for name, score in node_scores.items() if score < threshold * node_ref]
@@ -221,3 +232,27 @@ def pair_rows(bandwidth: np.ndarray, seconds: np.ndarray, sweep_bandwidth: np.nd
                      "bandwidth_bytes_per_s": float(bandwidth[i, j]),
                      "sweep_bandwidth_bytes_per_s": float(sweep_bandwidth[i, j]), "status": status})
     return rows
+
+
+def find_suspects_vs(bandwidth: np.ndarray, reference: np.ndarray, hosts: list[str],
+                     threshold: float) -> list[Suspect]:
+    """`find_suspects` against a per-pair expected bandwidth (the catalog's for each pair's tier): the verdict runs
+    on bandwidth / reference with a rated reference of 1, and each suspect reports its measured bandwidth beside the
+    median expected bandwidth of the pairs its score came from."""
+    with np.errstate(invalid="ignore"):  # inf / inf on the diagonal, set just below
+        ratio = bandwidth / reference
+    np.fill_diagonal(ratio, np.inf)
+    n = bandwidth.shape[0]
+    off = ~np.eye(n, dtype=bool)
+    where = np.array(hosts)
+    found = []
+    for s in find_suspects(ratio, hosts, threshold, rated_bytes_per_s=1.0):
+        if s.kind == "pair":
+            expected = float(reference[s.ranks])
+        elif s.kind == "rank":
+            expected = _median(reference[s.ranks[0]][off[s.ranks[0]]])
+        else:
+            mine = where == s.hosts[0]
+            expected = _median(reference[np.ix_(mine, ~mine)].ravel())
+        found.append(Suspect(s.kind, s.ranks, s.hosts, s.bandwidth_bytes_per_s * expected, expected))
+    return found

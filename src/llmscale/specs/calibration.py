@@ -80,6 +80,20 @@ class ScopeCalibration(Spec):
     collectives: tuple[CollectiveCalibration, ...] = Field(min_length=1)
 
 
+class StorageCalibration(Spec):
+    """`llmscale bench storage PATH` on one node (measure/storage.py): the checkpoint model's per-node storage rate."""
+
+    path: str = Field(description="the directory measured (the file system checkpoints go to)")
+    host: str
+    write_bytes_per_s: float = _finite(*BYTES_PER_S_RANGE, "sequential write + fsync of the largest shard size")
+    read_bytes_per_s: float = _finite(*BYTES_PER_S_RANGE, "sequential read of it, page cache dropped")
+    shard_bytes: int = Field(ge=1, le=MAX_MESSAGE_BYTES, description="the shard size those two were measured at")
+    fsync_s: float = _finite(1e-7, 10.0, "median fsync of a 4 KiB append")
+    small_files_per_s: float = _finite(1e-3, 1e9, "small files opened and read per second, one by one")
+    small_file_bytes: int = Field(ge=1, le=MAX_MESSAGE_BYTES)
+    cache_dropped: bool = Field(description="False: the read was served by the page cache (its rate is not the disk's)")
+
+
 class DeviceInfo(Spec):
     kind: Literal["cpu", "cuda"]
     name: str
@@ -106,6 +120,7 @@ class CalibrationProfile(Spec):
     memory: MemoryCalibration | None = None
     scopes: tuple[ScopeCalibration, ...] = ()
     notes: tuple[str, ...] = ()
+    storage: StorageCalibration | None = Field(None, description="`llmscale bench storage` figures (one node)")
     constants: dict[str, dict[str, Any]] | None = Field(
         None, description="overrides of model constants (specs.constants.Constants), by component: "
         "{step: {step_overhead_s: 0.2}}; validated against the catalog's constants when the profile is loaded"
@@ -118,8 +133,9 @@ class CalibrationProfile(Spec):
         return self.sha256 is not None and self.sha256 == self.body_sha256()
 
     def body_sha256(self) -> str:
-        """SHA256 of the canonical body: every field but `sha256` (and `constants` when absent, so profiles written
-        before it existed keep their seal)."""
+        """SHA256 of the canonical body: every field but `sha256` (and `constants` or `storage` when absent, so
+        profiles written before they existed keep their seal)."""
         exclude = {"sha256"} | ({"constants"} if self.constants is None else set())
+        exclude |= {"storage"} if self.storage is None else set()
         body = self.model_dump(mode="json", exclude=exclude)
         return hashlib.sha256(canonical_json(body).encode("ascii")).hexdigest()

@@ -1,0 +1,72 @@
+"""Fault injection at named points of a save, for the chaos suite (tests/test_chaos*.py, benchmarks/chaos.py).
+
+`LLMSCALE_CHAOS="phase:step[:rank[:attempt]]"` (rank and attempt default to 0; several specs separated by `,`) makes
+that rank SIGKILL itself when it reaches `phase` for the save of `step` in that attempt — the attempt matters, since
+a resumed attempt replays the same steps. Phases, in the order a storage save passes them (storage.py):
+
+  save_start      in `save`, before `async_save` returned (the staging copy, the writer's set-up)
+  save_writing    right after `async_save` returned: the background process is writing
+  after_files     rank 0's commit: every file written, before the manifest
+  after_manifest  rank 0's commit: manifest written, before `latest` moved
+  kill_writer     right after `async_save` returned: SIGKILL the checkpoint writer process (storage.writer_pid: DCP's
+                  spawned background process, started at session start), not the trainer
+
+Unset (the default), each call is one dictionary lookup. torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from enum import Enum
+from pathlib import Path
+
+from llmscale.runtime.files import append_line
+
+ENV = "LLMSCALE_CHAOS"
+KILLS_FILE = "chaos_kills.jsonl"
+"""Each injected kill, appended just before it (RUN_DIR/chaos_kills.jsonl)."""
+
+
+class Phase(str, Enum):
+    SAVE_START = "save_start"
+    SAVE_WRITING = "save_writing"
+    AFTER_FILES = "after_files"
+    AFTER_MANIFEST = "after_manifest"
+    KILL_WRITER = "kill_writer"
+
+
+def armed(phase: Phase, step: int, rank: int) -> bool:
+    """Whether LLMSCALE_CHAOS names this phase, step and rank in this attempt (LLMSCALE_ATTEMPT, default 0)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return False
+    attempt = os.environ.get("LLMSCALE_ATTEMPT", "0")
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) < 2:
+            continue
+        rank_s = parts[2] if len(parts) > 2 else "0"
+        attempt_s = parts[3] if len(parts) > 3 else "0"
+        if (parts[0], parts[1], rank_s, attempt_s) == (phase.value, str(step), str(rank), attempt):
+            return True
+    return False
+
+
+def point(phase: Phase, step: int, rank: int, writer_pid: int | None = None) -> None:
+    """SIGKILL this process (or, for KILL_WRITER, the writer `writer_pid`) when armed for this point."""
+    if not armed(phase, step, rank):
+        return
+    run_dir = os.environ.get("LLMSCALE_RUN_DIR")
+    if run_dir:  # when the kill happened, for the kill-to-training-again figure (benchmarks/chaos.py)
+        line = json.dumps({"phase": phase.value, "step": step, "rank": rank, "time_unix": time.time(),
+                           "attempt": int(os.environ.get("LLMSCALE_ATTEMPT", "0")),
+                           "pid": writer_pid if phase is Phase.KILL_WRITER else os.getpid()})
+        append_line(Path(run_dir) / KILLS_FILE, line)
+    if phase is Phase.KILL_WRITER:
+        if writer_pid is not None:
+            os.kill(writer_pid, signal.SIGKILL)
+        return
+    os.kill(os.getpid(), signal.SIGKILL)

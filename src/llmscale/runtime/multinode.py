@@ -1,0 +1,277 @@
+"""Attempts across hosts: one torchrun (torch's elastic agent CLI, `python -m torch.distributed.run`) per kept node,
+started through the node exec template (runtime/nodes.py), all meeting at a c10d rendezvous that is fresh per attempt.
+torch-free (torch runs in the node processes).
+
+Per attempt K, node i of N runs, through `ip netns exec {host}` / `ssh {host}` / `srun -w {host} -N1 -n1` / local:
+  env LLMSCALE_RUN_DIR=… LLMSCALE_ATTEMPT=K LLMSCALE_CONFIG=… LLMSCALE_HOST=<node name> [passed-through vars]
+  python -m torch.distributed.run --nnodes N --nproc-per-node P --rdzv-backend c10d
+      --rdzv-endpoint <first kept host's address>:<fresh port> --rdzv-id <run key>-attempt<K>
+      --rdzv-conf is_host=<1 on node 0, else 0> --max-restarts 0 --local-addr <node address> SCRIPT ARGS
+(pytorch/pytorch torch/distributed/run.py; `is_host` is given, not guessed: torch's c10d backend guesses it from the
+machine's host name and addresses (elastic/rendezvous/c10d_rendezvous_backend.py `_create_tcp_store`), which misses
+an address on a secondary interface, as a network namespace's is). A fresh endpoint port and rendezvous id per
+attempt share no store keys with the dead attempt's (agent.py says why).
+
+The supervisor waits on the node processes, each started in its own session (process group) with its output in
+`logs/attempt_K/node{i}_{host}.log`. All exit 0: the attempt completed. The first non-zero exit (or the hang watch
+killing the attempt) fails it: every other node process gets SIGTERM by pid (torchrun stops its workers on it), then
+SIGKILL to its process group after a grace period. The failed ranks come from torchrun's own failure report in each
+log (rank, exit code, pid, signal: torch/distributed/elastic/multiprocessing/errors/__init__.py
+`_FAILURE_FORMAT_TEMPLATE`), nodes in the order they exited, so the single-node attribution (watch.attribute) applies
+unchanged.
+
+Assumptions: one shared run directory (the ranks write step records, heartbeats, checkpoints and the journal there:
+true for namespaces on one machine; a real cluster needs a shared file system mounted at the same path on every
+host), the same Python at the same path on every host, and — for the hang watch, which reads worker pids from the
+heartbeats — one pid space (namespaces, or local); with ssh/srun, hangs are still caught by the heartbeat age but the
+kill reaches only the node processes started here (torchrun stops its workers on SIGTERM; ssh forwards no signal
+without a tty).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmscale.errors import LlmscaleError
+from llmscale.runtime.agent import AttemptResult, RankFailure, free_port
+from llmscale.runtime.hosts import Exclusion, Host, read_hostfile
+from llmscale.runtime.nodes import NodeExecKind, NodePlan, parse_node_exec, plan_nodes
+
+PASS_THROUGH = ("PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "OMP_NUM_THREADS")
+"""Variables of the supervisor's environment also given to every node (besides every LLMSCALE_* one): ssh and srun
+do not carry the caller's environment."""
+STOP_GRACE_S = 3.0
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    node_rank: int
+    host: str
+    argv: tuple[str, ...]
+
+
+@dataclass
+class NodesResult:
+    """An attempt across nodes: the agent-style result, and the host of every failed rank (from its node's log)."""
+
+    result: AttemptResult
+    rank_hosts: dict[int, str] = field(default_factory=dict)
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    """Each node's process exit status by host (None: still running when stopped)."""
+
+
+def hostfile_of(config_hosts: str | None, flag: Path | None) -> Path | None:
+    """The job's hostfile: `--hostfile` or the config's `hosts:`; both naming different hostfiles (not the same file,
+    not the same hosts) is an error — neither silently overrides the other."""
+    if flag is None or config_hosts is None:
+        return flag if flag is not None else (Path(config_hosts) if config_hosts else None)
+    given = Path(config_hosts)
+    try:
+        same = given.resolve() == flag.resolve() or (given.exists() and flag.exists() and os.path.samefile(given, flag))
+    except OSError:
+        same = False
+    if not same and read_hostfile(given) != read_hostfile(flag):
+        raise LlmscaleError(f"--hostfile = {str(flag)!r}: the config's hosts = {config_hosts!r} names another "
+                            "hostfile (other hosts); give one of them, or the same file")
+    return flag
+
+
+def plan_multinode(hosts: list[Host], exclusions: list[Exclusion], needed: int, world: int, nproc_per_node: int,
+                   node_exec: str, local: Callable[[str], bool]) -> NodePlan | None:
+    """The node plan of a job across hosts; None for the in-process single-node path (node exec `local` and one
+    node). `local(name)` says whether a host is this machine: `local` starts every node here, so a host that is not
+    is refused rather than silently run here."""
+    exe = parse_node_exec(node_exec)
+    if exe.kind is NodeExecKind.LOCAL and needed == 1:
+        return None
+    if world != needed * nproc_per_node:
+        raise LlmscaleError(f"layout.dp = {world}: not a multiple of nproc_per_node = {nproc_per_node} (torchrun "
+                            "starts the same number of processes on every node)")
+    plan = plan_nodes(hosts, exclusions, needed, exe, node_argv=lambda *_: [], nproc_per_node=nproc_per_node)
+    short = [f"{n.host.name} (slots={n.host.slots})" for n in plan.nodes
+             if n.host.slots is not None and n.host.slots < nproc_per_node]
+    if short:
+        raise LlmscaleError(f"hosts: {', '.join(short[:4])} take fewer than nproc_per_node = {nproc_per_node} "
+                            "processes")
+    remote = [h for h in plan.hosts if not local(h)] if exe.kind is NodeExecKind.LOCAL else []
+    if remote:
+        raise LlmscaleError(f"hosts: {', '.join(remote[:4])} not this machine, and node exec 'local' runs every "
+                            "node here; pass --node-exec 'ssh {host}' (or netns, srun) to start them there")
+    return plan
+
+
+def node_env(host: str) -> dict[str, str]:
+    """LLMSCALE_* of this process (the supervisor set the attempt's), LLMSCALE_HOST = host, and PASS_THROUGH."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("LLMSCALE_")}
+    env.update({k: os.environ[k] for k in PASS_THROUGH if k in os.environ})
+    env["LLMSCALE_HOST"] = host
+    return env
+
+
+def attempt_commands(plan: NodePlan, script: Path, args: tuple[str, ...], attempt: int, run_key: str,
+                     port: int) -> list[NodeCommand]:
+    """Each node's command line for one attempt (module docstring)."""
+    local = plan.node_exec.kind is NodeExecKind.LOCAL
+    out = []
+    for node in plan.nodes:
+        argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(plan.nodes)}",
+                f"--nproc-per-node={plan.nproc_per_node}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={plan.master_addr}:{port}", f"--rdzv-id={run_key}-attempt{attempt}",
+                f"--rdzv-conf=is_host={1 if node.node_rank == 0 else 0}", "--max-restarts=0",
+                f"--local-addr={'127.0.0.1' if local else node.host.address}", "--monitor-interval=0.05",
+                str(script), *args]  # torchrun runs `python -u SCRIPT ARGS` in each worker
+        out.append(NodeCommand(node.node_rank, node.host.name,
+                               tuple(plan.node_exec.command(node.host.name, argv, node_env(node.host.name)))))
+    return out
+
+
+_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)\s*(?:\((SIG\w+)\))?")
+_TRACE = re.compile(r"^\s*traceback\s*:\s*(.*)")
+
+
+def _signal_name(exit_code: int) -> str | None:
+    """SIGKILL for -9 (the subprocess convention of a negative exit code), None otherwise."""
+    try:
+        return signal.Signals(-exit_code).name if exit_code < 0 else None
+    except ValueError:
+        return None
+
+
+def parse_failures(text: str) -> list[RankFailure]:
+    """The failed ranks of torchrun's failure report (module docstring), in report order, each rank once."""
+    found: dict[int, RankFailure] = {}
+    rank: int | None = None
+    code: tuple[int, int, str | None] | None = None
+    for line in text.splitlines():
+        if m := _RANK.match(line):
+            rank, code = int(m.group(1)), None
+        elif (m := _EXIT.match(line)) and rank is not None:
+            code = (int(m.group(1)), int(m.group(2)), m.group(3))
+        elif (m := _TRACE.match(line)) and rank is not None and code is not None:
+            found.setdefault(rank, RankFailure(rank, code[1], code[0], code[2] or _signal_name(code[0]),
+                                               m.group(1).strip()))
+            rank, code = None, None
+    return list(found.values())
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each running node process by pid, then SIGKILL its process group after the grace period."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + STOP_GRACE_S
+    while any(p.poll() is None for p in running) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    for p in running:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # its own session: the group is it and its children
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+def _failure_result(commands: list[NodeCommand], logs: list[Path], order: list[int],
+                    codes: dict[str, int | None]) -> NodesResult:
+    failures: list[RankFailure] = []
+    hosts: dict[int, str] = {}
+    for i in order + [i for i in range(len(commands)) if i not in order]:
+        try:
+            text = logs[i].read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        for f in parse_failures(text):
+            if f.rank not in hosts:
+                failures.append(f)
+                hosts[f.rank] = commands[i].host
+    if failures:
+        return NodesResult(AttemptResult(False, tuple(failures)), hosts, codes)
+    first = commands[order[0]] if order else commands[0]
+    tail = logs[order[0] if order else 0].read_text(errors="replace")[-400:] if logs else ""
+    return NodesResult(AttemptResult(False, (), f"node {first.host} (torchrun) exited with "
+                                                f"{codes.get(first.host)}: {tail.strip()}"), {}, codes)
+
+
+def run_nodes(commands: list[NodeCommand], log_dir: Path, stopped: Callable[[], bool]) -> NodesResult:
+    """Start every node's command, wait (module docstring); `stopped()` is true once the hang watch killed the
+    attempt. The node processes are stopped and reaped before this returns."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logs = [log_dir / f"node{c.node_rank}_{c.host}.log" for c in commands]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for c, log in zip(commands, logs, strict=True):
+            with open(log, "wb") as handle:
+                try:
+                    procs.append(subprocess.Popen(list(c.argv), stdin=subprocess.DEVNULL, stdout=handle,
+                                                  stderr=subprocess.STDOUT, start_new_session=True))
+                except OSError as exc:  # the template's program is missing: this attempt fails, said so
+                    return NodesResult(AttemptResult(False, (), f"node {c.host}: cannot start {c.argv[0]!r}: {exc}"))
+        order: list[int] = []
+        while True:
+            for i, p in enumerate(procs):
+                if i not in order and p.poll() is not None:
+                    order.append(i)
+            if any(procs[i].returncode != 0 for i in order) or stopped():
+                break
+            if len(order) == len(procs):
+                return NodesResult(AttemptResult(True, ()), {}, {c.host: 0 for c in commands})
+            time.sleep(POLL_S)
+    finally:
+        _stop(procs)
+    codes = {c.host: p.returncode for c, p in zip(commands, procs, strict=False)}
+    failed = [i for i in order if procs[i].returncode != 0]
+    return _failure_result(commands, logs, failed, codes)
+
+
+def fresh_port() -> int:
+    """An attempt's rendezvous port: free here at this moment (a remote first host cannot be asked; a port in use
+    there fails the attempt's rendezvous, and the next attempt draws another)."""
+    return free_port()
+
+
+def run_attempt_nodes(plan: NodePlan, port: int, script: Path, args: tuple[str, ...], attempt: int, run_key: str,
+                      log_dir: Path, stopped: Callable[[], bool]) -> NodesResult:
+    """One attempt across the plan's nodes under a fresh rendezvous at the first host's address and `port`."""
+    return run_nodes(attempt_commands(plan, script, args, attempt, run_key, port), log_dir, stopped)
+
+
+def host_of(result: NodesResult, steps_file: Path, attempt: int, rank: int | None) -> str | None:
+    """The host a failed rank ran on: its node's failure report, else its step records' last `host` of this attempt
+    (a hung or SIGKILLed node prints no report)."""
+    if rank is None:
+        return None
+    if rank in result.rank_hosts:
+        return result.rank_hosts[rank]
+    from llmscale.runtime.files import read_lines
+
+    rows = read_lines(steps_file).rows
+    hosts = [r.get("host") for r in rows if isinstance(r.get("host"), str) and r.get("attempt") == attempt]
+    return str(hosts[-1]) if hosts else None
+
+
+def plan_extra(plan: NodePlan, port: int | None = None) -> dict[str, object]:
+    """The journal's view of a node plan (launch; attempt_start with its rendezvous port)."""
+    out: dict[str, object] = {"hosts": list(plan.hosts), "node_exec": plan.node_exec.text,
+                              "nproc_per_node": plan.nproc_per_node, "rendezvous_addr": plan.master_addr}
+    if port is not None:
+        out["rendezvous_port"] = port
+    return out
+
+
+def describe(plan: NodePlan) -> str:
+    """One line: the hosts used, where they meet, how they start."""
+    return (f"{len(plan.nodes)} node(s) ({', '.join(plan.hosts)}) x {plan.nproc_per_node} process(es) via "
+            f"{plan.node_exec.text}, rendezvous at {plan.master_addr} (a fresh port per attempt)"
+            + (f"; spare: {', '.join(h.name for h in plan.spare)}" if plan.spare else ""))

@@ -1,0 +1,157 @@
+"""Starting a process on a host, and the node plan of a relaunch that leaves excluded hosts out. Torch-free.
+
+Node exec template: the command prefix that runs argv on one host, with `{host}` standing for the hostfile's name:
+  local                    argv runs here (every host is this machine)
+  ssh {host}               OpenSSH; the remote command is one shell-quoted string (ssh joins its arguments)
+  ip netns exec {host}     a Linux network namespace (iproute2 ip-netns(8)): a "host" with its own interfaces on
+                           this machine, as the tests' bridged namespaces are
+  srun -w {host} -N1 -n1   one Slurm task on that node (SchedMD slurm doc/man/man1/srun.1: -w/--nodelist, -N, -n)
+A template may add options to one of these (`ssh -p 2222 {host}`, `srun -w {host} -N1 -n1 --overlap`); `{host}` is
+one whole token, exactly once, and no other brace appears. The environment goes as `env K=V ... argv` (coreutils
+env(1)) so that it reaches the process over ssh and srun alike.
+
+Node plan (`plan_nodes`): given the hostfile, the exclusion list and the node count the config needs, the first
+that many kept hosts in hostfile order, the rendezvous address (the first kept host's address; 127.0.0.1 under
+`local`) and each node's
+command line: by default torchrun's static-rendezvous form (`python -m torch.distributed.run --nnodes N
+--nproc-per-node P --node-rank i --master-addr A --master-port PORT SCRIPT ...`, pytorch/pytorch
+torch/distributed/run.py) through the node exec template. Too few hosts left is one error naming how many the
+exclusions removed.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from llmscale.errors import SpecError
+from llmscale.runtime.hosts import Exclusion, Host, HostSelection, select_hosts
+
+
+class NodeExecKind(str, Enum):
+    """How a process reaches its host."""
+
+    LOCAL = "local"
+    SSH = "ssh"
+    NETNS = "netns"
+    SRUN = "srun"
+
+
+TEMPLATES = {NodeExecKind.LOCAL: "local", NodeExecKind.SSH: "ssh {host}", NodeExecKind.NETNS: "ip netns exec {host}",
+             NodeExecKind.SRUN: "srun -w {host} -N1 -n1"}
+_HEADS = ((NodeExecKind.SSH, ("ssh",)), (NodeExecKind.NETNS, ("ip", "netns", "exec")), (NodeExecKind.SRUN, ("srun",)))
+_ALLOWED = "local, 'ssh {host}', 'ip netns exec {host}' or 'srun -w {host} -N1 -n1' (options may be added; {host} once)"
+
+
+@dataclass(frozen=True)
+class NodeExec:
+    """A validated node exec template (module docstring)."""
+
+    kind: NodeExecKind
+    tokens: tuple[str, ...]
+    """The prefix's words with the `{host}` token; empty for local."""
+
+    @property
+    def text(self) -> str:
+        return "local" if self.kind is NodeExecKind.LOCAL else " ".join(self.tokens)
+
+    def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """The command line that runs `argv` with `env` on `host`."""
+        inner = (["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []) + list(argv)
+        prefix = [host if t == "{host}" else t for t in self.tokens]
+        if self.kind is NodeExecKind.SSH:
+            return [*prefix, shlex.join(inner)]
+        return prefix + inner
+
+
+def parse_node_exec(text: str) -> NodeExec:
+    """A NodeExec from a kind name (`local`, `ssh`, `netns`, `srun`) or a template (module docstring)."""
+    value = text.strip()
+    if value in {k.value for k in NodeExecKind}:
+        value = TEMPLATES[NodeExecKind(value)]
+    if value == "local":
+        return NodeExec(NodeExecKind.LOCAL, ())
+    try:
+        tokens = tuple(shlex.split(value))
+    except ValueError:
+        raise SpecError("node-exec", text, _ALLOWED) from None
+    braces = sum(t.count("{") + t.count("}") for t in tokens)
+    kind = next((k for k, head in _HEADS if tokens[:len(head)] == head), None)
+    if kind is None or tokens.count("{host}") != 1 or braces != 2:
+        raise SpecError("node-exec", text, _ALLOWED)
+    return NodeExec(kind, tokens)
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """One node of a plan: its rank, its host and the command line that starts its processes there."""
+
+    node_rank: int
+    host: Host
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """Which hosts a (re)launch uses, where the ranks meet, and each node's command line."""
+
+    selection: HostSelection
+    nodes: tuple[NodeLaunch, ...]
+    spare: tuple[Host, ...]
+    """Kept hosts the job does not need (in hostfile order, after the used ones)."""
+    master_addr: str
+    master_port: int
+    nproc_per_node: int
+    node_exec: NodeExec
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(n.host.name for n in self.nodes)
+
+    def summary(self) -> str:
+        return (f"{self.selection.summary()}; using {len(self.nodes)} ({', '.join(self.hosts)}), rendezvous "
+                f"{self.master_addr}:{self.master_port}, {self.nproc_per_node} process(es) per node via "
+                f"{self.node_exec.text}" + (f"; spare: {', '.join(h.name for h in self.spare)}" if self.spare else ""))
+
+
+NodeArgv = Callable[[int, int, str, int, int], list[str]]
+"""(node_rank, nnodes, master_addr, master_port, nproc_per_node) -> the command a node runs."""
+
+
+def torchrun_argv(script_argv: Sequence[str]) -> NodeArgv:
+    """Each node runs torchrun (static rendezvous at the master) on `script_argv`."""
+
+    def argv(node_rank: int, nnodes: int, addr: str, port: int, nproc: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+                f"--node-rank={node_rank}", f"--master-addr={addr}", f"--master-port={port}", *script_argv]
+
+    return argv
+
+
+def plan_nodes(hosts: list[Host], exclude: list[Exclusion], needed_nodes: int, node_exec: NodeExec, *,
+               node_argv: NodeArgv, nproc_per_node: int | None = None, master_port: int = 29500,
+               env: Mapping[str, str] | None = None) -> NodePlan:
+    """The node plan (module docstring). `nproc_per_node` defaults to the used hosts' `slots`, which must agree."""
+    if not 1 <= needed_nodes <= len(hosts):
+        raise SpecError("nodes", needed_nodes, f"1..{len(hosts)} (the hostfile's hosts)")
+    if not 1 <= master_port <= 65535:
+        raise SpecError("master_port", master_port, "a TCP port in 1..65535")
+    selection = select_hosts(hosts, exclude)
+    if len(selection.kept) < needed_nodes:
+        excluded = ", ".join(e.host for e in selection.excluded)
+        raise SpecError("nodes", needed_nodes, f"at most {len(selection.kept)}: the hostfile's {len(hosts)} hosts less "
+                        f"{len(selection.excluded)} excluded ({excluded})")
+    used, spare = selection.kept[:needed_nodes], selection.kept[needed_nodes:]
+    slots = {h.slots for h in used if h.slots is not None}
+    if nproc_per_node is None:
+        if len(slots) > 1:
+            raise SpecError("slots", sorted(slots), "the same slots=N on every used host (torchrun runs one "
+                            "--nproc-per-node on all nodes), or give nproc_per_node")
+        nproc_per_node = slots.pop() if slots else 1
+    addr = "127.0.0.1" if node_exec.kind is NodeExecKind.LOCAL else used[0].address  # local: all on this machine
+    nodes = tuple(NodeLaunch(i, h, tuple(node_exec.command(
+        h.name, node_argv(i, needed_nodes, addr, master_port, nproc_per_node), env))) for i, h in enumerate(used))
+    return NodePlan(selection, nodes, tuple(spare), addr, master_port, nproc_per_node, node_exec)

@@ -1,0 +1,222 @@
+"""The trainer-side API: a training loop uses the runtime in a handful of lines.
+
+    ctx = runtime.session.init_distributed()
+    ... build model, optimizer, scheduler, loader on ctx.device ...
+    with Session.from_env(model, optimizer, scheduler, loader, ctx) as rt:      # resumes if a checkpoint exists
+        for step in rt.steps():                       # heartbeat, step records, timed phases
+            with rt.phase("data"): batch = next(loader)
+            with rt.phase("compute"): ...
+            rt.end_step(loss=..., tokens=...)         # saves the tiers on their intervals, journals
+
+`from_env` reads LLMSCALE_RUN_DIR, LLMSCALE_ATTEMPT and LLMSCALE_CONFIG (set by `llmscale launch`); without them a
+run directory and config are passed in (a single process, tests). Steps count completed optimizer steps: `steps()`
+yields 1 … total_steps, starting after the restored one. Time inside a step that no phase covers (the loop's own
+code, reading the loss) is counted as compute, so the phases sum to the step time.
+
+Resume (`__enter__`): the memory tier when every rank holds a complete snapshot newer than the newest committed
+storage checkpoint (memtier.agree), else the storage tier (storage.StorageTier.load, which falls back to older
+checkpoints), else from scratch; a `restore` event records the tier, step, steps lost (the newest step in this
+rank's step records minus the restored one) and load time. All runtime collectives use a dedicated gloo group.
+
+Heartbeats carry the phase (files.BeatPhase): STARTUP while DCP's checkpoint writer process is started (before step
+1, so that no save pays for its spawn), RESTORE while a checkpoint loads, CHECKPOINT before a step's storage save
+(it may block: waiting for the previous save, a writer restart), TRAIN otherwise; the supervisor's hang watch gives
+the first three `restart.phase_timeout_s` and TRAIN `restart.heartbeat_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from llmscale.errors import LlmscaleError
+from llmscale.runtime import journal
+from llmscale.runtime.config import AUTO, RunConfig, config_sha256, load_config
+from llmscale.runtime.files import PHASES, BeatPhase, Heartbeat, RunPaths, StepRecord, append_step, write_heartbeat
+from llmscale.runtime.memtier import MemoryTier
+from llmscale.runtime.restore import Restorer
+from llmscale.runtime.storage import StorageTier, _stop_writer, start_writer
+from llmscale.runtime.tiers import TierState
+
+ENV_RUN_DIR, ENV_ATTEMPT, ENV_CONFIG = "LLMSCALE_RUN_DIR", "LLMSCALE_ATTEMPT", "LLMSCALE_CONFIG"
+
+
+@dataclass(frozen=True)
+class Context:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    host: str
+
+
+def init_distributed(backend: str | None = None) -> Context:
+    """Join (or start) the default process group: from torchrun's variables when set, else a group of one on
+    loopback. gloo on CPU (one intra-op thread per rank, deterministic), NCCL with the local rank's GPU."""
+    env = os.environ
+    local_rank = int(env.get("LOCAL_RANK", "0"))
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{local_rank}") if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)
+    if not dist.is_initialized():
+        if "RANK" in env and "WORLD_SIZE" in env:
+            dist.init_process_group(backend)
+        else:
+            env.setdefault("MASTER_ADDR", "127.0.0.1")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    host = env.get("LLMSCALE_HOST") or socket.gethostname()  # the launcher's name for this node (multinode.py)
+    return Context(dist.get_rank(), dist.get_world_size(), local_rank, device, host)
+
+
+class Session:
+    """One rank's runtime for one attempt (module docstring)."""
+
+    def __init__(self, model: Any, optimizer: Any, scheduler: Any, loader: Any, ctx: Context, run_dir: Path,
+                 config: RunConfig, attempt: int = 0) -> None:
+        self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
+        self.ctx, self.config, self.attempt = ctx, config, attempt
+        self.paths = RunPaths(Path(run_dir))
+        self.sha = config_sha256(config)
+        self.step = 0
+        self._phases: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._step_start = 0.0
+        self.group: Any = None
+        self.tiers: TierState | None = None
+
+    @classmethod
+    def from_env(cls, model: Any, optimizer: Any, scheduler: Any, loader: Any, ctx: Context,
+                 run_dir: Path | None = None, config: RunConfig | None = None) -> Session:
+        """A session from `llmscale launch`'s variables; `run_dir` / `config` stand in where they are absent."""
+        env_dir = os.environ.get(ENV_RUN_DIR)
+        directory = Path(env_dir) if env_dir else run_dir
+        if directory is None:
+            raise LlmscaleError(f"no run directory: set {ENV_RUN_DIR} (llmscale launch does) or pass run_dir")
+        if config is None:
+            given = os.environ.get(ENV_CONFIG)
+            path = Path(given) if given else directory / "config.yaml"
+            config = load_config(path)
+        attempt_text = os.environ.get(ENV_ATTEMPT, "0")
+        if not attempt_text.isdigit():
+            raise LlmscaleError(f"{ENV_ATTEMPT} = {attempt_text!r} is invalid: a whole number")
+        return cls(model, optimizer, scheduler, loader, ctx, directory, config, int(attempt_text))
+
+    def event(self, kind: journal.EventKind, **values: Any) -> None:
+        journal.append(self.paths.root, journal.Event(event=kind, attempt=self.attempt, config_sha256=self.sha,
+                                                      rank=self.ctx.rank, host=self.ctx.host, pid=os.getpid(),
+                                                      **values))
+
+    def __enter__(self) -> Session:
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self.group = dist.new_group(backend="gloo")
+        ck = self.config.checkpoint
+        storage = StorageTier(Path(ck.dir) if ck.dir else self.paths.checkpoints, self.ctx.rank,
+                              self.ctx.world_size, self.sha, ck.keep, ck.save_timeout_s, self.group)
+        memory = MemoryTier(self.paths.memory_tier(self.ctx.rank), self.sha)
+        self.tiers = TierState(self.config, storage, memory, self.paths.root)
+        self._beat(BeatPhase.STARTUP)
+        start_writer(self.group)  # DCP's writer process, before step 1: no save pays for its spawn
+        self._beat(BeatPhase.RESTORE)
+        restorer = Restorer(self.model, self.optimizer, self.scheduler, self.loader, self.ctx.device, self.group)
+        self.step = restorer.resume(self, storage, memory)
+        self._beat()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.tiers is not None
+        if exc[0] is None:
+            self._beat(BeatPhase.CHECKPOINT)
+            self.tiers.storage.close()
+            self._report()
+            self._beat()
+        else:
+            _stop_writer()
+        if self.group is not None:
+            dist.destroy_process_group(self.group)
+            self.group = None
+
+    def steps(self) -> Iterator[int]:
+        """The steps still to run: heartbeat at the start of each, timers reset."""
+        while self.step < self.config.schedule.total_steps:
+            self.step += 1
+            self._phases = dict.fromkeys(PHASES, 0.0)
+            self._step_start = time.perf_counter()
+            self._check_writer()
+            yield self.step
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a part of the step (one of files.PHASES); the same phase may be entered several times."""
+        if name not in self._phases:
+            raise ValueError(f"phase {name!r} is not one of {', '.join(PHASES)}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phases[name] += time.perf_counter() - start
+
+    def end_step(self, loss: float, tokens: int) -> None:
+        """Save the tiers due at this step, write the step record and the heartbeat."""
+        assert self.tiers is not None
+        with self.phase("checkpoint"):
+            if self.tiers.storage_due(self.step):
+                self._beat(BeatPhase.CHECKPOINT)  # a storage save may block: the longer deadline (watch.py)
+            for kind, values in self.tiers.after_step(self.step, self._payload, self._storage_state):
+                self.event(kind, **values)
+            self._report()
+        step_s = time.perf_counter() - self._step_start
+        phases = dict(self._phases)
+        phases["compute"] += max(step_s - sum(phases.values()), 0.0)
+        self.tiers.step_s.append(step_s - phases["checkpoint"])
+        append_step(self.paths, StepRecord(self.step, self.ctx.rank, self.attempt, self.ctx.host, time.time(), step_s,
+                                           phases, float(loss), int(tokens)))
+        self._beat()
+
+    def _check_writer(self) -> None:
+        """A finished or failed save, or a dead background writer, noticed at the start of a step."""
+        assert self.tiers is not None
+        start = time.perf_counter()
+        self.tiers.storage.poll()
+        self._report()
+        self._phases["checkpoint"] += time.perf_counter() - start
+
+    def _report(self) -> None:
+        """Journal every save that finished (committed or failed) since the last report."""
+        assert self.tiers is not None
+        for outcome in self.tiers.storage.drain():
+            for kind, values in self.tiers.outcome_events(outcome):
+                self.event(kind, **values)
+
+    def _beat(self, phase: BeatPhase = BeatPhase.TRAIN) -> None:
+        write_heartbeat(self.paths, self.ctx.rank,
+                        Heartbeat(os.getpid(), self.step, time.time(), self.attempt, phase))
+
+    def _payload(self) -> dict[str, Any]:
+        """The memory-tier snapshot of this rank (plain state dicts; torch.load(weights_only=True) reads it)."""
+        from llmscale.runtime import state
+
+        return {"step": self.step, "model": self.model.state_dict(), "optim": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rank": state.capture(self.loader, self.ctx.device)}
+
+    def _storage_state(self) -> dict[str, Any]:
+        from llmscale.runtime.restore import storage_state
+
+        return storage_state(self.model, self.optimizer, self.scheduler, self.loader, self.ctx, self.step)
+
+
+def uses_auto(config: RunConfig) -> bool:
+    return AUTO in (config.checkpoint.memory_every_steps, config.checkpoint.storage_every_steps)

@@ -1,0 +1,155 @@
+"""Hang detection and fault attribution for one attempt. torch-free.
+
+Hang: a monitor thread reads every rank's `heartbeat/rank{R}` (the session rewrites it at least once per step, and
+whenever it enters another phase); a rank whose heartbeat of this attempt is older than its phase's deadline is
+hung, and the thread SIGKILLs every worker of the attempt by pid (a gloo peer blocked in a collective with the hung
+rank would otherwise wait for its own timeout). Deadlines: in training (BeatPhase.TRAIN)
+`restart.heartbeat_timeout_s`; in the startup, restore and checkpoint phases (the writer process starting, a
+checkpoint loading, a storage save blocking) and before the first heartbeat (imports, rendezvous) the longer
+`restart.phase_timeout_s` — and the peers of a rank in such a phase get it too (they wait for it in a collective),
+but a stopped process (SIGSTOP) always gets the training deadline. This is the heartbeat scheme of NVIDIA's
+nvidia-resiliency-ext fault tolerance (NVIDIA/nvidia-resiliency-ext
+src/nvidia_resiliency_ext/fault_tolerance/rank_monitor_server.py: a per-rank monitor kills the rank when no
+heartbeat arrives within the timeout; its initial vs subsequent rank heartbeat timeouts are the model for the two
+deadlines). A rank whose process has exited is not watched (it finished, or the agent reports its exit).
+
+Attribution (one root cause per failed attempt): a hang found by the monitor; else a rank killed by a signal
+(SIGKILL with the cgroup's oom_kill count risen → oom), since its peers' exits follow from it; else a non-zero exit —
+checkpoint_io when the trainer journaled a failed save or load in this attempt, network when the agent's message
+names a closed/reset connection or a collective timeout, else process_exit. Exit code 128 + n is read as signal n
+(a shell or container runtime reports a killed child that way). The agent SIGTERMs the other workers once one has
+failed, so a SIGTERM is the root cause only when nothing else failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from llmscale.runtime.agent import AttemptResult, RankFailure
+from llmscale.runtime.files import BeatPhase, RunPaths, read_heartbeat
+from llmscale.runtime.journal import Cause
+from llmscale.runtime.procs import descendants, is_zombie, kill_pids, state_of
+
+NETWORK_WORDS = re.compile(r"connection (reset|closed|refused)|timed out|timeout|gloo|nccl|broken pipe", re.I)
+
+
+@dataclass(frozen=True)
+class HangFound:
+    rank: int
+    pid: int | None
+    step: int | None
+    last_beat_unix: float | None
+    """None: no heartbeat of this attempt at all."""
+    detected_unix: float
+    killed_pids: tuple[int, ...]
+
+
+class HangWatch(threading.Thread):
+    """The monitor thread of one attempt (module docstring); `found` is set when it killed the attempt."""
+
+    def __init__(self, paths: RunPaths, world: int, attempt: int, timeout_s: float, phase_timeout_s: float,
+                 poll_s: float = 0.1) -> None:
+        super().__init__(name=f"llmscale-hang-watch-{attempt}", daemon=True)
+        self.paths, self.world, self.attempt = paths, world, attempt
+        self.timeout_s, self.phase_timeout_s, self.poll_s = timeout_s, phase_timeout_s, poll_s
+        self.started_unix = time.time()
+        self.found: HangFound | None = None
+        self.last_beats: dict[int, tuple[float, int]] = {}
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5.0)
+
+    def run(self) -> None:
+        while not self._halt.wait(self.poll_s):
+            hung = self._check(time.time())
+            if hung is not None:
+                pids = [p for p in descendants(os.getpid()) if not is_zombie(p)]
+                killed = kill_pids(pids, signal.SIGKILL)
+                self.found = HangFound(*hung, detected_unix=time.time(), killed_pids=tuple(killed))
+                return
+
+    def _check(self, now: float) -> tuple[int, int | None, int | None, float | None] | None:
+        """The hung rank, if any (module docstring). While any rank is in a slow phase within its deadline, its
+        peers wait for it in a collective with training heartbeats: they get the phase deadline too — except a
+        stopped process (SIGSTOP), which never resumes by itself. Of the ranks past their deadline, a stopped
+        process first (its peers age alike), else the oldest heartbeat."""
+        beats = {}
+        for rank in range(self.world):
+            beat = read_heartbeat(self.paths, rank)
+            if beat is not None and beat.attempt == self.attempt:
+                self.last_beats[rank] = (beat.time_unix, beat.step)
+                if not is_zombie(beat.pid):  # exited: the agent reports it
+                    beats[rank] = beat
+            elif now - self.started_unix > self.phase_timeout_s:
+                return rank, None, None, None
+        slow = any(b.phase is not BeatPhase.TRAIN and now - b.time_unix <= self.phase_timeout_s
+                   for b in beats.values())
+        late: list[tuple[bool, float, int, int, int]] = []
+        for rank, beat in beats.items():
+            age = now - beat.time_unix
+            if age <= self.timeout_s:
+                continue
+            stopped = state_of(beat.pid) in ("T", "t")
+            if stopped or age > self.phase_timeout_s or (beat.phase is BeatPhase.TRAIN and not slow):
+                late.append((not stopped, beat.time_unix, rank, beat.pid, beat.step))
+        if not late:
+            return None
+        _, when, rank, pid, step = min(late)
+        return rank, pid, step, when
+
+
+@dataclass(frozen=True)
+class Attribution:
+    cause: Cause
+    rank: int | None
+    pid: int | None
+    exit_code: int | None
+    signal: str | None
+    message: str
+
+
+def _signal_of(f: RankFailure) -> str | None:
+    if f.exit_code < 0:
+        return f.signal
+    if 128 < f.exit_code < 128 + 65:
+        try:
+            return signal.Signals(f.exit_code - 128).name
+        except ValueError:
+            return None
+    return None
+
+
+def attribute(result: AttemptResult, hang: HangFound | None, oom_risen: bool,
+              checkpoint_failed: bool) -> Attribution:
+    """The root cause of a failed attempt (module docstring)."""
+    if hang is not None:
+        age = "no heartbeat since the attempt began" if hang.last_beat_unix is None else (
+            f"heartbeat {hang.detected_unix - hang.last_beat_unix:.1f} s old")
+        return Attribution(Cause.HANG, hang.rank, hang.pid, None, None,
+                           f"rank {hang.rank} hung ({age}); killed pids {list(hang.killed_pids)}")
+    if not result.failures:
+        return Attribution(Cause.UNKNOWN, None, None, None, None, result.error or "the agent failed")
+    # the agent SIGTERMs the surviving workers once one failed: a SIGTERM is a consequence when anything else failed
+    candidates = [f for f in result.failures if _signal_of(f) != "SIGTERM"] or list(result.failures)
+    signalled = [f for f in candidates if _signal_of(f) is not None]
+    if signalled:
+        f = signalled[0]
+        sig = _signal_of(f)
+        cause = Cause.OOM if sig == "SIGKILL" and oom_risen else Cause.PROCESS_KILLED
+        return Attribution(cause, f.rank, f.pid, f.exit_code, sig, f"rank {f.rank} pid {f.pid} killed by {sig}")
+    f = candidates[0]
+    if checkpoint_failed:
+        cause = Cause.CHECKPOINT_IO
+    elif NETWORK_WORDS.search(f.message):
+        cause = Cause.NETWORK
+    else:
+        cause = Cause.PROCESS_EXIT
+    return Attribution(cause, f.rank, f.pid, f.exit_code, None,
+                       f"rank {f.rank} pid {f.pid} exited with code {f.exit_code}: {f.message[:300]}")
