@@ -110,6 +110,12 @@ def test_predictor_predicts_once_in_the_background(tmp_path: Path, monkeypatch: 
         p.close()
 
 
+def test_ci_has_the_browser() -> None:
+    # .ci/run installs Debian's chromium and sets LLMSCALE_REQUIRE_BROWSER: there the page tests must run, not skip.
+    if os.environ.get("LLMSCALE_REQUIRE_BROWSER"):
+        assert CHROMIUM is not None, "LLMSCALE_REQUIRE_BROWSER is set but no chromium is on PATH"
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install chromium; .ci/run does)")
 def test_chromium_renders_a_run_being_appended(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", steps=8, slow_rank=1)
