@@ -69,7 +69,7 @@ class StepTiming:
     events: list[tuple[str, tuple[int, ...], float, float]]
 
 
-class _Groups:
+class RankGroups:
     """This rank's EP and EDP process groups and their members (every rank creates every group, in order)."""
 
     def __init__(self, rank: int, world: int, ep: int) -> None:
@@ -100,7 +100,7 @@ def _flat_grads(params: list[torch.nn.Parameter]) -> torch.Tensor:
     return flat
 
 
-def _bench(cfg: WorkerConfig, groups: _Groups, world: int, params: list[torch.nn.Parameter],
+def host_bench_round(cfg: WorkerConfig, groups: RankGroups, world: int, params: list[torch.nn.Parameter],
            non_expert: int, expert: int) -> dict[str, Any]:
     """One round of the host micro-benchmarks (probe_host), run by every rank at the same time."""
     model, tokens = cfg.model, cfg.seq_len * cfg.mbs
@@ -138,7 +138,7 @@ def _bench(cfg: WorkerConfig, groups: _Groups, world: int, params: list[torch.nn
     }
 
 
-def _mean(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+def mean_of_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Field-wise mean of the benchmark rounds (collective samples matched by position)."""
     first = rounds[0]
     merged: dict[str, Any] = {k: statistics.fmean(r[k] for r in rounds) for k in first if k != "collectives"}
@@ -180,7 +180,7 @@ def probe_rank(ctx: Context, cfg: WorkerConfig) -> dict[str, Any] | None:
     """Train the probe for warmup + steps on this rank (launch.py started it and joined the gloo group); rank 0
     gathers every rank's timings and micro-benchmarks and returns them, the other ranks return None."""
     rank, world = ctx.rank, ctx.world_size
-    groups = _Groups(rank, world, cfg.ep)
+    groups = RankGroups(rank, world, cfg.ep)
     clock = CommClock()
     torch.manual_seed(cfg.seed)
     ep_group = EPGroup(cfg.ep, groups.ep_rank, groups.ep_group, groups.ep_members, clock)
@@ -210,14 +210,14 @@ def probe_rank(ctx: Context, cfg: WorkerConfig) -> dict[str, Any] | None:
         for i in range(cfg.warmup + cfg.steps):
             timings.append(asdict(_step(net, batches, clock, buffers, optimizer)))
             if i >= cfg.warmup:  # a round after every timed step: load that comes and goes hits both
-                rounds.append(_bench(cfg, groups, world, params, non_expert, expert))
+                rounds.append(host_bench_round(cfg, groups, world, params, non_expert, expert))
     finally:
         gc.enable()
     switches = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw - switches
     mine = {"rank": rank, "pid": os.getpid(), "threads": torch.get_num_threads(), "device": device_name(ctx.device),
             "preemptions_per_step": switches / (cfg.warmup + cfg.steps), "non_expert_params": non_expert,
             "expert_params": expert, "steps": timings[cfg.warmup:],
-            "bench": _mean(rounds)}
+            "bench": mean_of_rounds(rounds)}
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     return {"world": world, "ranks": gathered} if rank == 0 else None

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from llmscale.measure.launch import Context
-from llmscale.measure.probe_worker import WorkerConfig, _bench, _Groups, _mean
+from llmscale.measure.probe_worker import RankGroups, WorkerConfig, host_bench_round, mean_of_rounds
 from llmscale.measure.table import device_name
 
 
@@ -30,11 +30,11 @@ class HostBenchConfig:
 
 def host_rank(ctx: Context, cfg: HostBenchConfig) -> dict[str, Any] | None:
     """`rounds` rounds of the probe's host benchmarks on this rank; rank 0 returns every rank's mean."""
-    groups = _Groups(ctx.rank, ctx.world_size, 1)
+    groups = RankGroups(ctx.rank, ctx.world_size, 1)
     params = [torch.nn.Parameter(torch.zeros(shape)) for shape in cfg.param_shapes]
     count = sum(p.numel() for p in params)
-    rounds = [_bench(cfg.worker, groups, ctx.world_size, params, count, 0) for _ in range(cfg.rounds)]
-    mine = {"rank": ctx.rank, "pid": os.getpid(), "device": device_name(ctx.device), "bench": _mean(rounds)}
+    rounds = [host_bench_round(cfg.worker, groups, ctx.world_size, params, count, 0) for _ in range(cfg.rounds)]
+    mine = {"rank": ctx.rank, "pid": os.getpid(), "device": device_name(ctx.device), "bench": mean_of_rounds(rounds)}
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, mine)
     return {"ranks": gathered} if ctx.rank == 0 else None
