@@ -35,23 +35,13 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 from llmscale.runtime import journal as jr  # noqa: E402
 from llmscale.runtime.files import RunPaths, read_lines  # noqa: E402
 from llmscale.runtime.verify import losses, verify_run  # noqa: E402
-from tests.launch_helpers import EXAMPLE, reap_all, start_launch, wait_beat  # noqa: E402
+from tests.launch_helpers import EXAMPLE, example_config, reap_all, start_launch, wait_beat  # noqa: E402
 
 SAVE_PHASES = ("save_start", "save_writing", "after_files", "after_manifest")
 PHASES = (*SAVE_PHASES, "compute", "kill_writer", "hang")
 EXTERNAL = ("compute", "hang")
 """Delivered by this driver from outside: SIGKILL of the rank's pid, or SIGSTOP (a hang the heartbeat must catch)."""
 EVERY = 5
-CONFIG = """name: chaos-bench
-model: {{n_layer: 2, n_head: 2, d_model: 32, seq_len: 32}}
-layout: {{dp: 2}}
-nproc_per_node: 2
-schedule: {{warmup_steps: 5, total_steps: {total}}}
-batch: {{micro_batch_size: 4, global_batch_size: 8}}
-seed: 7
-checkpoint: {{memory_every_steps: {memory}, storage_every_steps: {every}, keep: 2, save_timeout_s: 30{ckdir}}}
-restart: {{max_attempts: {attempts}, max_attempts_without_progress: 3, heartbeat_timeout_s: 5, phase_timeout_s: 60}}
-"""
 
 
 def plan(rng: random.Random, kills: int) -> list[tuple[str, int, int]]:
@@ -66,9 +56,9 @@ def plan(rng: random.Random, kills: int) -> list[tuple[str, int, int]]:
 
 
 def write_config(path: Path, total: int, memory: int, attempts: int, ckdir: str = "") -> Path:
-    path.write_text(CONFIG.format(total=total, memory=memory, every=EVERY, attempts=attempts,
-                                  ckdir=f", dir: {ckdir}" if ckdir else ""))
-    return path
+    return example_config(path, "chaos-bench", total, d_model=32, seq_len=32, micro_batch=4, seed=7,
+                          memory_every=memory, storage_every=EVERY, warmup_steps=5, max_attempts=attempts,
+                          without_progress=3, heartbeat_timeout_s=5, save_timeout_s=30, checkpoint_dir=ckdir or None)
 
 
 def run_one(out: Path, index: int, faults: list[tuple[str, int, int]], total: int, memory: int) -> Path:

@@ -37,19 +37,9 @@ from llmscale.reliability.montecarlo import SimulationInputs, simulate  # noqa: 
 from llmscale.runtime import journal as jr  # noqa: E402
 from llmscale.runtime.files import RunPaths, read_heartbeat, read_lines  # noqa: E402
 from llmscale.runtime.procs import descendants  # noqa: E402
-from tests.launch_helpers import EXAMPLE, reap_all, start_launch  # noqa: E402
+from tests.launch_helpers import EXAMPLE, example_config, reap_all, start_launch  # noqa: E402
 
 MEMORY_EVERY, STORAGE_EVERY = 10, 50
-CONFIG = """name: goodput-bench
-model: {{n_layer: 2, n_head: 2, d_model: 64, seq_len: 64}}
-layout: {{dp: 2}}
-nproc_per_node: 2
-schedule: {{warmup_steps: 10, total_steps: {total}}}
-batch: {{micro_batch_size: 8, global_batch_size: 16}}
-seed: 11
-checkpoint: {{memory_every_steps: {mem}, storage_every_steps: {sto}, keep: 2, save_timeout_s: 60}}
-restart: {{max_attempts: 1000, max_attempts_without_progress: 5, heartbeat_timeout_s: 10, phase_timeout_s: 60}}
-"""
 
 
 def _workers(supervisor_pid: int, script: str) -> list[int]:
@@ -127,7 +117,9 @@ def main() -> None:
     rows = []
     for i, mtbf in enumerate(args.mtbf_s):
         cfg = args.out / f"mtbf{mtbf:g}.yaml"
-        cfg.write_text(CONFIG.format(total=args.steps, mem=MEMORY_EVERY, sto=STORAGE_EVERY))
+        example_config(cfg, "goodput-bench", args.steps, d_model=64, seq_len=64, micro_batch=8, seed=11,
+                       memory_every=MEMORY_EVERY, storage_every=STORAGE_EVERY, warmup_steps=10, max_attempts=1000,
+                       without_progress=5, heartbeat_timeout_s=10, save_timeout_s=60)
         run_dir = args.out / f"mtbf{mtbf:g}"
         print(f"# injected MTBF {mtbf:g} s", flush=True)
         proc = start_launch(cfg, run_dir, EXAMPLE, log=args.out / f"mtbf{mtbf:g}.log")

@@ -10,12 +10,36 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from llmscale.runtime.files import Heartbeat, RunPaths, read_heartbeat
 from llmscale.runtime.procs import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "src" / "llmscale" / "runtime" / "example" / "train.py"
+
+
+def example_config(path: Path, name: str, total_steps: int, *, d_model: int, seq_len: int, micro_batch: int,
+                   seed: int, memory_every: int, storage_every: int, warmup_steps: int, max_attempts: int,
+                   without_progress: int, heartbeat_timeout_s: float, save_timeout_s: float,
+                   checkpoint_dir: str | None = None) -> Path:
+    """A 2-rank run config of the example GPT (n_layer 2, n_head 2) for the chaos and goodput runs, written to
+    `path`; the figures each run varies are the arguments."""
+    checkpoint: dict[str, Any] = {"memory_every_steps": memory_every, "storage_every_steps": storage_every, "keep": 2,
+                                  "save_timeout_s": save_timeout_s}
+    if checkpoint_dir:
+        checkpoint["dir"] = checkpoint_dir
+    cfg = {"name": name, "model": {"n_layer": 2, "n_head": 2, "d_model": d_model, "seq_len": seq_len},
+           "layout": {"dp": 2}, "nproc_per_node": 2,
+           "schedule": {"warmup_steps": warmup_steps, "total_steps": total_steps},
+           "batch": {"micro_batch_size": micro_batch, "global_batch_size": 2 * micro_batch}, "seed": seed,
+           "checkpoint": checkpoint,
+           "restart": {"max_attempts": max_attempts, "max_attempts_without_progress": without_progress,
+                       "heartbeat_timeout_s": heartbeat_timeout_s, "phase_timeout_s": 60}}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def start_launch(config: Path, run_dir: Path, script: Path, *flags: str, env: dict[str, str] | None = None,

@@ -19,25 +19,13 @@ pytest.importorskip("torch")
 
 from llmscale.runtime import journal as jr
 from llmscale.runtime.verify import Losses, losses, verify_run
-from tests.launch_helpers import EXAMPLE, reap_all, start_launch, wait_beat
+from tests.launch_helpers import EXAMPLE, example_config, reap_all, start_launch, wait_beat
 
 TOTAL = 40
-CONFIG = f"""name: chaos
-model: {{n_layer: 2, n_head: 2, d_model: 32, seq_len: 32}}
-layout: {{dp: 2}}
-nproc_per_node: 2
-schedule: {{warmup_steps: 5, total_steps: {TOTAL}}}
-batch: {{micro_batch_size: 4, global_batch_size: 8}}
-seed: 7
-checkpoint: {{memory_every_steps: {{memory}}, storage_every_steps: 5, keep: 2, save_timeout_s: 30}}
-restart: {{max_attempts: 10, max_attempts_without_progress: 3, heartbeat_timeout_s: 5, phase_timeout_s: 60}}
-"""
-
-
 def config(tmp: Path, memory: int) -> Path:
-    path = tmp / f"chaos_m{memory}.yaml"
-    path.write_text(CONFIG.replace("{memory}", str(memory)))
-    return path
+    return example_config(tmp / f"chaos_m{memory}.yaml", "chaos", TOTAL, d_model=32, seq_len=32, micro_batch=4, seed=7,
+                          memory_every=memory, storage_every=5, warmup_steps=5, max_attempts=10, without_progress=3,
+                          heartbeat_timeout_s=5, save_timeout_s=30)
 
 
 def run(cfg: Path, run_dir: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
