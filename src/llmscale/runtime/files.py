@@ -73,6 +73,10 @@ class RunPaths:
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
+    def storage_tier(self, checkpoint_dir: str | None) -> Path:
+        """Where the storage tier lives: the config's checkpoint.dir when it names one, else RUN_DIR/checkpoints."""
+        return Path(checkpoint_dir) if checkpoint_dir else self.checkpoints
+
     def memory_tier(self, rank: int | None = None) -> Path:
         base = SHM_ROOT / f"llmscale-{run_id(self.root)}"
         return base if rank is None else base / f"rank{rank}"

@@ -124,7 +124,7 @@ class Session:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.group = dist.new_group(backend="gloo")
         ck = self.config.checkpoint
-        storage = StorageTier(Path(ck.dir) if ck.dir else self.paths.checkpoints, self.ctx.rank,
+        storage = StorageTier(self.paths.storage_tier(ck.dir), self.ctx.rank,
                               self.ctx.world_size, self.sha, ck.keep, ck.save_timeout_s, self.group)
         memory = MemoryTier(self.paths.memory_tier(self.ctx.rank), self.sha)
         self.tiers = TierState(self.config, storage, memory, self.paths.root)

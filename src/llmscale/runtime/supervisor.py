@@ -225,8 +225,7 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
     nodes = plan_hosts(prepared.cfg, req.exclude_from, req.hostfile, req.node_exec)
     paths = RunPaths(run_dir)
     st = _State(prepared.sha256, _first_attempt(run_dir), nodes=nodes.nodes)
-    ck_dir = prepared.cfg.checkpoint.dir
-    st.checkpoints = Path(ck_dir) if ck_dir else paths.checkpoints
+    st.checkpoints = paths.storage_tier(prepared.cfg.checkpoint.dir)
     if prepared.resumed:
         reconcile(paths, st.checkpoints, nodes.nproc, st.cfg_sha, st.attempt)
     elif fresh_memory_tier(paths):

@@ -68,8 +68,7 @@ def storage_dir(paths: RunPaths) -> Path:
     """The run's storage tier: its config's checkpoint.dir, else RUN_DIR/checkpoints (as the session saves)."""
     from llmscale.runtime.config import load_config
 
-    given = load_config(paths.config).checkpoint.dir if paths.config.is_file() else None
-    return Path(given) if given else paths.checkpoints
+    return paths.storage_tier(load_config(paths.config).checkpoint.dir if paths.config.is_file() else None)
 
 
 def _check_kept(paths: RunPaths, committed: list[int], keep: int, spared: set[int], v: Verdict) -> None:
