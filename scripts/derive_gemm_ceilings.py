@@ -23,6 +23,12 @@
    FlashAttention-2's forward+backward series (arXiv:2307.08691 Fig. 4), split into forward and backward by the
    paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%").
 
+4. The MXFP8 main-loop fraction (gemm_mxfp8) of the Blackwell GPUs: their FP8 η times the ratio of per-tensor to MXFP8
+   GEMM kernel time that Transformer Engine's GEMM tutorial measured pre-quantized (kernels only) on a B300 for one
+   layer of a 5B config, 6.812 / 7.161 ms (NVIDIA/TransformerEngine@1609c89
+   docs/examples/gemm_profiling/gemm_profiling.rst); B300's own measurement, taken for every Blackwell die
+   (ASSUMPTION: B200, GB200 and GB300 have no such table).
+
 Run:  python scripts/derive_gemm_ceilings.py      (prints the values written into catalog/gpus.yaml)
 """
 
@@ -128,6 +134,19 @@ def main_loop_fraction(gpu_name: str, precision: Precision, tflops: float, shape
     return (lo + hi) / 2
 
 
+TE_B300_PREQUANTIZED_MS = {"tensorwise": 6.812, "mxfp8": 7.161}
+"""Per-layer GEMM time of TE's tutorial on B300, pre-quantized (module docstring, step 4)."""
+BLACKWELL = ("b200", "gb200", "b300", "gb300")
+
+
+def mxfp8_fractions() -> None:
+    ratio = TE_B300_PREQUANTIZED_MS["tensorwise"] / TE_B300_PREQUANTIZED_MS["mxfp8"]
+    for name in BLACKWELL:
+        fp8 = load_gpu(name).efficiency.gemm_fp8
+        print(f"{name:<10}mxfp8 = fp8 eta {fp8:.3f} x {ratio:.4f} (TE tutorial, B300 pre-quantized)"
+              f" -> {fp8 * ratio:.3f}")
+
+
 def main() -> None:
     overhead, main_loop = wave_overhead_us()
     print(f"DeepGEMM fit: t_w = {overhead:.2f} us per wave, main loop at {main_loop:.3f} of the H800 FP8 peak "
@@ -138,6 +157,7 @@ def main() -> None:
         print(f"{gpu:<10}{precision.value:<6} measured {tflops:>7.1f} of {peak:>6.0f} ({tflops / peak:.3f})"
               f" at {'x'.join(map(str, shape)):<17} -> eta {eta:.3f}   [{source}]")
     attention_curves()
+    mxfp8_fractions()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from llmscale.io.megatron_args import KNOWN_FLAGS, parse_megatron_args
 from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.launch.document import ExportFormat, export_text
 from llmscale.launch.megatron import MEGATRON_FLAGS, megatron_args
+from llmscale.specs.train import TrainSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"
@@ -87,7 +88,14 @@ def test_round_trip_predicts_the_same_step(case: str, tmp_path: Path, capsys: py
     assert after == pytest.approx(before, rel=1e-9)
     assert back.resolved_layout == job.resolved_layout
     assert back.model.model_dump(exclude={"name", "source"}) == job.model.model_dump(exclude={"name", "source"})
-    assert back.train.model_dump(exclude={"total_tokens"}) == job.train.model_dump(exclude={"total_tokens"})
+    assert _priced(back).model_dump(exclude={"total_tokens"}) == _priced(job).model_dump(exclude={"total_tokens"})
+
+
+def _priced(job: Job) -> TrainSpec:
+    """The run as the cost model prices it: a recipe left to the GPU's native one is written out by export
+    (`--fp8-recipe` always), so it comes back named."""
+    recipe = job.train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
+    return job.train.model_copy(update={"fp8_recipe": recipe})
 
 
 def test_the_uneven_case_is_uneven_and_has_ep() -> None:

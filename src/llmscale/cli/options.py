@@ -22,7 +22,7 @@ from llmscale.errors import SpecError
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
-from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Precision, Routing
+from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Fp8Recipe, Precision, Routing
 from llmscale.units import parse_count
 
 
@@ -99,6 +99,10 @@ RoutingOpt = Annotated[Routing | None, typer.Option(TRAIN_FLAGS["routing"], case
 Fp8DispatchOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["fp8_dispatch"] + "/--bf16-dispatch", metavar="",
                                                      help="MoE tokens dispatched in FP8 with block scales "
                                                           "(default: 16-bit)")]
+Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(TRAIN_FLAGS["fp8_recipe"], case_sensitive=False,
+                                                        help="how an FP8 run scales its tensors (Megatron "
+                                                        "--fp8-recipe)" + escape(" [default: mxfp8 on Blackwell, "
+                                                                                  "else tensorwise]"))]
 FromPlanOpt = Annotated[
     Path | None,
     typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
@@ -165,7 +169,7 @@ def train_fields(**flags: Any) -> dict[str, Any]:
     return {"global_batch": flags.get("gbs"), "seq_len": flags.get("seq_len"), "precision": flags.get("precision"),
             "flash_attention": flags.get("flash_attention"), "bf16_moments": flags.get("bf16_moments"),
             "fp8_cache": flags.get("fp8_cache"), "routing": flags.get("routing"),
-            "fp8_dispatch": flags.get("fp8_dispatch")}
+            "fp8_dispatch": flags.get("fp8_dispatch"), "fp8_recipe": flags.get("fp8_recipe")}
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,8 @@ class JobFlags:
 _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
-    ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt), ("from_plan", FromPlanOpt),
+    ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt),
+    ("fp8_recipe", Fp8RecipeOpt), ("from_plan", FromPlanOpt),
     ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt),
     ("allow_unsealed", AllowUnsealedOpt), ("expect_sha256", ExpectShaOpt),
 )

@@ -40,8 +40,8 @@ from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Precision, TrainSpec
-from llmscale.units import US
+from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
+from llmscale.units import BYTES_16BIT, US
 
 
 @dataclass(frozen=True)
@@ -88,17 +88,39 @@ class RankCompute:
         return self.forward_s + self.backward_input_s + self.backward_weight_s
 
 
-CAST_BYTES_PER_ELEMENT = {Precision.FP8: 3.0, Precision.FP4: 2.5}
-"""Quantising one 16-bit GEMM input: read 2 bytes, write 1 (FP8) or 0.5 (FP4); scales ignored."""
+FP4_CAST_BYTES_PER_ELEMENT = 2.5
+"""Quantising one 16-bit GEMM input to FP4: read 2 bytes, write 0.5; scales, the column-wise copy and NVFP4's
+Hadamard transform are left out."""
 
 
-def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, precision: Precision) -> tuple[float, float]:
+def cast_bytes_per_element(precision: Precision, recipe: Fp8Recipe, tn_only: bool) -> float:
+    """HBM bytes one quantisation of a 16-bit GEMM input moves (Transformer Engine docs @3ceb248,
+    docs/features/low_precision_training): the 16-bit source is read once — twice under current scaling, whose
+    amax pass comes first (fp8_current_scaling.rst, Figure 4), against delayed scaling's amax from history
+    (fp8_delayed_scaling.rst) — and the FP8 copies the GEMMs read are written: one row-wise copy that Blackwell
+    reads both ways, plus a transposed one on Hopper, whose FP8 GEMMs are TN-only (fp8_current_scaling.rst,
+    "Transpose handling"); MXFP8's 1×32 and 1D blockwise's 1×128 scale blocks differ row- and column-wise, so
+    both copies are quantised separately (mxfp8.rst "Handling transposes", fp8_blockwise_scaling.rst), each with
+    its scales (E8M0, 1 B per 32; fp32, 4 B per 128)."""
+    if precision is Precision.FP4:
+        return FP4_CAST_BYTES_PER_ELEMENT
+    if precision is not Precision.FP8:
+        return 0.0
+    if recipe is Fp8Recipe.MXFP8:
+        return BYTES_16BIT + 2 * (1.0 + 1.0 / 32)
+    if recipe is Fp8Recipe.BLOCKWISE:
+        return BYTES_16BIT + 2 * (1.0 + 4.0 / 128)
+    reads = 2 if recipe is Fp8Recipe.TENSORWISE else 1
+    return reads * BYTES_16BIT + (2.0 if tn_only else 1.0)
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, cast: float) -> tuple[float, float]:
     """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: two norms
     (read + write 2·2h each), two residual adds (read 2·2h, write 2h each), rotary on q and k, the
     activation function (gated: read 2·2f, write 2f; else read and write 2f); an MoE layer permutes and
     un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each). FP8/FP4
     recipes quantise every GEMM input (QKV and MLP inputs h, output-projection input n·d, fc2 input f, and
-    each routed copy h) at CAST_BYTES_PER_ELEMENT."""
+    each routed copy h) at `cast` bytes per element (`cast_bytes_per_element`)."""
     h, q = model.hidden, model.heads * model.dim_per_head
     per_sigma = 8.0 * h + 12.0 * h
     if moe:
@@ -107,7 +129,6 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, precision: Precisi
     else:
         ffn = model.ffn_hidden
     per_tp = (6.0 if model.gated_mlp else 4.0) * ffn + 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
-    cast = CAST_BYTES_PER_ELEMENT.get(precision, 0.0)
     per_sigma += cast * (2 * h + (model.top_k * h if moe else 0))
     per_tp += cast * (q + ffn)
     return per_sigma, per_tp
@@ -193,9 +214,11 @@ def layer_times(
     """Times of a dense layer, an MoE layer and the output layer for one micro-batch, with the tensor-core peaks
     times the sustained fraction (KernelRates.of) and the experts at the busiest rank's load (cost.routing)."""
     gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
+    recipe = train.fp8_recipe_on(gpu.efficiency.gemm_mxfp8 is not None)
+    cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_tn_only)
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
     x = _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
-                rates=KernelRates.of(gpu, train.precision, sustained),
+                rates=KernelRates.of(gpu, train.precision, sustained, recipe),
                 rates16=KernelRates.of(gpu, Precision.BF16, sustained),
                 load=busiest_rank_load(model, train, lay, tokens, constants.moe))
     core, core_bwd = _attention_core(model, train, x)
@@ -203,7 +226,7 @@ def layer_times(
     h = model.hidden
 
     def elementwise(moe: bool) -> np.ndarray:
-        per_sigma, per_tp = _elementwise_bytes_per_token(model, moe, train.precision)
+        per_sigma, per_tp = _elementwise_bytes_per_token(model, moe, cast)
         return memory_s(x.rates, x.tokens * (per_sigma / x.sigma + per_tp / x.tp))
 
     def activation(ffn: float) -> np.ndarray:  # read (m−1)·f, write f, 16-bit

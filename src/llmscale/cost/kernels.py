@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.specs.cluster import GPUSpec
-from llmscale.specs.train import Precision
+from llmscale.specs.train import Fp8Recipe, Precision
 from llmscale.units import BYTES_16BIT, US
 
 TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64))
@@ -64,11 +64,18 @@ class KernelRates:
     attention_backward_half_seq: float
 
     @classmethod
-    def of(cls, gpu: GPUSpec, precision: Precision, sustained: float = 1.0) -> KernelRates:
+    def of(cls, gpu: GPUSpec, precision: Precision, sustained: float = 1.0,
+           recipe: Fp8Recipe = Fp8Recipe.TENSORWISE) -> KernelRates:
         """`gpu`'s rates at `precision`, its tensor-core peaks times `sustained` (the throughput a training run
-        sustains against the burst the catalog's measurements saw: StepConstants.sustained_compute_fraction)."""
+        sustains against the burst the catalog's measurements saw: StepConstants.sustained_compute_fraction);
+        FP8 GEMMs of a block-scaled `recipe` run at the GPU's MXFP8 fraction where it has one (Transformer Engine
+        runs 1×128 blockwise scaling as MXFP8 on Blackwell; on Hopper it keeps the per-tensor rate, as DeepGEMM's
+        blockwise kernels reach it: up to 1550 TFLOP/s on H800, README @327ec92)."""
         eff = gpu.efficiency
-        fraction = {Precision.FP8: eff.gemm_fp8, Precision.FP4: eff.gemm_fp4}.get(precision, eff.gemm_bf16)
+        fp8 = eff.gemm_fp8
+        if recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE) and eff.gemm_mxfp8 is not None:
+            fp8 = eff.gemm_mxfp8
+        fraction = {Precision.FP8: fp8, Precision.FP4: eff.gemm_fp4}.get(precision, eff.gemm_bf16)
         return cls(
             peak_flops_per_s=gpu.peak_flops_per_s(precision) * sustained, gemm_fraction=fraction,
             sm_count=gpu.sm_count,

@@ -24,6 +24,7 @@ from llmscale.io.files import parse_spec
 from llmscale.io.resolve import JobRequest
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Fp8Recipe
 
 WHERE = "Megatron-LM arguments"
 
@@ -73,12 +74,12 @@ _SWITCHES: dict[str, tuple[str, str, Any]] = {
 _INERT = {"--group-query-attention": 0, "--overlap-grad-reduce": 0, "--overlap-param-gather": 0,
           "--use-precision-aware-optimizer": 0, "--use-megatron-fsdp": 0, "--no-gradient-accumulation-fusion": 0,
           "--moe-grouped-gemm": 0, "--ckpt-format": 1, "--moe-router-dtype": 1, "--moe-token-dispatcher-type": 1,
-          "--moe-router-num-groups": 1, "--fp8-recipe": 1, "--fp4-recipe": 1, "--cuda-graph-impl": 1,
+          "--moe-router-num-groups": 1, "--fp4-recipe": 1, "--cuda-graph-impl": 1,
           "--max-position-embeddings": 1, "--recompute-method": 1, "--recompute-num-layers": 1,
           "--moe-router-score-function": 1, "--exp-avg-sq-dtype": 1}
 _SPECIAL = ("--position-embedding-type", "--rope-type", "--normalization", "--attention-dropout", "--hidden-dropout",
             "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-load-balancing-type",
-            "--fp8-format", "--fp4-format", "--attention-backend", "--exp-avg-dtype", "--optimizer",
+            "--fp8-format", "--fp8-recipe", "--fp4-format", "--attention-backend", "--exp-avg-dtype", "--optimizer",
             "--recompute-granularity", "--recompute-modules", "--data-parallel-sharding-strategy",
             "--pipeline-model-parallel-layout")
 KNOWN_FLAGS = frozenset(_VALUED) | frozenset(_SWITCHES) | frozenset(_INERT) | frozenset(_SPECIAL)
@@ -220,6 +221,9 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
     train, layout = parts["train"], parts["layout"]
     if _choice(flags, "--fp8-format", ("hybrid", "e4m3")):
         train["precision"] = "fp8"
+    recipe = _choice(flags, "--fp8-recipe", tuple(r.value for r in Fp8Recipe))
+    if recipe:
+        train["fp8_recipe"] = recipe
     if _choice(flags, "--fp4-format", ("e2m1",)):
         train["precision"] = "fp4"
     if _choice(flags, "--attention-backend", ("unfused", "flash", "fused", "auto")) == "unfused":

@@ -33,7 +33,7 @@ from llmscale.specs.constants import Constants
 from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.layout import LAYOUT_FIELDS, Layout
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
+from llmscale.specs.train import TRAIN_FLAGS, Fp8Recipe, TrainSpec
 
 DEFAULT_MODEL = "seed-10t-moe"
 DEFAULT_CLUSTER = "seed-500k"
@@ -208,11 +208,16 @@ def check_sha256(actual: str, expected: str | None) -> None:
 
 
 def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
-    """FP8/FP4 need the GPU to have that tensor-core precision (A100 has neither)."""
-    if not cluster.gpu.supports(train.precision):
-        raise SpecError(
-            "precision", train.precision.value, f"gpu {cluster.gpu.name} has no {train.precision.value} tensor cores"
-        )
+    """FP8/FP4 need the GPU to have that tensor-core precision (A100 has neither); an MXFP8 recipe needs
+    Blackwell's block-scaled tensor cores (Transformer Engine refuses it on Hopper)."""
+    gpu = cluster.gpu
+    if not gpu.supports(train.precision):
+        raise SpecError("precision", train.precision.value,
+                        f"gpu {gpu.name} has no {train.precision.value} tensor cores")
+    if train.fp8_recipe is Fp8Recipe.MXFP8 and gpu.efficiency.gemm_mxfp8 is None:
+        raise SpecError("fp8_recipe", train.fp8_recipe.value,
+                        f"gpu {gpu.name} has no MXFP8 tensor cores (Blackwell and later); use delayed, tensorwise "
+                        "or blockwise")
 
 
 def _with_saved(request: JobRequest) -> JobRequest:

@@ -147,9 +147,10 @@ def _megatron_precision(job: Job) -> list[str]:
     train = job.train
     args = ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
     if train.precision is Precision.FP8:
-        # MXFP8 is Blackwell's native recipe; per-tensor current scaling runs on Hopper and later.
-        recipe = "mxfp8" if job.cluster.gpu.peak_fp4_tflops is not None else "tensorwise"
-        args += ["--fp8-format", "hybrid", "--fp8-recipe", recipe]
+        # The recipe the cost model priced (TrainSpec.fp8_recipe_on): the run's, else MXFP8 on Blackwell and
+        # per-tensor current scaling before it.
+        recipe = train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", recipe.value]
     elif train.precision is Precision.FP4:
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if not train.fp32_grads and train.precision is not Precision.FP16:

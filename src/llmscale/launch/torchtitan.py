@@ -17,9 +17,8 @@ from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import FLAVOR_OF_MODEL, SCHEDULE_NAMES, split_settings
 from llmscale.launch.torchtitan_notes import torchtitan_notes
 from llmscale.launch.torchtitan_source import Call, Name, call, identifier, recipe_source
-from llmscale.specs.cluster import Generation
 from llmscale.specs.layout import Layout, Recompute
-from llmscale.specs.train import Precision, Routing
+from llmscale.specs.train import Fp8Recipe, Precision, Routing
 
 __all__ = ["LAYOUT_KEYS", "TORCHTITAN_KEYS", "stage_split", "torchtitan_notes", "torchtitan_recipe"]
 
@@ -124,8 +123,9 @@ def _model_spec(job: Job) -> object:
     return call("model_registry", flavor.flavor, **kwargs)
 
 
-def is_blackwell(job: Job) -> bool:
-    return job.cluster.gpu.generation in (Generation.BLACKWELL, Generation.BLACKWELL_ULTRA)
+def fp8_recipe(job: Job) -> Fp8Recipe:
+    """The FP8 recipe the cost model priced for this job (TrainSpec.fp8_recipe_on)."""
+    return job.train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
 
 
 def _converters(job: Job) -> list[Call]:
@@ -133,7 +133,7 @@ def _converters(job: Job) -> list[Call]:
     Linears, and on the experts' grouped GEMMs of an MoE; fp4: NVFP4 on the layers' Linears, lm_head kept in bf16
     (as llama3's nvfp4 recipes). Each under torch.compile, which the converters need to be fast."""
     precision, moe = job.train.precision, job.model.is_moe
-    if precision is Precision.FP8 and is_blackwell(job):
+    if precision is Precision.FP8 and fp8_recipe(job) is Fp8Recipe.MXFP8:
         return [call("MXFP8LinearConverter.Config", model_compile_enabled=True)] + (
             [call("MXFP8GroupedExpertsConverter.Config", model_compile_enabled=True)] if moe else [])
     if precision is Precision.FP8:

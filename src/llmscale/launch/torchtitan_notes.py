@@ -12,7 +12,7 @@ from __future__ import annotations
 from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import FLAVOR_OF_MODEL, FLAVORS, SCHEDULE_NAMES, split_settings, stages_per_rank
 from llmscale.specs.layout import RankOrder, Schedule
-from llmscale.specs.train import Fp8Cache, Optimizer, Precision, Routing
+from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Routing
 
 
 def torchtitan_notes(job: Job) -> list[str]:
@@ -93,6 +93,10 @@ def _memory_notes(job: Job) -> list[str]:
                      "(enable_cpu_offload is FSDP's parameter offload): the run keeps them on the GPU")
     if train.precision is Precision.FP8 and train.fp8_cache is Fp8Cache.FINE_GRAINED:
         notes.append("fp8_cache fine-grained has no torchtitan field: torchao float8 keeps other tensors in bfloat16")
+    recipe = train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
+    if train.precision is Precision.FP8 and recipe is not Fp8Recipe.MXFP8:
+        notes.append(f"fp8_recipe {recipe.value}: torchtitan runs torchao's rowwise Float8 instead, whose casts and "
+                     "GEMMs the prediction did not price")
     return notes
 
 

@@ -187,7 +187,7 @@ def memory_bound_bytes(setup: ProbeSetup) -> float:
     every layer's elementwise bytes and the logits' fp32 softmax/loss bytes, forward + backward (1 + 2 passes),
     per micro-batch; plus the optimizer step's bytes per parameter held (ZeRO 0, memory.py)."""
     model, tokens = setup.model, setup.tokens_per_micro_batch
-    per_layer = {moe: sum(_elementwise_bytes_per_token(model, moe, Precision.BF16)) * tokens for moe in (False, True)}
+    per_layer = {moe: sum(_elementwise_bytes_per_token(model, moe, 0.0)) * tokens for moe in (False, True)}
     layers = model.num_dense_layers * per_layer[False] + model.num_moe_layers * per_layer[True]
     logits = tokens * 3 * 4.0 * model.vocab
     counts = count_params(model)

@@ -55,6 +55,9 @@ class EfficiencySpec(Spec):
         ge=0, le=MAX_POSITIONS, description="tokens at which backward reaches half its T∞"
     )
     hbm: float = Field(gt=0, le=1, description="fraction of HBM bandwidth memory-bound kernels reach")
+    gemm_mxfp8: float | None = Field(
+        None, gt=0, le=1, description="main-loop fraction of the FP8 dense peak for MXFP8 block-scaled GEMMs; "
+        "None: no MXFP8 tensor cores (before Blackwell)")
 
 
 class Generation(str, Enum):
@@ -81,6 +84,9 @@ class GPUSpec(Spec):
     peak_bf16_tflops: PositiveFloat = Field(le=MAX_TFLOPS, description="dense 16-bit tensor peak")
     peak_fp8_tflops: PositiveFloat | None = Field(None, le=MAX_TFLOPS, description="dense FP8 peak; None: no FP8")
     peak_fp4_tflops: PositiveFloat | None = Field(None, le=MAX_TFLOPS, description="dense FP4 peak; None: no FP4")
+    fp8_tn_only: bool = Field(
+        False, description="FP8 GEMMs take only the TN layout, so the column-wise FP8 copy of a tensor is a physical "
+        "transpose written beside the row-wise one (Hopper); Blackwell reads one layout both ways")
     memory_gib: PositiveFloat = Field(le=MAX_MEMORY_GIB, description="HBM capacity; an '80 GB' H100 holds 80 GiB")
     memory_bandwidth_gb_per_s: float = Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S, description="HBM bandwidth")
     scaleup_bandwidth_gb_per_s: float | None = Field(

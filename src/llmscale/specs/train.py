@@ -48,6 +48,24 @@ class Fp8Cache(str, Enum):
     output once, in E5M6 (1.5 B), shared by attention's backward and the projection's."""
 
 
+class Fp8Recipe(str, Enum):
+    """How an FP8 run scales its tensors (Megatron-Core `--fp8-recipe`, megatron/core/enums.py Fp8Recipe
+    @d98e8a64; Transformer Engine's recipes). It sets what quantizing a GEMM input costs (cost.compute) and, for
+    MXFP8, the GEMM kernels' rate (EfficiencySpec.gemm_mxfp8)."""
+
+    DELAYED = "delayed"
+    """One scale per tensor from an amax history: the amax is taken inside the cast kernel (one read)."""
+    TENSORWISE = "tensorwise"
+    """Per-tensor current scaling: one pass for the amax, a second to scale and cast (TE docs, FP8 current scaling,
+    Figure 4: "two tensor reads are needed")."""
+    MXFP8 = "mxfp8"
+    """Blackwell's block scaling, an E8M0 scale per 32 elements; row- and column-wise copies are quantized
+    separately because their blocks differ."""
+    BLOCKWISE = "blockwise"
+    """1×128 activation and 128×128 weight blocks with fp32 scales (DeepSeek-V3 §3.3.2), native on Hopper;
+    Transformer Engine runs it as MXFP8 on Blackwell."""
+
+
 class Routing(str, Enum):
     """How an MoE router balances its experts (it sets the load of the busiest expert-parallel rank)."""
 
@@ -62,7 +80,8 @@ class Routing(str, Enum):
 
 TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
                "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache",
-               "routing": "--routing", "fp8_dispatch": "--fp8-dispatch"}
+               "routing": "--routing", "fp8_dispatch": "--fp8-dispatch",
+               "fp8_recipe": "--fp8-recipe"}
 """The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
 
 
@@ -85,9 +104,19 @@ class TrainSpec(Spec):
         False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
     fp8_cache: Fp8Cache = Field(Fp8Cache.LINEAR_INPUTS, description="saved activations kept in FP8 by an FP8 recipe")
+    fp8_recipe: Fp8Recipe | None = Field(
+        None, description="how FP8 tensors are scaled; None: the GPU's native recipe (`fp8_recipe_on`)")
     routing: Routing = Field(Routing.AUX_LOSS, description="how an MoE router balances its experts")
     fp8_dispatch: bool = Field(False, description="MoE tokens dispatched in FP8 with block scales, combined in 16-bit "
                                "(DeepSeek-V3 §3.3.3; DeepEP)")
+
+    def fp8_recipe_on(self, has_mxfp8: bool) -> Fp8Recipe:
+        """The recipe this run's FP8 GEMMs use on a GPU with (`has_mxfp8`) or without MXFP8 tensor cores: the one
+        given, else the native one — MXFP8 on Blackwell, per-tensor current scaling before it (what `export` writes
+        for a run that names none)."""
+        if self.fp8_recipe is not None:
+            return self.fp8_recipe
+        return Fp8Recipe.MXFP8 if has_mxfp8 else Fp8Recipe.TENSORWISE
 
     @property
     def tokens_per_step(self) -> int:

@@ -14,6 +14,8 @@ Where the schema leaves a layout field null, llmscale assumes, and says so here:
   etp           1 for MoE rows (the Megatron-Bridge MoE recipes' expert_tensor_parallel_size)
   sp            on when tp > 1 (Megatron-LM, NeMo and Bridge recipes enable it with TP)
   precision     bf16
+  fp8_recipe    the GPU's native one (TrainSpec.fp8_recipe_on: MXFP8 on Blackwell, per-tensor current scaling on
+                Hopper) where run_settings.yaml states none (NeMo 24.07's rows)
   recompute     the lightest of none → selective → full whose memory fits the GPU (recipes enable
                 recompute only when memory needs it)
   overlaps      TP and EP communication not overlapped
@@ -74,7 +76,7 @@ def run_facts(run: PublishedRun) -> dict[str, Any]:
 MODULE_FLAGS = {"layernorm": "recompute_norm", "mla_up_proj": "recompute_mla_up", "moe_act": "recompute_moe_act",
                 "mlp": "recompute_mlp"}
 """Megatron --recompute-modules names and the layout switch of each (`core_attn` is recompute = selective)."""
-TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch")
+TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch", "fp8_recipe")
 """TrainSpec fields a run_settings.yaml entry may state."""
 
 

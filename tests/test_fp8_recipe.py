@@ -1,0 +1,159 @@
+"""FP8 recipes (TrainSpec.fp8_recipe): what quantizing costs, the MXFP8 GEMM rate, and where a recipe is refused.
+
+Expected numbers come from Transformer Engine's own documents, not from llmscale:
+  - docs/features/low_precision_training/*.rst @3ceb248 (NVIDIA/TransformerEngine): current scaling reads a tensor
+    twice (amax, then cast), delayed scaling once; Hopper's FP8 GEMMs need a physical transpose for the column-wise
+    copy, Blackwell reads one layout both ways; MXFP8 (1×32) and 1D blockwise (1×128) quantize the row- and
+    column-wise copies separately.
+  - docs/examples/gemm_profiling/gemm_profiling.rst @1609c89: GEMM benchmark on a B300 for a 5B config (hidden 4096,
+    intermediate 16384, M = 31 × 512 = 15,872 tokens); per-layer GEMM totals pre-quantized (kernels only) and in
+    autocast (kernels + quantization of every operand of every GEMM call).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmscale.cli.main import main
+from llmscale.cost.compute import cast_bytes_per_element
+from llmscale.cost.kernels import KernelRates, gemm_s, memory_s
+from llmscale.io.catalog import load_gpu
+from llmscale.specs.train import Fp8Recipe, Precision
+from llmscale.validation.jobs import run_facts, run_settings
+from llmscale.validation.runs import load_runs
+
+BLACKWELL = ("b200", "gb200", "b300", "gb300")
+
+# TE gemm_profiling.rst @1609c89, B300 SXM6, per-layer GEMM time (ms).
+TE_B300_PREQUANTIZED_MS = {"tensorwise": 6.812, "mxfp8": 7.161}
+TE_B300_AUTOCAST_MS = {"tensorwise": 9.147, "delayed": 7.802, "mxfp8": 8.984}
+TE_SHAPES = ((15872, 4096, 12288), (15872, 4096, 4096), (15872, 4096, 16384), (15872, 16384, 4096))
+"""(M, K, N) of the tutorial's QKV, attention-out, MLP-up and MLP-down GEMMs."""
+
+
+def test_quantization_bytes_follow_the_te_documents() -> None:
+    # One 2-byte read and a 1-byte write; current scaling adds a second read for its amax; Hopper writes a transposed
+    # copy beside the row-wise one.
+    assert cast_bytes_per_element(Precision.FP8, Fp8Recipe.DELAYED, tn_only=False) == 2 + 1
+    assert cast_bytes_per_element(Precision.FP8, Fp8Recipe.TENSORWISE, tn_only=False) == 2 + 2 + 1
+    assert cast_bytes_per_element(Precision.FP8, Fp8Recipe.DELAYED, tn_only=True) == 2 + 1 + 1
+    assert cast_bytes_per_element(Precision.FP8, Fp8Recipe.TENSORWISE, tn_only=True) == 2 + 2 + 1 + 1
+    # Block-scaled: both copies quantized from one read, each with its scales (E8M0 per 32, fp32 per 128).
+    mx, block = (cast_bytes_per_element(Precision.FP8, r, tn_only=tn) for r, tn in
+                 ((Fp8Recipe.MXFP8, False), (Fp8Recipe.BLOCKWISE, True)))
+    assert mx == pytest.approx(2 + 2 * (1 + 1 / 32))
+    assert block == pytest.approx(2 + 2 * (1 + 4 / 128))
+    assert cast_bytes_per_element(Precision.BF16, Fp8Recipe.TENSORWISE, tn_only=True) == 0.0
+
+
+@pytest.mark.parametrize("gpu", BLACKWELL)
+def test_mxfp8_gemm_ceiling_is_the_te_tutorial_ratio(gpu: str) -> None:
+    eff = load_gpu(gpu).efficiency
+    measured = TE_B300_PREQUANTIZED_MS["tensorwise"] / TE_B300_PREQUANTIZED_MS["mxfp8"]
+    assert eff.gemm_mxfp8 is not None
+    assert eff.gemm_mxfp8 / eff.gemm_fp8 == pytest.approx(measured, abs=0.002)
+
+
+@pytest.mark.parametrize("gpu", ("h100-sxm", "h800", "h200", "a100-80gb"))
+def test_gpus_before_blackwell_have_no_mxfp8(gpu: str) -> None:
+    assert load_gpu(gpu).efficiency.gemm_mxfp8 is None
+
+
+def _autocast_quantization_ms(recipe: Fp8Recipe) -> float:
+    """The model's quantization time of one B300 layer of the tutorial in autocast: every GEMM call quantizes its
+    two operands in the one direction it reads them (fprop X, W; dgrad dY, W; wgrad X, dY), so the block-scaled
+    recipes write one copy, not two."""
+    rates = KernelRates.of(load_gpu("b300"), Precision.FP8, recipe=recipe)
+    elements = sum(m * k + k * n + m * n + k * n + m * k + m * n for m, k, n in TE_SHAPES)
+    one_copy = {Fp8Recipe.TENSORWISE: 5.0, Fp8Recipe.DELAYED: 3.0, Fp8Recipe.MXFP8: 2 + 1 + 1 / 32}[recipe]
+    return float(memory_s(rates, elements * one_copy)) * 1e3
+
+
+def test_quantization_overhead_against_the_te_tutorial() -> None:
+    """Measured overhead = autocast − pre-quantized (2.335 ms current scaling, 1.823 MXFP8; delayed scaling has no
+    pre-quantized run and is taken against the current-scaling kernels, which TE calls of similar throughput). The
+    byte model gets current scaling within 25 % and the order right; MXFP8's kernels run further below the HBM
+    roofline than its bytes say (left out: the model is 30-40 % low there)."""
+    measured = {r: TE_B300_AUTOCAST_MS[r] - TE_B300_PREQUANTIZED_MS["mxfp8" if r == "mxfp8" else "tensorwise"]
+                for r in TE_B300_AUTOCAST_MS}
+    model = {r: _autocast_quantization_ms(Fp8Recipe(r)) for r in measured}
+    assert model["tensorwise"] == pytest.approx(measured["tensorwise"], rel=0.25)
+    assert model["delayed"] == pytest.approx(measured["delayed"], rel=0.25)
+    assert model["tensorwise"] > model["mxfp8"] and measured["tensorwise"] > measured["mxfp8"]
+    assert 0.55 < model["mxfp8"] / measured["mxfp8"] < 0.75
+
+
+def test_mxfp8_gemms_run_slower_by_the_measured_ratio() -> None:
+    """Compute-bound shapes of the tutorial: the model's MXFP8 / tensorwise GEMM time is the tutorial's 7.161/6.812."""
+    gpu = load_gpu("b300")
+    tensorwise, mx = (KernelRates.of(gpu, Precision.FP8, recipe=r) for r in (Fp8Recipe.TENSORWISE, Fp8Recipe.MXFP8))
+    total = {r: sum(float(gemm_s(rates, m, n, k)) for m, k, n in TE_SHAPES) for r, rates in
+             (("tensorwise", tensorwise), ("mxfp8", mx))}
+    assert total["mxfp8"] / total["tensorwise"] == pytest.approx(
+        TE_B300_PREQUANTIZED_MS["mxfp8"] / TE_B300_PREQUANTIZED_MS["tensorwise"], rel=0.005)
+
+
+def test_mxfp8_on_hopper_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "64", "--tp", "8", "--dp", "8",
+              "--precision", "fp8", "--fp8-recipe", "mxfp8"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert "Traceback" not in err and "fp8_recipe" in err and "MXFP8" in err
+
+
+def test_the_recipe_reaches_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    """On H100, tensorwise (two reads and a transpose per cast) predicts a slower step than delayed (one read), and
+    blockwise (one read, two copies with scales) lies between; explain reports the recipe it priced."""
+    steps, recipes = {}, {}
+    for recipe in ("delayed", "blockwise", "tensorwise"):
+        with pytest.raises(SystemExit):
+            main(["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "64", "--tp", "8", "--dp",
+                  "8", "--precision", "fp8", "--fp8-recipe", recipe, "--json"])
+        document = json.loads(capsys.readouterr().out)
+        steps[recipe], recipes[recipe] = document["step_time_s"], document["train"]["fp8_recipe"]
+    assert steps["delayed"] < steps["blockwise"] < steps["tensorwise"]
+    assert recipes == {"delayed": "delayed", "blockwise": "blockwise", "tensorwise": "tensorwise"}
+
+
+def test_bridge_rows_take_the_recipe_their_table_prints() -> None:
+    """Megatron-Bridge's tables: per-tensor current scaling first, block-scaled FP8 in parentheses ([alt] rows):
+    MXFP8 on Blackwell, 128×128/1×128 blockwise on H100; DeepSeek-V3's own run is blockwise (§3.3.2)."""
+    runs = {run.name: run for run in load_runs()}
+    recipe = {name: run_facts(run).get("fp8_recipe") for name, run in runs.items()}
+    assert recipe["Megatron-Bridge 25.11 LLAMA3_8B on 8 B200 FP8-CS"] == "tensorwise"
+    assert recipe["Megatron-Bridge 25.11 LLAMA3_8B [alt] on 8 B200 FP8-MX"] == "mxfp8"
+    assert recipe["Megatron-Bridge 25.09 LLAMA3.1_405B [alt] on 128 B200 fp8"] == "mxfp8"
+    assert recipe["Megatron-Bridge 25.09 DeepSeekV3 (dropless) [alt] on 1024 H100 fp8"] == "blockwise"
+    assert recipe["Megatron-Bridge 26.04.01 DeepSeekV3 on 256 GB200 MXFP8"] == "mxfp8"
+    assert recipe["DeepSeek-V3 671B pre-training on 2048 H800"] == "blockwise"
+
+
+CONSUMED_KEYS = {"name", "name_contains", "source_contains", "source",
+                 "recompute", "recompute_modules", "sequence_parallel", "micro_batch", "vp", "interleaved", "schedule",
+                 "tp_comm_overlap", "moe_a2a_overlap", "activation_offload", "activation_offload_layers",
+                 "cuda_graphs", "flash_attention", "rank_order",
+                 "fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch", "fp8_recipe",
+                 "tied_embeddings", "dropout", "capacity_factor", "pad_to_capacity"}
+"""Every key validation.jobs reads from a run_settings.yaml entry (fp8_recipe was once read and dropped)."""
+
+
+def test_no_run_setting_is_silently_dropped() -> None:
+    import llmscale.validation.jobs as jobs
+
+    entries = jobs._settings_entries()
+    unknown = sorted({key for entry in entries for key in entry} - CONSUMED_KEYS)
+    assert not unknown, f"run_settings.yaml keys validation does not read: {unknown}"
+    assert set(jobs.TRAIN_FACTS) | set(jobs.MODEL_FACTS) <= CONSUMED_KEYS
+    assert run_settings()  # the file is there
+
+
+def test_native_recipe_is_what_export_writes() -> None:
+    """A run naming no recipe is priced and exported with the GPU's native one."""
+    from llmscale.specs.train import TrainSpec
+
+    train = TrainSpec(precision=Precision.FP8)
+    assert train.fp8_recipe_on(load_gpu("b200").efficiency.gemm_mxfp8 is not None) is Fp8Recipe.MXFP8
+    assert train.fp8_recipe_on(load_gpu("h100-sxm").efficiency.gemm_mxfp8 is not None) is Fp8Recipe.TENSORWISE
