@@ -12,7 +12,7 @@ from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Cache, Precision, Routing, TrainSpec
+from llmscale.specs.train import Fp8Cache, Precision, Routing, TrainSpec, Zero3Gather
 from llmscale.units import MIB
 from tests.conftest import make_cluster
 
@@ -169,11 +169,80 @@ def test_deepseek_v3_own_layout_fits_an_h800() -> None:
     assert bool(result.fits[0]), result.total_bytes[0] / 2**30
 
 
-def test_activation_offload_frees_all_but_one_offloaded_layer() -> None:
+def _te_layer_window_map(num_layers: int, num_offload: int) -> dict[int, int]:
+    """NVIDIA/TransformerEngine@1269b2e209c3 transformer_engine/pytorch/cpu_offload.py
+    AsyncDoubleBufferGroupOffloadHandler.__init__, transcribed: offload group i is freed in the forward, and
+    reloaded in the backward, at the commit of layer layer_window_map[i]."""
+    window, constant = {}, 0
+    for i in range(num_offload):
+        window[i] = (num_layers // num_offload) * (i + 1) - 1
+        if i < num_layers % num_offload:
+            window[i] += i + 1
+            constant = i + 1
+        else:
+            window[i] += constant
+    return window
+
+
+@pytest.mark.parametrize(("num_layers", "num_offload"), [(32, 8), (80, 40), (80, 20), (126, 80), (61, 7)])
+def test_te_frees_the_last_offloaded_layer_at_the_last_layer(num_layers: int, num_offload: int) -> None:
+    # The premise of the offload peak: the last offloaded group waits until the model's last layer, so while the
+    # output layer and the loss run only the kept layers are resident, and one offloaded layer beside them before.
+    assert _te_layer_window_map(num_layers, num_offload)[num_offload - 1] == num_layers - 1
+
+
+def test_activation_offload_keeps_one_offloaded_layer_only_outside_the_head() -> None:
     model, train = load_model("llama3-8b"), TrainSpec(seq_len=8192, global_batch=64)
     lay = Layouts.from_columns(num_gpus=64, dp=64, offload_activations=np.array([0, 8]))
     result = memory_breakdown(model, make_cluster(num_gpus=64), train, lay, CONSTANTS)
     per_layer = layer_activations(model, train, lay).dense_bytes[0]
+    logits = 4.0 * 8192 * (model.vocab + model.hidden)  # fp32 logits of the 8192-token micro-batch
+    assert logits > per_layer  # so the peak is at the head, without an offloaded layer in transit
     freed = result.activations_bytes[0] - result.activations_bytes[1]
-    assert freed == pytest.approx(7 * per_layer, rel=1e-9)  # 8 offloaded, one of them resident while it is copied
+    assert freed == pytest.approx(8 * per_layer, rel=1e-9)
     assert result.activation_offload_bytes_per_microbatch[1] == pytest.approx(2 * 8 * per_layer, rel=1e-9)
+
+
+def test_fused_cross_entropy_keeps_16bit_logits() -> None:
+    # TE's fused cross-entropy saves the bf16 logits, overwritten by their gradient (TransformerEngine@1269b2e209c3
+    # cross_entropy.py): 2 B per vocabulary entry and token instead of Megatron's fp32 copy, 4 B.
+    model = load_model("llama3-8b")
+    lay = Layouts.from_columns(num_gpus=8, dp=8)
+    plain, fused = (memory_breakdown(model, make_cluster(num_gpus=8), TrainSpec(
+        seq_len=8192, global_batch=64, fused_cross_entropy=flag), lay, CONSTANTS) for flag in (False, True))
+    assert plain.activations_bytes[0] - fused.activations_bytes[0] == pytest.approx(2.0 * 8192 * 128256, rel=1e-12)
+
+
+# Megatron-FSDP, Llama 3 70B (h 8192, GQA 8 × 128, f 28672, V 128256, untied): one layer holds
+# 8192·(8192 + 2·1024) + 8192² + 3·8192·28672 + 2·8192 = 855,654,400 parameters, the embedding and output layer
+# 2·128256·8192 and the final norm 8192 = 2,101,354,496.
+LLAMA70_LAYER, LLAMA70_OUTSIDE = 855_654_400, 2_101_354_496
+
+
+def test_megatron_fsdp_buffers_of_llama3_70b() -> None:
+    # Megatron-LM@d95e86a25bce param_and_grad_buffer.py: with fsdp_double_buffer two pooled layers of uint8 FP8
+    # weights ('fsdp_params') and two of bf16 gradients ('fsdp_grads'); the embedding and output layer (not FSDP
+    # units) stay gathered in bf16 (megatron_fsdp.py); the sharded weight buffer keeps the layers in FP8.
+    model = load_model("llama3-70b")
+    train = TrainSpec(seq_len=8192, global_batch=128, precision=Precision.FP8, fp32_grads=False,
+                      fsdp_double_buffer=True, fp8_params=True)
+    lay = Layouts.from_columns(num_gpus=64, dp=64, zero=3, mbs=2)
+    zero1 = memory_breakdown(model, make_cluster(num_gpus=64), train, Layouts.from_columns(
+        num_gpus=64, dp=64, zero=1, mbs=2), CONSTANTS)
+    result = memory_breakdown(model, make_cluster(num_gpus=64), train, lay, CONSTANTS)
+    gathered = 2 * LLAMA70_LAYER * 1 + 2 * LLAMA70_LAYER * 2 + LLAMA70_OUTSIDE * 2
+    assert result.comm_buffer_bytes[0] - zero1.comm_buffer_bytes[0] == pytest.approx(gathered, rel=1e-12)
+    # 80 layers at 1 B (their two norms of 8192, bf16 in Megatron, counted so too: 0.002 %), the rest at 2 B.
+    assert result.weights_bytes[0] == pytest.approx((80 * LLAMA70_LAYER * 1 + LLAMA70_OUTSIDE * 2) / 64, rel=1e-12)
+
+
+def test_deepspeed_zero3_gathers_one_matrix_and_its_gradient() -> None:
+    # DeepSpeed ZeRO-3 (microsoft/DeepSpeed@112ebff6e86a stage3.py) unshards a sub-module's own parameters; for the
+    # 529.6B GPT of Narayanan et al. 2021 Table 2 (h 20480, f 81920) the largest is fc1, 20480 × 81920, with its
+    # fp16 gradient: 2 · 1,677,721,600 · 2 B.
+    model = ModelSpec(name="gpt-529b", layers=105, hidden=20480, heads=128, ffn_hidden=81920, vocab=51200,
+                      gated_mlp=False)
+    train = TrainSpec(seq_len=2048, global_batch=2560, precision=Precision.FP16, zero3_gather=Zero3Gather.MODULE)
+    zero3, zero2 = (memory_breakdown(model, make_cluster(num_gpus=640), train, Layouts.from_columns(
+        num_gpus=640, dp=640, zero=z, mbs=4, recompute=Recompute.FULL.code), CONSTANTS) for z in (3, 2))
+    assert zero3.comm_buffer_bytes[0] - zero2.comm_buffer_bytes[0] == pytest.approx(2 * 20480 * 81920 * 2, rel=1e-12)

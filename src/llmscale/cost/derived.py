@@ -35,6 +35,9 @@ class RankParams:
     expert: np.ndarray
     largest_layer: np.ndarray
     """Largest single layer on this GPU (for ZeRO-3 / offload gather buffers)."""
+    outside_layers: np.ndarray
+    """Of `non_expert`, the parameters outside the transformer layers: embedding, output layer, final norm (and
+    the MTP modules' projections)."""
 
 
 def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: StageLayers) -> RankParams:
@@ -62,7 +65,8 @@ def rank_params(model: ModelSpec, counts: ParamCounts, lay: Layouts, layers: Sta
     biggest_moe = np.where(
         layers.moe > 0, (moe.non_expert) / lay.tp + moe.routed_experts / (lay.ep * lay.etp), 0.0
     )
-    return RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe))
+    outside = (vocab + mtp * 2 * model.hidden**2) / lay.tp + layers.last * counts.final_norm
+    return RankParams(non_expert, expert, np.maximum(biggest_dense, biggest_moe), outside)
 
 
 

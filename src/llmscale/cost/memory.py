@@ -15,8 +15,8 @@ FP8/FP4 recipes add cached low-precision weight copies. Offload moves the optimi
 copy) or the weights to host memory and costs PCIe traffic every step.
 
 Other: a runtime reservation (CUDA context, NCCL), communication buffers (TP/SP gather of one activation,
-pipeline send/recv, EP dispatch/combine, ZeRO-3 gather of two layers), and a fragmentation margin on the
-dynamic part (constants in catalog/memory.yaml with their sources).
+pipeline send/recv, EP dispatch/combine, ZeRO-3 unsharded weights and gradients: `_zero3_gather_bytes`), and a
+fragmentation margin on the dynamic part (constants in catalog/memory.yaml with their sources).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, MemoryConstants
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Optimizer, Precision, TrainSpec
+from llmscale.specs.train import Optimizer, Precision, TrainSpec, Zero3Gather
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,41 @@ class Sharding:
         )
 
 
+def _fsdp_fp8(train: TrainSpec, lay: Layouts) -> np.ndarray:
+    """ZeRO-3 layouts whose layers' weights (experts included; the layers' norms, bf16 in Megatron, are 0.002 % of
+    a Llama layer and counted so too) are sharded and gathered in FP8 (TrainSpec.fp8_params): 1 B each,
+    no transpose kept (Megatron-FSDP drops it after each module, NVIDIA/Megatron-LM@d95e86a25bce
+    megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py `release_params_fp8_transpose_cache`; the
+    model weight buffer is uint8 for FP8 parameters, param_and_grad_buffer.py `param_dtype = torch.uint8`)."""
+    return (lay.zero >= 3) & (train.fp8_params and train.precision is Precision.FP8)
+
+
+def _zero3_gather_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, params: RankParams,
+                        const: MemoryConstants) -> np.ndarray:
+    """Unsharded weights and gradients a ZeRO-3 GPU holds at once (TrainSpec.zero3_gather has the sources).
+    Layer units: `zero3_prefetch_layers` layers' weights (1 B each under `_fsdp_fp8`), one
+    layer's gradients (two with the fsdp_double_buffer pool) and the 16-bit parameters outside the layers.
+    Module units: the largest weight matrix and its 16-bit gradient."""
+    if train.zero3_gather is Zero3Gather.MODULE:
+        return np.where(lay.zero >= 3, 2 * largest_matrix_params(model, lay) * BYTES_16BIT, 0.0)
+    weight_b = np.where(_fsdp_fp8(train, lay), 1.0, float(BYTES_16BIT))
+    grad_layers = 2 if train.fsdp_double_buffer else 1
+    per_layer = const.zero3_prefetch_layers * weight_b + grad_layers * gradient_bytes_per_param(train)
+    gathered = params.largest_layer * per_layer + params.outside_layers * BYTES_16BIT
+    return np.where(lay.zero >= 3, gathered, 0.0)
+
+
+def largest_matrix_params(model: ModelSpec, lay: Layouts) -> np.ndarray:
+    """Parameters of the largest single weight matrix on a GPU: the dense MLP's fc1 (gate and up fused, as
+    Megatron builds it), one expert's fc1, or the vocabulary table; the attention projections are smaller for
+    the modelled architectures (fused QKV 3h² with MHA, fewer with GQA; fc1 h·(m−1)·f, 4h² or more)."""
+    fc1 = model.hidden * (model.mlp_matrices - 1) * model.ffn_hidden / lay.tp
+    expert_fc1 = model.hidden * (model.mlp_matrices - 1) * (model.expert_ffn_hidden or 0) / lay.etp
+    return np.maximum(np.maximum(fc1, expert_fc1), model.vocab * model.hidden / lay.tp)
+
+
 def _state_bytes(
-    train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray,
+    model: ModelSpec, train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray,
     const: MemoryConstants,
 ) -> _StateBytes:
     """Weights, gradients and optimizer bytes after ZeRO sharding, offload and low-precision copies."""
@@ -150,12 +183,15 @@ def _state_bytes(
     cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
                Precision.FP4: const.fp4_weight_cache_bytes_per_param}.get(train.precision, 0.0)
     ne, ex = params.non_expert, params.expert
-    weights = (ne * shard.weights_ne + ex * shard.weights_ex) * BYTES_16BIT
+    byte = np.where(_fsdp_fp8(train, lay), 1.0 / BYTES_16BIT, 1.0)  # FP8 layer weights: 1 B instead of 2
+    layers_ne = ne - params.outside_layers
+    weights = ((params.outside_layers + byte * layers_ne) * shard.weights_ne
+               + byte * ex * shard.weights_ex) * BYTES_16BIT
     if cache_b:
         weights = weights + (ne + ex) * cache_b
     grads_params = ne * shard.grads_ne + ex * shard.grads_ex
     optimizer = (ne * shard.optim_ne + ex * shard.optim_ex) * opt_b
-    gather = np.where(lay.zero >= 3, const.zero3_prefetch_layers * params.largest_layer * BYTES_16BIT, 0.0)
+    gather = _zero3_gather_bytes(model, train, lay, params, const)
     zeros = np.zeros(lay.size)
     state = _StateBytes(weights, grads_params * grad_b, optimizer, gather, zeros, zeros)
     if lay.offload_optimizer.any() or lay.offload_params.any():
@@ -201,21 +237,32 @@ def _comm_buffer_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, acts: L
 
 def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
     """Last stage: fp32 logits for the vocab-parallel cross-entropy, 4·s·b·V/t, for one micro-batch
-    (Megatron theoretical_memory_usage.py counts 4·sbh·(1 + V/h)/t)."""
+    (Megatron theoretical_memory_usage.py counts 4·sbh·(1 + V/h)/t). Transformer Engine's fused cross-entropy
+    (TrainSpec.fused_cross_entropy) keeps only the 16-bit logits, 2·s·b·V/t: its Triton kernel writes the
+    gradient into them in place and the autograd function saves that tensor (NVIDIA/TransformerEngine@1269b2e209c3
+    transformer_engine/pytorch/cross_entropy.py `ctx.save_for_backward(_input.detach())`; Megatron-Core calls it for
+    cross_entropy_fusion_impl 'te', NVIDIA/Megatron-LM@d95e86a25bce
+    megatron/core/models/common/language_module/language_module.py `compute_language_model_loss`)."""
     tokens = train.seq_len / lay.cp * lay.mbs
-    return 4.0 * tokens * (model.vocab + model.hidden) / lay.tp
+    vocab_bytes = float(BYTES_16BIT) if train.fused_cross_entropy else 4.0
+    return tokens * (vocab_bytes * model.vocab + 4.0 * model.hidden) / lay.tp
 
 
 def _offloaded_activations(lay: Layouts, activations: np.ndarray,
-                           layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes left on the GPU, bytes sent to the host and back per micro-batch) when the activations of
-    `offload_activations` of the rank's `layers` go to host memory (Transformer Engine's CPU offload, which Megatron
-    enables with --cpu-offloading-num-layers: one offloaded layer stays resident while it is copied). Megatron allows
-    it only with pp = 1 and no recompute (layout rules), so one micro-batch of each layer is held."""
+                           layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes kept on the GPU, bytes of the one offloaded layer in transit, bytes sent to the host and back per
+    micro-batch) when the activations of `offload_activations` of the rank's `layers` go to host memory (Transformer
+    Engine's CPU offload, which Megatron enables with --cpu-offloading-num-layers). One offloaded layer is resident
+    beside the kept ones twice: the last one offloaded is freed only at the last layer's commit, and it is reloaded
+    at the first commit of the backward (NVIDIA/TransformerEngine@1269b2e209c3 transformer_engine/pytorch/
+    cpu_offload.py AsyncDoubleBufferGroupOffloadHandler: offload group i is freed and reloaded at layer
+    layer_window_map[i], which is the model's last layer for the last group), so not while the output layer and the
+    loss run. Megatron allows offload only with pp = 1 and no recompute (layout rules), so one micro-batch of each
+    layer is held."""
     per_layer = activations / np.maximum(layers, 1)
     offloaded = np.minimum(lay.offload_activations, layers)
-    resident = np.where(offloaded > 0, activations - (offloaded - 1) * per_layer, activations)
-    return resident, 2 * offloaded * per_layer
+    kept = activations - offloaded * per_layer
+    return kept, np.where(offloaded > 0, per_layer, 0.0), 2 * offloaded * per_layer
 
 
 def _graph_buffers(lay: Layouts, acts: LayerActivations, held: np.ndarray) -> np.ndarray:
@@ -254,12 +301,13 @@ def memory_breakdown(
     best_total = np.full(lay.size, -1.0)
     fields: dict[str, np.ndarray] = {}
     for stage in stages.values():
-        state = _state_bytes(train, lay, stage.params, shard, num_micro, const)
+        state = _state_bytes(model, train, lay, stage.params, shard, num_micro, const)
         dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
         activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
-        activations, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
+        activations, in_transit, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
         activations = activations + _graph_buffers(lay, acts, stage.held)
-        activations = activations + np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
+        head = np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
+        activations = activations + np.maximum(head, in_transit)
         buffers = shared_buffers + state.gather_buffer
         fragmentation = const.fragmentation_fraction * (activations + buffers)
         candidate = {

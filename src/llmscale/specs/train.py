@@ -66,6 +66,24 @@ class Fp8Recipe(str, Enum):
     Transformer Engine runs it as MXFP8 on Blackwell."""
 
 
+class Zero3Gather(str, Enum):
+    """What a ZeRO-3 implementation gathers at once (only read when zero = 3)."""
+
+    LAYER = "layer"
+    """FSDP units are the transformer layers (Megatron-FSDP's default fsdp_unit_modules = [TransformerLayer],
+    NVIDIA/Megatron-LM@d95e86a25bce megatron/core/distributed/fsdp/mcore_fsdp_adapter.py): the layer being computed
+    and the one prefetched, the unsharded gradients of the layer being reduced, and the parameters outside the
+    layers (embedding, output layer, final norm), which are gathered at their forward and not released before the
+    step's buckets are reset (megatron_fsdp.py `_post_forward` releases FSDP units only, `_root_pre_backward` marks
+    only FSDP-unit buckets releasable)."""
+    MODULE = "module"
+    """DeepSpeed ZeRO-3 (microsoft/DeepSpeed@112ebff6e86a, 2021-04-08, deepspeed/runtime/zero/stage3.py): each
+    sub-module's own parameters (`named_parameters(recurse=False)`, one Linear) are gathered before its forward or
+    backward and released after it; nothing is prefetched while the live parameters exceed
+    stage3_max_live_parameters (default 1e9), and a parameter larger than reduce_bucket_size (5e8) has its full
+    16-bit gradient reduce-scattered at once: one weight matrix and its gradient are unsharded at a time."""
+
+
 class Routing(str, Enum):
     """How an MoE router balances its experts (it sets the load of the busiest expert-parallel rank)."""
 
@@ -106,6 +124,17 @@ class TrainSpec(Spec):
     fp8_cache: Fp8Cache = Field(Fp8Cache.LINEAR_INPUTS, description="saved activations kept in FP8 by an FP8 recipe")
     fp8_recipe: Fp8Recipe | None = Field(
         None, description="how FP8 tensors are scaled; None: the GPU's native recipe (`fp8_recipe_on`)")
+    zero3_gather: Zero3Gather = Field(Zero3Gather.LAYER, description="what ZeRO-3 gathers at once")
+    fsdp_double_buffer: bool = Field(
+        False, description="Megatron-FSDP fsdp_double_buffer: persistent pools of two layers' unsharded weights and "
+        "two layers' unsharded gradients (param_and_grad_buffer.py FixedPoolAllocator 'fsdp_params', 'fsdp_grads', "
+        "UB_BUFFER_NUM = 2); without it one layer's gradients")
+    fp8_params: bool = Field(
+        False, description="FP8 primary weights (Megatron --fp8-param-gather): under ZeRO-3 the layers' GEMM weights "
+        "are sharded and gathered in FP8, 1 B, their transpose dropped after each use (keep_fp8_transpose_cache off)")
+    fused_cross_entropy: bool = Field(
+        False, description="Transformer Engine's fused cross-entropy (Megatron cross_entropy_fusion_impl 'te'): the "
+        "16-bit logits are kept and overwritten by their gradient in place, no fp32 copy")
     routing: Routing = Field(Routing.AUX_LOSS, description="how an MoE router balances its experts")
     fp8_dispatch: bool = Field(False, description="MoE tokens dispatched in FP8 with block scales, combined in 16-bit "
                                "(DeepSeek-V3 §3.3.3; DeepEP)")

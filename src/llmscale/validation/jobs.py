@@ -76,7 +76,8 @@ def run_facts(run: PublishedRun) -> dict[str, Any]:
 MODULE_FLAGS = {"layernorm": "recompute_norm", "mla_up_proj": "recompute_mla_up", "moe_act": "recompute_moe_act",
                 "mlp": "recompute_mlp"}
 """Megatron --recompute-modules names and the layout switch of each (`core_attn` is recompute = selective)."""
-TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch", "fp8_recipe")
+TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch", "fp8_recipe", "zero3_gather",
+               "fsdp_double_buffer", "fp8_params", "fused_cross_entropy")
 """TrainSpec fields a run_settings.yaml entry may state."""
 
 
