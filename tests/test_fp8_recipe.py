@@ -129,6 +129,8 @@ def test_bridge_rows_take_the_recipe_their_table_prints() -> None:
     assert recipe["Megatron-Bridge 25.09 DeepSeekV3 (dropless) [alt] on 1024 H100 fp8"] == "blockwise"
     assert recipe["Megatron-Bridge 26.04.01 DeepSeekV3 on 256 GB200 MXFP8"] == "mxfp8"
     assert recipe["DeepSeek-V3 671B pre-training on 2048 H800"] == "blockwise"
+    # NeMo 24.07 (July 2024) predates Transformer Engine's current scaling (77fa1e596, 2025-03-07): delayed scaling.
+    assert recipe["NeMo 24.07 LLAMA3-70B on 64 H100 FP8"] == "delayed"
 
 
 CONSUMED_KEYS = {"name", "name_contains", "source_contains", "source",
