@@ -17,7 +17,7 @@ from llmscale.cli.main import main
 from llmscale.io.catalog import load_model
 from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.launch.document import ExportFormat
-from llmscale.launch.megatron import MEGATRON_FLAGS, megatron_args, pipeline_layout
+from llmscale.launch.megatron import MEGATRON_FLAGS, megatron_args, megatron_notes, pipeline_layout
 from llmscale.launch.megatron_model import moe_layer_pattern
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec
@@ -33,9 +33,11 @@ from llmscale.specs.model import ModelSpec
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 VERIFIED_MEGATRON_FLAGS = frozenset({
     "--attention-backend", "--attention-dropout", "--bf16", "--ckpt-format", "--context-parallel-size",
-    "--cpu-offloading-num-layers", "--cuda-graph-impl", "--data-parallel-sharding-strategy", "--disable-bias-linear",
+    "--cpu-offloading-num-layers", "--cross-entropy-fusion-impl", "--cross-entropy-loss-fusion", "--cuda-graph-impl",
+    "--data-parallel-sharding-strategy", "--disable-bias-linear",
     "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
-    "--ffn-hidden-size", "--fp16", "--fp4-format", "--fp4-recipe", "--fp8-format", "--fp8-recipe",
+    "--ffn-hidden-size", "--fp16", "--fp4-format", "--fp4-recipe", "--fp8-format", "--fp8-param-gather", "--fp8-recipe",
+    "--fsdp-double-buffer",
     "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-dropout", "--hidden-size",
     "--kv-channels", "--kv-lora-rank", "--max-position-embeddings", "--micro-batch-size",
     "--moe-expert-capacity-factor", "--moe-ffn-hidden-size", "--moe-grouped-gemm", "--moe-layer-freq",
@@ -127,6 +129,7 @@ def test_megatron_flag_tuple_is_verified() -> None:
     lambda: job(train={"global_batch": 1536, "seq_len": 2048, "precision": "fp16"}),
     dsv3, lambda: dsv3(tp=2, dp=64, etp=1, tp_comm_overlap=True, ep_comm_overlap=True),
     lambda: job("llama3-405b", "llama3-16k", {"precision": "fp8"}, tp=8, pp=16, dp=8),
+    lambda: fsdp70b({"fused_cross_entropy": True}),  # --fp8-param-gather, --fsdp-double-buffer, CE fusion
 ])  # fmt: skip
 def test_every_emitted_name_is_listed(make: Any) -> None:
     exported = make()
@@ -275,3 +278,61 @@ def test_llama31_405b_layout_matches_megatron_embedding_and_loss_accounting() ->
     stages = parse_layout(pipeline_layout(model, Layout(tp=8, pp=16, vpp=4, dp=1)))
     assert [stage.count("t") for stage in stages] == [1] + [2] * 62 + [1]
 
+
+
+# ---- run settings of the memory model: FP8 parameters, the FSDP double buffer, fused cross-entropy ------------
+# What Megatron-LM accepts is read in its source at MEGATRON_COMMIT: --fp8-param-gather needs fp8
+# (megatron/core/transformer/transformer_config.py:1566), the distributed optimizer or Megatron-FSDP
+# (megatron/training/arguments.py:1095-1097) and, beside --optimizer-cpu-offload, --fp8-recipe delayed
+# (arguments.py:1889-1892); --fsdp-double-buffer is refused beside --overlap-moe-expert-parallel-comm
+# (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py:177-181); TE cross-entropy fusion is refused outright
+# (arguments.py:1697-1702, since 168cb15d "Disable TE cross entropy loss fusion").
+
+FSDP_FP8 = {"global_batch": 128, "seq_len": 8192, "precision": "fp8", "fp8_recipe": "tensorwise",
+            "fp8_params": True, "fsdp_double_buffer": True}
+
+
+def fsdp70b(train: dict[str, Any] | None = None, **layout: Any) -> Job:
+    lay = {"tp": 1, "pp": 1, "dp": 64, "zero": 3, **layout}
+    return job("llama3-70b", "gb200-nvl72", {**FSDP_FP8, **(train or {})}, **lay)
+
+
+def test_fp8_params_and_double_buffer_reach_megatron_fsdp() -> None:
+    args = megatron_args(fsdp70b())
+    assert {"--fp8-param-gather", "--fsdp-double-buffer", "--use-megatron-fsdp"} <= flags_of(args)
+    assert not [n for n in megatron_notes(fsdp70b()) if "fp8_params" in n or "fsdp_double_buffer" in n]
+
+
+@pytest.mark.parametrize(("make", "flag", "note"), [
+    (lambda: fsdp70b({"precision": "bf16"}), "--fp8-param-gather", "fp8_params needs precision fp8"),
+    (lambda: fsdp70b(tp=8, dp=8, zero=0), "--fp8-param-gather", "fp8_params needs the distributed optimizer"),
+    (lambda: fsdp70b(offload_optimizer=True), "--fp8-param-gather", "needs --fp8-recipe delayed"),
+    (lambda: fsdp70b(zero=1), "--fsdp-double-buffer", "fsdp_double_buffer is Megatron-FSDP's (zero 2 or 3)"),
+    (lambda: resolve(JobRequest(model=DSV3["model"], cluster=DSV3["cluster"],
+                                train={**DSV3["train"], "fsdp_double_buffer": True},
+                                layout={**DSV3["layout"], "zero": 3, "ep_comm_overlap": True})),
+     "--fsdp-double-buffer", "refused by Megatron-FSDP beside --overlap-moe-expert-parallel-comm"),
+])  # fmt: skip
+def test_a_combination_megatron_refuses_is_a_note_not_a_flag(make: Any, flag: str, note: str) -> None:
+    exported = make()
+    assert flag not in megatron_args(exported)
+    assert any(note in n and "not set" in n for n in megatron_notes(exported))
+
+
+def test_fp8_params_with_offload_under_the_delayed_recipe_is_written() -> None:
+    assert "--fp8-param-gather" in megatron_args(fsdp70b({"fp8_recipe": "delayed"}, offload_optimizer=True))
+
+
+def test_fused_cross_entropy_writes_the_native_fusion_and_says_what_it_costs() -> None:
+    exported = fsdp70b({"fused_cross_entropy": True})
+    args = megatron_args(exported)
+    assert args[args.index("--cross-entropy-fusion-impl") + 1] == "native" and "--cross-entropy-loss-fusion" in args
+    note = next(n for n in megatron_notes(exported) if n.startswith("fused_cross_entropy"))
+    # the 16-bit logits the plan priced, kept in fp32 instead: 2 B more × 8192 tokens × 128256 vocabulary / tp 1
+    assert f"{2 * 8192 * 128256 / 2**30:.2f} GiB more" in note
+
+
+def test_zero3_gather_module_is_a_note_at_zero_3_only() -> None:
+    module = {"zero3_gather": "module"}
+    assert any("zero3_gather module" in n and "no Megatron-LM flag" in n for n in megatron_notes(fsdp70b(module)))
+    assert not any("zero3_gather" in n for n in megatron_notes(fsdp70b(module, zero=1)))

@@ -77,6 +77,13 @@ CASES: dict[str, Any] = {
         model="deepseek-v3", cluster="deepseek-v3-h800", gpus=2048,
         train={"global_batch": 15360, "seq_len": 4096, "precision": "fp8", "routing": "loss-free"},
         layout={"pp": 16, "dp": 128, "ep": 64, "recompute_mla_up": True})),
+    # Megatron-FSDP (zero 3) with FP8 weights gathered in FP8 and the double-buffer pool, as the Bridge Llama 3 70B
+    # GB200 FP8 rows run it: --fp8-param-gather and --fsdp-double-buffer carry the two fields the memory prices.
+    "f-fsdp-fp8-params": lambda tmp, cap: resolve(JobRequest(
+        model="llama3-70b", cluster="gb200-nvl72", gpus=64,
+        train={"global_batch": 128, "seq_len": 8192, "precision": "fp8", "fp8_recipe": "tensorwise",
+               "fp8_params": True, "fsdp_double_buffer": True},
+        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3})),
 }
 
 
@@ -113,6 +120,7 @@ def same_job(job: Job, back: Job) -> bool:
 
 
 @pytest.mark.parametrize(("case", "flag"), [
+    ("f-fsdp-fp8-params", "--fp8-param-gather"), ("f-fsdp-fp8-params", "--fsdp-double-buffer"),
     ("d-fp8", "--pipeline-model-parallel-layout"),  # 126 layers on pp 16 × vpp 4: the layout carries vpp
     ("d-fp8", "--rotary-base"), ("d-fp8", "--fp8-format"), ("d-fp8", "--use-distributed-optimizer"),
     ("e-moe-ep-uneven-pp", "--expert-model-parallel-size"), ("e-moe-ep-uneven-pp", "--moe-layer-freq"),
@@ -137,6 +145,21 @@ def test_dropping_rotary_base_changes_the_model() -> None:
     job = CASES["d-fp8"](None, None)
     text = export_text(job, ExportFormat.MEGATRON).replace("--rotary-base 500000 \\\n", "")
     assert parse_megatron_args(text).model.rope_theta == 10000.0
+
+
+def test_fused_cross_entropy_reads_back_as_the_fusion_megatron_runs() -> None:
+    # Megatron-LM @d98e8a64 refuses TE's fusion (arguments.py:1697), so export writes the native one, whose fp32
+    # logits (megatron/core/tensor_parallel/cross_entropy.py calculate_logits_max: .float()) are the unfused
+    # loss's: read back, fused_cross_entropy is false. A command of an older Megatron with `te` reads back true.
+    train = {"global_batch": 128, "seq_len": 8192, "precision": "fp8", "fused_cross_entropy": True}
+    exported = resolve(JobRequest(model="llama3-70b", cluster="gb200-nvl72", gpus=64, train=train,
+                                  layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3}))
+    text = export_text(exported, ExportFormat.MEGATRON)
+    assert parse_megatron_args(text).train["fused_cross_entropy"] is False
+    te = text.replace("--cross-entropy-fusion-impl native", "--cross-entropy-fusion-impl te")
+    assert parse_megatron_args(te).train["fused_cross_entropy"] is True
+    unfused = text.replace("--cross-entropy-loss-fusion \\\n", "")  # the impl alone fuses nothing
+    assert unfused != text and "fused_cross_entropy" not in parse_megatron_args(unfused).train
 
 
 def test_reader_knows_every_exported_flag() -> None:

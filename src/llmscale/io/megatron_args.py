@@ -61,6 +61,7 @@ _SWITCHES: dict[str, tuple[str, str, Any]] = {
     "--multi-latent-attention": ("mla", "on", True), "--use-rope-scaling": ("rope", "llama3", True),
     "--fp16": ("train", "precision", "fp16"), "--bf16": ("train", "bf16", True),
     "--grad-reduce-in-bf16": ("train", "fp32_grads", False),
+    "--fp8-param-gather": ("train", "fp8_params", True), "--fsdp-double-buffer": ("train", "fsdp_double_buffer", True),
     "--moe-router-enable-expert-bias": ("train", "routing", "loss-free"),
     "--moe-router-force-load-balancing": ("train", "routing", "forced"),
     "--sequence-parallel": ("layout", "sp", True), "--tp-comm-overlap": ("layout", "tp_comm_overlap", True),
@@ -81,7 +82,7 @@ _SPECIAL = ("--position-embedding-type", "--rope-type", "--normalization", "--at
             "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-load-balancing-type",
             "--fp8-format", "--fp8-recipe", "--fp4-format", "--attention-backend", "--exp-avg-dtype", "--optimizer",
             "--recompute-granularity", "--recompute-modules", "--data-parallel-sharding-strategy",
-            "--pipeline-model-parallel-layout")
+            "--pipeline-model-parallel-layout", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
 KNOWN_FLAGS = frozenset(_VALUED) | frozenset(_SWITCHES) | frozenset(_INERT) | frozenset(_SPECIAL)
 """Every flag this reader takes (tests hold `export.megatron.MEGATRON_FLAGS` to it)."""
 
@@ -253,6 +254,18 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
     layout |= {_MODULE_FIELDS[name]: True for name in modules if name in _MODULE_FIELDS}
     if "--cuda-graph-impl" in flags:
         layout["cuda_graphs"] = _one("--cuda-graph-impl", flags["--cuda-graph-impl"]) != "none"
+    _cross_entropy(flags, train)
+
+
+def _cross_entropy(flags: dict[str, list[str]], train: dict[str, Any]) -> None:
+    """fused_cross_entropy is Transformer Engine's fusion (`--cross-entropy-fusion-impl te`, which Megatron-LM
+    refuses from 168cb15d, 2026-06-03, on: read back from older commands); the native fusion, Megatron's default
+    impl, keeps fp32 logits as the unfused loss does (megatron/core/tensor_parallel/cross_entropy.py
+    `calculate_logits_max` casts them), so it reads back as false."""
+    impl = _choice(flags, "--cross-entropy-fusion-impl", ("native", "te"))
+    if "--cross-entropy-loss-fusion" in flags:
+        _none("--cross-entropy-loss-fusion", flags["--cross-entropy-loss-fusion"])
+        train["fused_cross_entropy"] = impl == "te"
 
 
 def moe_layers_of(pattern: str, layers: int) -> dict[str, int]:

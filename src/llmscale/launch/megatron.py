@@ -16,7 +16,7 @@ from llmscale.launch.megatron_model import model_args, model_notes
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Cache, Optimizer, Precision
+from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
 
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -32,6 +32,7 @@ MEGATRON_FLAGS = (
     "--no-gradient-accumulation-fusion", "--ckpt-format", "--overlap-grad-reduce", "--overlap-param-gather",
     "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--exp-avg-dtype", "--exp-avg-sq-dtype",
     "--optimizer", "--cpu-offloading-num-layers", "--cuda-graph-impl",
+    "--fp8-param-gather", "--fsdp-double-buffer", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
     "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16",
     "--attention-backend",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
@@ -75,7 +76,14 @@ _NO_SCHEDULE_FLAG = (Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE)
 
 def megatron_args(job: Job) -> list[str]:
     """The job as Megatron-LM argv tokens (flag, then its values), in the order a launch script groups them."""
-    return _megatron_parallel(job) + _megatron_memory(job) + _megatron_precision(job) + model_args(job)
+    return (_megatron_parallel(job) + _megatron_memory(job) + _megatron_buffers(job) + _megatron_precision(job)
+            + model_args(job))
+
+
+def _ep_overlap(job: Job) -> bool:
+    """Whether --overlap-moe-expert-parallel-comm is written (an MoE with expert parallelism)."""
+    lay = job.resolved_layout
+    return lay.ep_comm_overlap and job.model.is_moe and lay.ep > 1
 
 
 def _megatron_parallel(job: Job) -> list[str]:
@@ -94,7 +102,7 @@ def _megatron_parallel(job: Job) -> list[str]:
         args.append("--sequence-parallel")
         if lay.tp_comm_overlap:
             args.append("--tp-comm-overlap")  # validate_args: TP overlap needs sequence parallel
-    if lay.ep_comm_overlap and job.model.is_moe and lay.ep > 1:
+    if _ep_overlap(job):
         args.append("--overlap-moe-expert-parallel-comm")
     if lay.rank_order is RankOrder.TP_CP_EP_PP_DP:
         args.append("--use-tp-pp-dp-mapping")  # megatron/training/initialize.py: order tp-cp-ep-pp-dp
@@ -143,14 +151,46 @@ def _megatron_memory(job: Job) -> list[str]:
     return args
 
 
+def fp8_param_gather(job: Job) -> bool:
+    """Whether train.fp8_params is written as --fp8-param-gather: only where Megatron-LM accepts it (@d98e8a64):
+    with fp8 (transformer_config.py:1566 "fp8_param must be used together with fp8 mode"), with the distributed
+    optimizer or Megatron-FSDP, zero >= 1 here (arguments.py:1095), and with --optimizer-cpu-offload only under
+    the delayed recipe (arguments.py:1889). Otherwise a note says why it is not set."""
+    train, lay = job.train, job.resolved_layout
+    offload_ok = not lay.offload_optimizer or _fp8_recipe(job) is Fp8Recipe.DELAYED
+    return train.fp8_params and train.precision is Precision.FP8 and lay.zero >= 1 and offload_ok
+
+
+def fsdp_double_buffer(job: Job) -> bool:
+    """Whether train.fsdp_double_buffer is written as --fsdp-double-buffer: under Megatron-FSDP (zero >= 2 here)
+    and not beside --overlap-moe-expert-parallel-comm, which Megatron-FSDP refuses with it
+    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py:178 @d98e8a64)."""
+    return job.train.fsdp_double_buffer and job.resolved_layout.zero >= 2 and not _ep_overlap(job)
+
+
+def _megatron_buffers(job: Job) -> list[str]:
+    """FP8 parameter gather, the Megatron-FSDP double buffer, and the cross-entropy fusion. Megatron-LM @d98e8a64
+    refuses Transformer Engine's fusion (arguments.py:1697, "disabled due to stability issues"), so
+    fused_cross_entropy writes the native one, which keeps fp32 logits like the unfused loss: a note says so."""
+    args = ["--fp8-param-gather"] if fp8_param_gather(job) else []
+    if fsdp_double_buffer(job):
+        args.append("--fsdp-double-buffer")
+    if job.train.fused_cross_entropy:
+        args += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "native"]
+    return args
+
+
+def _fp8_recipe(job: Job) -> Fp8Recipe:
+    """The recipe the cost model priced (TrainSpec.fp8_recipe_on): the run's, else MXFP8 on Blackwell and
+    per-tensor current scaling before it."""
+    return job.train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
+
+
 def _megatron_precision(job: Job) -> list[str]:
     train = job.train
     args = ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
     if train.precision is Precision.FP8:
-        # The recipe the cost model priced (TrainSpec.fp8_recipe_on): the run's, else MXFP8 on Blackwell and
-        # per-tensor current scaling before it.
-        recipe = train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
-        args += ["--fp8-format", "hybrid", "--fp8-recipe", recipe.value]
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", _fp8_recipe(job).value]
     elif train.precision is Precision.FP4:
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if not train.fp32_grads and train.precision is not Precision.FP16:
@@ -198,10 +238,49 @@ def megatron_notes(job: Job) -> list[str]:
     if m.learned_position_embeddings and m.learned_position_embeddings < job.train.seq_len:
         notes.append(f"seq_len {job.train.seq_len} exceeds the {m.learned_position_embeddings} learned positions: "
                      "Megatron requires --max-position-embeddings ≥ --seq-length")
-    notes += model_notes(job)
+    notes += buffer_notes(job) + model_notes(job)
     notes.append(f"--vocab-size {m.vocab} is before padding; Megatron pads it to a multiple of "
                  f"--make-vocab-size-divisible-by (128) × tp")
     return notes
+
+
+def buffer_notes(job: Job) -> list[str]:
+    """zero3_gather, fp8_params, fsdp_double_buffer and fused_cross_entropy where the flags cannot say them."""
+    lay, train = job.resolved_layout, job.train
+    notes = []
+    if train.zero3_gather is Zero3Gather.MODULE and lay.zero == 3:
+        notes.append("zero3_gather module (DeepSpeed ZeRO-3's per-module gathers) has no Megatron-LM flag: "
+                     "Megatron-FSDP gathers whole transformer layers (its fsdp_unit_modules), more memory than planned")
+    if train.fp8_params and not fp8_param_gather(job):
+        notes.append(_fp8_params_refused(job))
+    elif train.fp8_params and lay.zero < 3:
+        notes.append(f"fp8_params at zero {lay.zero}: --fp8-param-gather keeps the weights in FP8, which the plan "
+                     "prices under zero 3 only: less weight memory than planned")
+    if train.fsdp_double_buffer and not fsdp_double_buffer(job):
+        why = (f"is Megatron-FSDP's (zero 2 or 3), not set at zero {lay.zero}" if lay.zero < 2 else
+               "is refused by Megatron-FSDP beside --overlap-moe-expert-parallel-comm (mcore_fsdp_adapter.py): "
+               "not set")
+        notes.append(f"fsdp_double_buffer {why}")
+    if train.fused_cross_entropy:
+        extra_gib = 2.0 * train.seq_len / lay.cp * lay.mbs * job.model.vocab / lay.tp / 2**30
+        notes.append("fused_cross_entropy: Megatron-LM refuses Transformer Engine's fusion at this commit "
+                     "(--cross-entropy-fusion-impl te, 'disabled due to stability issues'); the native fusion "
+                     f"written keeps fp32 logits, {extra_gib:.2f} GiB more per micro-batch on the last stage than "
+                     "planned; read back it is fused_cross_entropy = false")
+    return notes
+
+
+def _fp8_params_refused(job: Job) -> str:
+    train, lay = job.train, job.resolved_layout
+    if train.precision is not Precision.FP8:
+        return (f"fp8_params needs precision fp8 (Megatron: fp8_param must be used together with fp8 mode): "
+                f"--fp8-param-gather not set at {train.precision.value}")
+    if lay.zero == 0:
+        return ("fp8_params needs the distributed optimizer or Megatron-FSDP (--fp8-param-gather asserts it): "
+                "not set at zero 0")
+    more = ", the run gathers 16-bit weights, more memory than planned" if lay.zero == 3 else ""
+    return (f"fp8_params with offload_optimizer needs --fp8-recipe delayed in Megatron-LM (--optimizer-cpu-offload "
+            f"asserts it): --fp8-param-gather not set with {_fp8_recipe(job).value}{more}")
 
 
 def shell_lines(args: list[str]) -> list[str]:

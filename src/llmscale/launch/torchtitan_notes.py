@@ -4,7 +4,10 @@ Read in pytorch/torchtitan @ b5bcd76c66d0acb1a08b176d9639425bc55e0b2a: torchtita
 (ParallelismConfig has no expert-TP degree, no EP overlap, no rank order; TrainingConfig.mixed_precision_param is
 bfloat16 or float32, mixed_precision_reduce float32 only), torchtitan/trainer.py (CUDA graphs refuse PP),
 torchtitan/distributed/activation_checkpoint.py (FullAC per block, SelectiveAC per op), torchtitan/models/common/
-moe.py (auxiliary-loss-free balancing by expert bias, load_balance_coeff 1e-3, in every MoE).
+moe.py (auxiliary-loss-free balancing by expert bias, load_balance_coeff 1e-3, in every MoE), torchtitan/distributed/
+fsdp.py (`fully_shard` per transformer block: FSDP2 gathers whole layers), torchtitan/components/quantization/
+(float8.py, mx.py: no FP8 all-gather of the weights), torchtitan/components/loss.py (`cross_entropy_loss` casts
+the logits to float32, `pred.float()`; no fused cross-entropy).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import FLAVOR_OF_MODEL, FLAVORS, SCHEDULE_NAMES, split_settings, stages_per_rank
 from llmscale.specs.layout import RankOrder, Schedule
-from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Routing
+from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Routing, Zero3Gather
 
 
 def torchtitan_notes(job: Job) -> list[str]:
@@ -41,7 +44,7 @@ def torchtitan_notes(job: Job) -> list[str]:
     if lay.offload_optimizer or lay.offload_params:
         notes.append("enable_cpu_offload is FSDP CPU offload of parameters, gradients and optimizer state together "
                      "(offload_optimizer and offload_params read back both on)")
-    return notes + _memory_notes(job) + _run_notes(job)
+    return notes + _memory_notes(job) + _buffer_notes(job) + _run_notes(job)
 
 
 def _model_notes(job: Job) -> list[str]:
@@ -97,6 +100,26 @@ def _memory_notes(job: Job) -> list[str]:
     if train.precision is Precision.FP8 and recipe is not Fp8Recipe.MXFP8:
         notes.append(f"fp8_recipe {recipe.value}: torchtitan runs torchao's rowwise Float8 instead, whose casts and "
                      "GEMMs the prediction did not price")
+    return notes
+
+
+def _buffer_notes(job: Job) -> list[str]:
+    """zero3_gather, fp8_params, fsdp_double_buffer and fused_cross_entropy, none of which torchtitan has."""
+    lay, train = job.resolved_layout, job.train
+    notes = []
+    if train.zero3_gather is Zero3Gather.MODULE and lay.zero == 3:
+        notes.append("zero3_gather module (DeepSpeed ZeRO-3's per-module gathers) has no torchtitan field: FSDP2 "
+                     "gathers each transformer block (distributed/fsdp.py), more memory than planned")
+    if train.fp8_params and train.precision is Precision.FP8:
+        more = ", more memory than planned" if lay.zero == 3 else ""
+        notes.append("fp8_params has no torchtitan field at this commit (its Float8 and MXFP8 converters keep "
+                     f"bfloat16 weights, FSDP2 gathers them so){more}")
+    if train.fsdp_double_buffer:
+        notes.append("fsdp_double_buffer is Megatron-FSDP's buffer pool; torchtitan's FSDP2 has no such field: "
+                     "not set")
+    if train.fused_cross_entropy:
+        notes.append("fused_cross_entropy has no torchtitan field: its cross-entropy casts the logits to float32 "
+                     "(components/loss.py), more memory than planned")
     return notes
 
 
