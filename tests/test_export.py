@@ -336,3 +336,16 @@ def test_zero3_gather_module_is_a_note_at_zero_3_only() -> None:
     module = {"zero3_gather": "module"}
     assert any("zero3_gather module" in n and "no Megatron-LM flag" in n for n in megatron_notes(fsdp70b(module)))
     assert not any("zero3_gather" in n for n in megatron_notes(fsdp70b(module, zero=1)))
+
+
+def test_cuda_graphs_beside_ep_overlap_under_megatron_fsdp_capture_the_whole_iteration() -> None:
+    """Megatron-LM@d98e8a64 mcore_fsdp_adapter.py L182-187 asserts cuda_graph_impl in ('none', 'full_iteration')
+    when 1F1B EP overlap runs under Megatron-FSDP; per-layer graphs stay where it does not."""
+    fsdp = dsv3(zero=3, ep_comm_overlap=True, cuda_graphs=True)
+    args = megatron_args(fsdp)
+    assert args[args.index("--cuda-graph-impl") + 1] == "full_iteration"
+    assert any(n.startswith("cuda_graphs: Megatron-FSDP refuses per-layer graphs") for n in megatron_notes(fsdp))
+    plain = dsv3(ep_comm_overlap=True, cuda_graphs=True)
+    args = megatron_args(plain)
+    assert args[args.index("--cuda-graph-impl") + 1] == "transformer_engine"
+    assert not any(n.startswith("cuda_graphs:") for n in megatron_notes(plain))

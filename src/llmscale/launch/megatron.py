@@ -142,7 +142,7 @@ def _megatron_memory(job: Job) -> list[str]:
     if lay.offload_activations:
         args += ["--cpu-offloading-num-layers", str(lay.offload_activations)]  # sets --cpu-offloading itself
     if lay.cuda_graphs:
-        args += ["--cuda-graph-impl", "transformer_engine"]  # default --cuda-graph-scope full: whole layers
+        args += ["--cuda-graph-impl", _cuda_graph_impl(job)]
     if job.train.bf16_moments:
         precision_aware = [] if lay.offload_optimizer else ["--use-precision-aware-optimizer"]
         args += [*precision_aware, "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
@@ -215,6 +215,19 @@ def pipeline_layout(m: ModelSpec, lay: Layout) -> str:
     return "|".join(stages)
 
 
+def _graphs_refused_per_layer(job: Job) -> bool:
+    """Megatron-FSDP refuses per-layer CUDA graphs beside the 1F1B EP overlap (NVIDIA/Megatron-LM@d98e8a64
+    megatron/core/distributed/fsdp/mcore_fsdp_adapter.py L182-187: cuda_graph_impl must be 'none' or
+    'full_iteration')."""
+    return job.resolved_layout.zero >= 2 and _ep_overlap(job)
+
+
+def _cuda_graph_impl(job: Job) -> str:
+    """Per-layer graphs (Transformer Engine's; default --cuda-graph-scope full: whole layers), or the whole
+    iteration where Megatron-FSDP refuses those: both replay the layers without launch gaps."""
+    return "full_iteration" if _graphs_refused_per_layer(job) else "transformer_engine"
+
+
 def megatron_notes(job: Job) -> list[str]:
     """What the flags cannot say, one line each."""
     lay, m = job.resolved_layout, job.model
@@ -229,6 +242,10 @@ def megatron_notes(job: Job) -> list[str]:
         notes.append("tp_comm_overlap needs sequence parallel in Megatron-LM (--tp-comm-overlap asserts it): not set")
     if lay.offload_params:
         notes.append("offload_params has no Megatron-LM flag (--cpu-offloading-num-layers offloads activations)")
+    if lay.cuda_graphs and _graphs_refused_per_layer(job):
+        notes.append("cuda_graphs: Megatron-FSDP refuses per-layer graphs beside --overlap-moe-expert-parallel-comm "
+                     "(mcore_fsdp_adapter.py): --cuda-graph-impl full_iteration captures the whole step instead, "
+                     "whose graph memory the plan did not price")
     if not job.train.fp32_master_weights:
         notes.append("fp32_master_weights = false has no Megatron-LM flag: it always keeps a main copy "
                      "(fp32, or fp16 via --use-precision-aware-optimizer --main-params-dtype fp16)")
