@@ -16,6 +16,7 @@ from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
+from llmscale.specs.train import Precision
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport
 
@@ -76,8 +77,11 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
         f"{job.num_gpus:,} GPUs · input_sha256 {job.input_sha256[:16]}…"
     )
     console.print(f"# {layout_line(job.resolved_layout)}")
-    console.print(f"# seq {job.train.seq_len} gbs {job.train.global_batch} {job.train.precision.value}"
-                  + ("" if job.train.flash_attention else " · unfused attention"))
+    train = job.train
+    recipe = (f" ({train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None).value})"
+              if train.precision is Precision.FP8 else "")
+    console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}"
+                  + ("" if train.flash_attention else " · unfused attention"))
     table = Table(title_justify="left")
     table.add_column("class")
     table.add_column("GiB", justify="right")
