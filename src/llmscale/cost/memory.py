@@ -22,6 +22,7 @@ dynamic part (constants in catalog/memory.yaml with their sources).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 
@@ -31,9 +32,9 @@ from llmscale.cost.activations import (
     layer_activations,
     stage_activation_bytes,
 )
-from llmscale.cost.derived import LayoutDerived, RankParams, derive
+from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankParams, RankStage, derive
 from llmscale.cost.routing import busiest_rank_load
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, distinct_rows, take_fields
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, MemoryConstants
 from llmscale.specs.model import ModelSpec
@@ -234,6 +235,93 @@ def _with_mtp(model: ModelSpec, dense: np.ndarray, moe: np.ndarray, last: np.nda
     return (dense, moe + extra) if model.is_moe else (dense + extra, moe)
 
 
+ACTIVATION_COLUMNS = ("cp", "sp", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
+                      "recompute_mlp", "cuda_graphs", "offload_activations")
+"""With the STAGE_COLUMNS row (cost.derived): the layout columns a rank's activations and the communication buffers
+every rank has read. ZeRO and the optimizer and parameter offload are not among them."""
+
+STATE_COLUMNS = ("cp", "zero", "offload_optimizer", "offload_params")
+"""With the STAGE_COLUMNS row: the layout columns a rank's weights, gradients and optimizer state read."""
+
+
+@dataclass(frozen=True)
+class _RankActivations:
+    """Activations of each representative rank (first axis, in the order of LayoutDerived.stages) per distinct
+    (STAGE_COLUMNS, ACTIVATION_COLUMNS) row (second axis), and the buffers every rank has (one per row)."""
+
+    activations: np.ndarray
+    """Held at the rank's peak, with CUDA-graph buffers and logits, after activation offload."""
+    offload_traffic: np.ndarray
+    """Activation offload traffic per micro-batch."""
+    rank: np.ndarray
+    shared_buffers: np.ndarray
+    """TP/SP gather, pipeline send/recv and EP dispatch/combine (_comm_buffer_bytes), shape (U,)."""
+
+
+def _rank_activations(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: list[RankStage],
+                      constants: Constants) -> _RankActivations:
+    """_RankActivations of layouts `lay` whose representative ranks are `stages`."""
+    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
+    acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
+    logits = _logits_bytes(model, train, lay)
+    held, traffic, ranks = [], [], []
+    for stage in stages:
+        dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
+        activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
+        activations, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
+        activations = activations + _graph_buffers(lay, acts, stage.held)
+        held.append(activations + np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0))
+        traffic.append(offload_traffic)
+        ranks.append(stage.layers.rank)
+    return _RankActivations(np.stack(held), np.stack(traffic), np.stack(ranks),
+                            _comm_buffer_bytes(model, train, lay, acts))
+
+
+def _rank_states(train: TrainSpec, lay: Layouts, stages: list[RankStage], const: MemoryConstants) -> _StateBytes:
+    """_StateBytes of each representative rank (first axis) of layouts `lay` (second axis)."""
+    shard = Sharding.of(lay)
+    num_micro = lay.num_microbatches(train.global_batch)
+    states = [_state_bytes(train, lay, stage.params, shard, num_micro, const) for stage in stages]
+    return _StateBytes(*(np.stack([getattr(s, f.name) for s in states]) for f in dataclass_fields(_StateBytes)))
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Per-rank tables of the activation and state rows, and which row every layout has (`*_row`, shape (N,))."""
+
+    acts: _RankActivations
+    act_row: np.ndarray
+    states: _StateBytes
+    state_row: np.ndarray
+
+    def total(self, rank: int, fragmentation_fraction: float) -> np.ndarray:
+        """Device bytes of representative rank `rank` of every layout: the sum MemoryBreakdown.total_bytes makes,
+        in the same order, before the runtime reservation."""
+        s, a = self.states, self.acts
+        held = a.activations[rank].take(self.act_row)
+        state = (s.weights[rank] + s.gradients[rank] + s.optimizer[rank]).take(self.state_row)
+        buffers = a.shared_buffers.take(self.act_row) + s.gather_buffer[rank].take(self.state_row)
+        total: np.ndarray = state + held + buffers + fragmentation_fraction * (held + buffers)
+        return total
+
+
+def _distinct_tables(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                     derived: LayoutDerived) -> _Tables:
+    """The activations and state of every representative rank, each once per distinct row of the columns it reads
+    (STAGE_COLUMNS through derived.rows, with ACTIVATION_COLUMNS or STATE_COLUMNS): a search has a few times fewer
+    such rows than layouts."""
+    stage_row = derived.rows.inverse
+    stages = list(derived.distinct_stages.values())
+    act_rows = distinct_rows(stage_row, *(lay.column(name) for name in ACTIVATION_COLUMNS))
+    state_rows = distinct_rows(stage_row, *(lay.column(name) for name in STATE_COLUMNS))
+    act_stage, state_stage = stage_row.take(act_rows.first), stage_row.take(state_rows.first)
+    acts = _rank_activations(model, train, lay.select(*STAGE_COLUMNS, *ACTIVATION_COLUMNS).take(act_rows.first),
+                             [take_fields(stage, act_stage) for stage in stages], constants)
+    states = _rank_states(train, lay.select(*STAGE_COLUMNS, *STATE_COLUMNS).take(state_rows.first),
+                          [take_fields(stage, state_stage) for stage in stages], constants.memory)
+    return _Tables(acts, act_rows.inverse, states, state_rows.inverse)
+
+
 def memory_breakdown(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
     derived: LayoutDerived | None = None,
@@ -244,45 +332,32 @@ def memory_breakdown(
     const = constants.memory
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
-    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
-    acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
-    num_micro = derived.num_microbatches
-    shard = Sharding.of(lay)
-    stages = derived.stages
-    logits = _logits_bytes(model, train, lay)
-    shared_buffers = _comm_buffer_bytes(model, train, lay, acts)
-    best_total = np.full(lay.size, -1.0)
-    fields: dict[str, np.ndarray] = {}
-    for stage in stages.values():
-        state = _state_bytes(train, lay, stage.params, shard, num_micro, const)
-        dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
-        activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
-        activations, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
-        activations = activations + _graph_buffers(lay, acts, stage.held)
-        activations = activations + np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
-        buffers = shared_buffers + state.gather_buffer
-        fragmentation = const.fragmentation_fraction * (activations + buffers)
-        candidate = {
-            "weights_bytes": state.weights,
-            "gradients_bytes": state.gradients,
-            "optimizer_bytes": state.optimizer,
-            "activations_bytes": activations,
-            "comm_buffer_bytes": buffers,
-            "fragmentation_bytes": fragmentation,
-            "host_bytes_per_node": state.host_per_gpu * cluster.node.gpus_per_node,
-            "pcie_bytes_per_step": state.pcie_per_step,
-            "pipeline_rank": stage.layers.rank,
-            "activation_offload_bytes_per_microbatch": offload_traffic,
-        }
-        total = sum(candidate[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
-                                           "activations_bytes", "comm_buffer_bytes", "fragmentation_bytes"))
+    tables = _distinct_tables(model, train, lay, constants, derived)
+    # The most loaded of the representative ranks (the first of equals): its index per layout, then each field
+    # gathered from the flat (rank, row) tables.
+    best_total, best = np.full(lay.size, -1.0), np.zeros(lay.size, dtype=np.intp)
+    for rank in range(tables.acts.activations.shape[0]):
+        total = tables.total(rank, const.fragmentation_fraction)
         better = total > best_total
-        best_total = np.where(better, total, best_total)
-        for key, value in candidate.items():
-            fields[key] = np.where(better, value, fields[key]) if key in fields else value
+        best_total, best = np.where(better, total, best_total), np.where(better, rank, best)
+    acts, states = tables.acts, tables.states
+    act_at = best * acts.activations.shape[1] + tables.act_row
+    state_at = best * states.weights.shape[1] + tables.state_row
+    activations = acts.activations.reshape(-1).take(act_at)
+    buffers = acts.shared_buffers.take(tables.act_row) + states.gather_buffer.reshape(-1).take(state_at)
+    pcie = states.pcie_per_step.reshape(-1).take(state_at)
     return MemoryBreakdown(
+        weights_bytes=states.weights.reshape(-1).take(state_at),
+        gradients_bytes=states.gradients.reshape(-1).take(state_at),
+        optimizer_bytes=states.optimizer.reshape(-1).take(state_at),
+        activations_bytes=activations,
+        comm_buffer_bytes=buffers,
         runtime_bytes=np.full(lay.size, const.runtime_reserved_bytes),
+        fragmentation_bytes=const.fragmentation_fraction * (activations + buffers),
         capacity_bytes=cluster.gpu.memory_bytes,
-        pcie_s_per_step=fields["pcie_bytes_per_step"] / cluster.node.pcie_bytes_per_s,
-        **fields,
+        pipeline_rank=acts.rank.reshape(-1).take(act_at),
+        host_bytes_per_node=states.host_per_gpu.reshape(-1).take(state_at) * cluster.node.gpus_per_node,
+        pcie_bytes_per_step=pcie,
+        pcie_s_per_step=pcie / cluster.node.pcie_bytes_per_s,
+        activation_offload_bytes_per_microbatch=acts.offload_traffic.reshape(-1).take(act_at),
     )

@@ -203,7 +203,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     num_micro = derived.num_microbatches
     rows, few_parts = _path_parts(model, cluster, train, lay, constants, derived)
     parts = rows.spread_fields(few_parts)
-    shard = _shard_costs(model, cluster, train, lay, derived.stages, parts.critical_rank, constants.comm)
+    shard = _shard_costs(model, cluster, train, lay, derived, parts.critical_rank, constants.comm)
     dp = shard.data_parallel
     window = const.dp_overlap_efficiency
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * parts.backward_s)
@@ -263,7 +263,8 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     micro_of_row = micro_rows.inverse.take(rows.first)
     times = layer_times(model, cluster, train, micro, constants)
     comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
-    stages = {which: take_fields(stage.layers, rows.first) for which, stage in derived.stages.items()}
+    stage_of_row = derived.rows.inverse.take(rows.first)
+    stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
     path, critical = _critical_rank(model, cluster, constants, few, stages, _FewLayerTimes(micro_of_row, times), comm)
     num_micro = derived.num_microbatches.take(rows.first)
     fwd = path.forward_s
@@ -337,13 +338,13 @@ SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 """The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
 
 
-def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, stages: RankStages,
+def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
                  critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
     from pp, vpp and schedule), computed once per distinct (SHARD_COLUMNS, vpp, schedule, critical) row: a search
     has few."""
     rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), lay.vpp, lay.schedule, critical)
-    layers = _layers_of(stages, critical.take(rows.first), rows.first)
+    layers = _layers_of(derived.distinct_stages, critical.take(rows.first), derived.rows.inverse.take(rows.first))
     lay = lay.select(*SHARD_COLUMNS).take(rows.first)
     # The critical rank's parameters on its few distinct rows: cheaper than carrying every rank's through the
     # element-wise selection of the critical one (derived.stages holds them per representative rank).
@@ -358,7 +359,7 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
 
 
 def _layers_of(stages: RankStages, which: np.ndarray, index: np.ndarray) -> StageLayers:
-    """The layers of rank `which[i]` (a RankOf code) of layout `index[i]`."""
+    """The layers of rank `which[i]` (a RankOf code) at `index[i]` of `stages`."""
     chosen: StageLayers | None = None
     for rank, stage in stages.items():
         layers = take_fields(stage.layers, index)
