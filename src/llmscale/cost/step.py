@@ -26,7 +26,7 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale.cost.compute import LayerTimes, RankCompute, layer_times, rank_compute
-from llmscale.cost.derived import LayoutDerived, RankStages, derive, rank_params
+from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, derive, rank_params
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.cost.memory import (
     MemoryBreakdown,
@@ -37,7 +37,7 @@ from llmscale.cost.memory import (
 from llmscale.cost.params import count_params
 from llmscale.cost.pipeline import pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
-from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, take_fields
+from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, take_fields
 from llmscale.layout.stages import RankOf, StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
@@ -257,7 +257,8 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     """_PathParts once per distinct PATH_COLUMNS row (rows keyed by the micro-batch row, whose key range is small,
     and the other columns), with the row of every layout: the critical rank, its pipeline times and the step parts
     they make."""
-    micro_rows, micro = lay.distinct_view(*MICROBATCH_COLUMNS)
+    micro_rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, MICROBATCH_COLUMNS)
+    micro = lay.select(*MICROBATCH_COLUMNS).take(micro_rows.first)
     rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in PATH_COLUMNS[len(MICROBATCH_COLUMNS):]))
     few = lay.select(*PATH_COLUMNS).take(rows.first)
     micro_of_row = micro_rows.inverse.take(rows.first)
@@ -343,7 +344,7 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
     from pp, vpp and schedule), computed once per distinct (SHARD_COLUMNS, vpp, schedule, critical) row: a search
     has few."""
-    rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), lay.vpp, lay.schedule, critical)
+    rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, (*SHARD_COLUMNS, "vpp", "schedule"), critical)
     layers = _layers_of(derived.distinct_stages, critical.take(rows.first), derived.rows.inverse.take(rows.first))
     lay = lay.select(*SHARD_COLUMNS).take(rows.first)
     # The critical rank's parameters on its few distinct rows: cheaper than carrying every rank's through the
