@@ -266,7 +266,8 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
     stage_of_row = derived.rows.inverse.take(rows.first)
     stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
-    path, critical = _critical_rank(model, cluster, constants, few, stages, _FewLayerTimes(micro_of_row, times), comm)
+    dense, moe, output = (take_fields(kind, micro_of_row) for kind in times)
+    path, critical = _critical_rank(model, cluster, constants, few, stages, (dense, moe, output), comm)
     num_micro = derived.num_microbatches.take(rows.first)
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
@@ -283,17 +284,18 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
 
 
 def _critical_rank(model: ModelSpec, cluster: ClusterSpec, constants: Constants, lay: Layouts,
-                   stages: dict[RankOf, StageLayers], times: _FewLayerTimes,
+                   stages: dict[RankOf, StageLayers], times: tuple[LayerTimes, LayerTimes, LayerTimes],
                    comm: MicrobatchComm) -> tuple[_CriticalPath, np.ndarray]:
     """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
-    code, for layouts `lay` (a view of PATH_COLUMNS)."""
+    code, for layouts `lay` (a view of PATH_COLUMNS; already one per distinct row, so the rank's compute is
+    evaluated on them directly) with layer times `times` per layout."""
     const = constants.step
     sms = cluster.gpu.sm_count
     shares = _PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
     dropless = model.is_moe and model.capacity_factor is None
     best: tuple[_CriticalPath, np.ndarray] | None = None
     for which, layers in stages.items():
-        compute = _rank_compute(times, lay, layers, const.launch_overhead_us, dropless)
+        compute = rank_compute(lay, layers, times, const.launch_overhead_us, dropless)
         path = _critical_path(shares, layers, compute, comm)
         if best is None:
             best = (path, np.full(lay.size, int(which)))
@@ -302,28 +304,6 @@ def _critical_rank(model: ModelSpec, cluster: ClusterSpec, constants: Constants,
         best = (_select(slower, path, best[0]), np.where(slower, int(which), best[1]))
     assert best is not None
     return best
-
-
-@dataclass(frozen=True)
-class _FewLayerTimes:
-    """Layer times (dense, MoE, output) per distinct MICROBATCH_COLUMNS row, and which row each layout has."""
-
-    micro_row: np.ndarray
-    times: tuple[LayerTimes, LayerTimes, LayerTimes]
-
-
-def _rank_compute(few: _FewLayerTimes, lay: Layouts, layers: StageLayers, launch_overhead_us: float,
-                  dropless: bool) -> RankCompute:
-    """compute.rank_compute once per distinct (micro-batch row, rank layers, RANK_COLUMNS) row, spread to every
-    layout: a search has millions of layouts but few such rows."""
-    rows = distinct_rows(few.micro_row, layers.dense, layers.moe, layers.first, layers.last,
-                         *(lay.column(name) for name in RANK_COLUMNS))
-    micro = few.micro_row.take(rows.first)
-    times = tuple(take_fields(t, micro) for t in few.times)
-    one = take_fields(layers, rows.first)
-    compute = rank_compute(lay.select(*RANK_COLUMNS).take(rows.first), one, times,  # type: ignore[arg-type]
-                           launch_overhead_us, dropless)
-    return rows.spread_fields(compute)
 
 
 @dataclass(frozen=True)
