@@ -32,7 +32,7 @@ from llmscale.cost.activations import (
     layer_activations,
     stage_activation_bytes,
 )
-from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankParams, RankStage, derive
+from llmscale.cost.derived import LayoutDerived, RankParams, RankStage, derive
 from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts, distinct_rows, take_fields
 from llmscale.specs.cluster import ClusterSpec
@@ -243,6 +243,11 @@ every rank has read. ZeRO and the optimizer and parameter offload are not among 
 STATE_COLUMNS = ("cp", "zero", "offload_optimizer", "offload_params")
 """With the STAGE_COLUMNS row: the layout columns a rank's weights, gradients and optimizer state read."""
 
+ACTIVATION_VIEW = ("tp", "ep", "etp", "mbs", "pp", *ACTIVATION_COLUMNS)
+STATE_VIEW = ("tp", "ep", "etp", "dp", "mbs", *STATE_COLUMNS)
+"""The columns the activation and state formulas read themselves (the rank's layers, parameters and in-flight
+micro-batches come with the stage row): the views they run on."""
+
 
 @dataclass(frozen=True)
 class _RankActivations:
@@ -315,9 +320,9 @@ def _distinct_tables(model: ModelSpec, train: TrainSpec, lay: Layouts, constants
     act_rows = distinct_rows(stage_row, *(lay.column(name) for name in ACTIVATION_COLUMNS))
     state_rows = distinct_rows(stage_row, *(lay.column(name) for name in STATE_COLUMNS))
     act_stage, state_stage = stage_row.take(act_rows.first), stage_row.take(state_rows.first)
-    acts = _rank_activations(model, train, lay.select(*STAGE_COLUMNS, *ACTIVATION_COLUMNS).take(act_rows.first),
+    acts = _rank_activations(model, train, lay.select(*ACTIVATION_VIEW).take(act_rows.first),
                              [take_fields(stage, act_stage) for stage in stages], constants)
-    states = _rank_states(train, lay.select(*STAGE_COLUMNS, *STATE_COLUMNS).take(state_rows.first),
+    states = _rank_states(train, lay.select(*STATE_VIEW).take(state_rows.first),
                           [take_fields(stage, state_stage) for stage in stages], constants.memory)
     return _Tables(acts, act_rows.inverse, states, state_rows.inverse)
 

@@ -226,6 +226,10 @@ PATH_COLUMNS = (*MICROBATCH_COLUMNS, "vpp", "schedule", *RANK_COLUMNS[:-1], "tp_
 (layer times, communication, number of micro-batches), the ranks' layers (pp, vpp, schedule), RANK_COLUMNS and
 _PathShares'. ZeRO and offload are not among them, so a search has a few times fewer such rows than layouts."""
 
+PATH_VIEW = ("pp", "vpp", "schedule", *RANK_COLUMNS, "tp_comm_overlap", "ep_comm_overlap")
+"""The layout columns the critical-rank formulas read themselves (the others of PATH_COLUMNS reach them through the
+micro-batch's layer times and communication): the view they run on, one gather per column fewer."""
+
 
 @dataclass(frozen=True)
 class _PathParts:
@@ -260,7 +264,7 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     micro_rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, MICROBATCH_COLUMNS)
     micro = lay.select(*MICROBATCH_COLUMNS).take(micro_rows.first)
     rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in PATH_COLUMNS[len(MICROBATCH_COLUMNS):]))
-    few = lay.select(*PATH_COLUMNS).take(rows.first)
+    few = lay.select(*PATH_VIEW).take(rows.first)
     micro_of_row = micro_rows.inverse.take(rows.first)
     times = layer_times(model, cluster, train, micro, constants)
     comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
@@ -287,7 +291,7 @@ def _critical_rank(model: ModelSpec, cluster: ClusterSpec, constants: Constants,
                    stages: dict[RankOf, StageLayers], times: tuple[LayerTimes, LayerTimes, LayerTimes],
                    comm: MicrobatchComm) -> tuple[_CriticalPath, np.ndarray]:
     """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
-    code, for layouts `lay` (a view of PATH_COLUMNS; already one per distinct row, so the rank's compute is
+    code, for layouts `lay` (a view of PATH_VIEW; already one per distinct row, so the rank's compute is
     evaluated on them directly) with layer times `times` per layout."""
     const = constants.step
     sms = cluster.gpu.sm_count
