@@ -108,7 +108,9 @@ class LayoutDerived:
 def derive(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayoutDerived:
     """The derived quantities of every layout (class docstring)."""
     rows, few = lay.distinct_view(*STAGE_COLUMNS)
-    return LayoutDerived(lay.num_microbatches(train.global_batch), rows, distinct_rank_stages(model, train, few))
+    # dp and mbs are stage columns: the micro-batch count (an integer division, slow per layout) once per row
+    num_micro = rows.spread(few.num_microbatches(train.global_batch))
+    return LayoutDerived(num_micro, rows, distinct_rank_stages(model, train, few))
 
 
 def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:

@@ -299,13 +299,14 @@ class _Tables:
     states: _StateBytes
     state_row: np.ndarray
 
-    def total(self, rank: int, fragmentation_fraction: float) -> np.ndarray:
-        """Device bytes of representative rank `rank` of every layout: the sum MemoryBreakdown.total_bytes makes,
-        in the same order, before the runtime reservation."""
+    def total(self, rank: int, shared_buffers: np.ndarray, fragmentation_fraction: float) -> np.ndarray:
+        """Device bytes of representative rank `rank` of every layout (with the buffers every rank has,
+        `shared_buffers`, per layout): the sum MemoryBreakdown.total_bytes makes, in the same order, before the runtime
+        reservation."""
         s, a = self.states, self.acts
         held = a.activations[rank].take(self.act_row)
         state = (s.weights[rank] + s.gradients[rank] + s.optimizer[rank]).take(self.state_row)
-        buffers = a.shared_buffers.take(self.act_row) + s.gather_buffer[rank].take(self.state_row)
+        buffers = shared_buffers + s.gather_buffer[rank].take(self.state_row)
         total: np.ndarray = state + held + buffers + fragmentation_fraction * (held + buffers)
         return total
 
@@ -340,16 +341,17 @@ def memory_breakdown(
     tables = _distinct_tables(model, train, lay, constants, derived)
     # The most loaded of the representative ranks (the first of equals): its index per layout, then each field
     # gathered from the flat (rank, row) tables.
+    shared_buffers = tables.acts.shared_buffers.take(tables.act_row)
     best_total, best = np.full(lay.size, -1.0), np.zeros(lay.size, dtype=np.intp)
     for rank in range(tables.acts.activations.shape[0]):
-        total = tables.total(rank, const.fragmentation_fraction)
+        total = tables.total(rank, shared_buffers, const.fragmentation_fraction)
         better = total > best_total
         best_total, best = np.where(better, total, best_total), np.where(better, rank, best)
     acts, states = tables.acts, tables.states
     act_at = best * acts.activations.shape[1] + tables.act_row
     state_at = best * states.weights.shape[1] + tables.state_row
     activations = acts.activations.reshape(-1).take(act_at)
-    buffers = acts.shared_buffers.take(tables.act_row) + states.gather_buffer.reshape(-1).take(state_at)
+    buffers = shared_buffers + states.gather_buffer.reshape(-1).take(state_at)
     pcie = states.pcie_per_step.reshape(-1).take(state_at)
     return MemoryBreakdown(
         weights_bytes=states.weights.reshape(-1).take(state_at),

@@ -218,21 +218,22 @@ def distinct_rows(*columns: np.ndarray) -> DistinctRows:
         return DistinctRows(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp))
     limit = 4 * size + 1024
     key: np.ndarray | None = None
-    radix = 1
+    radix, offset = 1, 0  # the key is Σ (value − low)·weight: the columns' minima are subtracted once, as `offset`
     for column in columns:
-        values, span = _offset_codes(column, limit)
+        values, low, span = _column_codes(column, limit)
         if span == 1:
             continue  # a constant column separates no rows
         if key is not None and radix * span > limit:
-            key, radix = _dense_codes(key, radix)
+            key, radix = _dense_codes(key - offset, radix)
+            offset = 0
         key = values if key is None else key * span + values
-        radix *= span
+        radix, offset = radix * span, offset * span + low
         if radix > limit:  # a wide column after a dense key: sort this once
-            unique, inverse = np.unique(key, return_inverse=True)
-            key, radix = inverse.reshape(-1), int(unique.shape[0])
+            unique, inverse = np.unique(key - offset, return_inverse=True)
+            key, radix, offset = inverse.reshape(-1), int(unique.shape[0]), 0
     if key is None:  # every column constant: one row
         return DistinctRows(np.array([size - 1], dtype=np.intp), np.zeros(size, dtype=np.intp))
-    key = key.astype(np.intp, copy=False)
+    key = (key - offset if offset else key).astype(np.intp, copy=False)
     keys, row_of_key = _key_table(key, radix)
     last_index = np.empty(radix, dtype=np.intp)
     last_index[key] = np.arange(size)  # some layout of each key: every one of them has the same values
@@ -252,17 +253,19 @@ def distinct_within(lay: Layouts, rows: DistinctRows, base: tuple[str, ...], nam
     return distinct_rows(*key, *(lay.column(name) for name in outside), *extra)
 
 
-def _offset_codes(column: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
-    """A column as codes 0 … span − 1 in the order of its values: offset by its minimum, or its np.unique inverse
-    when its range exceeds `limit`; bool columns are codes already."""
+def _column_codes(column: np.ndarray, limit: int) -> tuple[np.ndarray, int, int]:
+    """(values, their minimum, their span) of a column, whose values minus the minimum are codes 0 … span − 1 in
+    the order of its values; a column whose range exceeds `limit` as its np.unique inverse (minimum 0)."""
     low, high = int(column.min()), int(column.max())
     if column.dtype == bool:
-        return column, high - low + 1  # a constant bool column is skipped by the caller
+        return column, low, high - low + 1
     values = column.astype(np.int64, copy=False)
     if high - low + 1 > limit:
         unique, inverse = np.unique(values, return_inverse=True)
-        return inverse.reshape(-1), int(unique.shape[0])
-    return (values - low if low else values), high - low + 1
+        return inverse.reshape(-1), 0, int(unique.shape[0])
+    if abs(low) > 2**31:  # offset now: the caller's unsubtracted key must stay far inside int64
+        return values - low, 0, high - low + 1
+    return values, low, high - low + 1
 
 
 def _dense_codes(key: np.ndarray, radix: int) -> tuple[np.ndarray, int]:
