@@ -217,6 +217,9 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
 MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
 """The layout columns compute.layer_times and traffic.microbatch_comm read."""
 
+LAYER_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep")
+"""The layout columns compute.layer_times reads (pp, dp and rank_order place the communication groups only)."""
+
 RANK_COLUMNS = ("cuda_graphs", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
                 "recompute_mlp", "ep")
 """The layout columns compute.rank_compute reads besides the layer times and the rank's layers."""
@@ -266,11 +269,13 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in PATH_COLUMNS[len(MICROBATCH_COLUMNS):]))
     few = lay.select(*PATH_VIEW).take(rows.first)
     micro_of_row = micro_rows.inverse.take(rows.first)
-    times = layer_times(model, cluster, train, micro, constants)
     comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
+    layer_rows = micro.distinct(*LAYER_COLUMNS)  # a few times fewer than the micro-batch rows
+    times = layer_times(model, cluster, train, micro.select(*LAYER_COLUMNS).take(layer_rows.first), constants)
+    layer_of_row = layer_rows.inverse.take(micro_of_row)
     stage_of_row = derived.rows.inverse.take(rows.first)
     stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
-    dense, moe, output = (take_fields(kind, micro_of_row) for kind in times)
+    dense, moe, output = (take_fields(kind, layer_of_row) for kind in times)
     path, critical = _critical_rank(model, cluster, constants, few, stages, (dense, moe, output), comm)
     num_micro = derived.num_microbatches.take(rows.first)
     fwd = path.forward_s
