@@ -207,7 +207,7 @@ def group_links(
     return _group_links(cluster, n, s, comm)
 
 
-_DEDUPE_ABOVE = 4096
+_DEDUPE_ABOVE = 512
 
 
 def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommConstants) -> GroupLinks:

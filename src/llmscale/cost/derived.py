@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
+from functools import cached_property
 
 import numpy as np
 
 from llmscale.cost.activations import inflight_microbatches
 from llmscale.cost.params import ParamCounts, count_params
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import DistinctRows, Layouts
 from llmscale.layout.stages import RankOf, StageLayers, stage_layers
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
@@ -96,31 +97,46 @@ class LayoutDerived:
 
     num_microbatches: np.ndarray
     """Micro-batches per step and pipeline, global batch / (dp · mbs) (`Layouts.num_microbatches`)."""
-    stages: RankStages
-    """Layers, resident parameters and in-flight micro-batches of each representative pipeline rank."""
+    rows: DistinctRows
+    """The distinct STAGE_COLUMNS rows of the batch (a search has few) and the row of every layout."""
+    distinct_stages: RankStages
+    """Layers, resident parameters and in-flight micro-batches of each representative pipeline rank, per distinct
+    row (shape (U,)): what the step and memory models read, keyed by `rows.inverse`."""
+
+    @cached_property
+    def stages(self) -> RankStages:
+        """`distinct_stages` spread to every layout, shape (N,) (computed on first use)."""
+        return {which: self.rows.spread_fields(stage) for which, stage in self.distinct_stages.items()}
 
 
 def derive(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayoutDerived:
     """The derived quantities of every layout (class docstring)."""
-    return LayoutDerived(lay.num_microbatches(train.global_batch), rank_stages(model, train, lay))
+    rows, few = lay.distinct_view(*STAGE_COLUMNS)
+    # dp and mbs are stage columns: the micro-batch count (an integer division, slow per layout) once per row
+    num_micro = rows.spread(few.num_microbatches(train.global_batch))
+    return LayoutDerived(num_micro, rows, distinct_rank_stages(model, train, few))
 
 
 def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
     """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
     and spread to every layout."""
-    rows, few = lay.distinct_view(*STAGE_COLUMNS)
+    return derive(model, train, lay).stages
+
+
+def distinct_rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
+    """RankStage of every representative rank of the layouts `lay` (e.g. one per distinct STAGE_COLUMNS row)."""
     counts = count_params(model)
-    num_micro = few.num_microbatches(train.global_batch)
-    dualpipe = few.schedule == Schedule.DUALPIPE.code
+    num_micro = lay.num_microbatches(train.global_batch)
+    dualpipe = lay.schedule == Schedule.DUALPIPE.code
     stages: RankStages = {}
     for which in RankOf:
-        layers = stage_layers(model, few, which)
+        layers = stage_layers(model, lay, which)
         if which is RankOf.BUSIEST and _same_stage(layers, stages[RankOf.SECOND].layers):
             break  # the busiest interior rank is rank 1 in every layout: nothing new to evaluate
-        held = inflight_microbatches(few, num_micro, layers.rank)
+        held = inflight_microbatches(lay, num_micro, layers.rank)
         held = np.where(dualpipe, held / 2, held)
-        stages[which] = RankStage(layers, rank_params(model, counts, few, layers), held)
-    return {which: rows.spread_fields(stage) for which, stage in stages.items()}
+        stages[which] = RankStage(layers, rank_params(model, counts, lay, layers), held)
+    return stages
 
 
 def _same_stage(a: StageLayers, b: StageLayers) -> bool:

@@ -41,6 +41,9 @@ TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (6
 Background User's Guide" §2.3, from 256×128 and 128×256, the most efficient, down to 64×64); Hopper's WGMMA tiles and
 Blackwell's two-SM 256×N tiles (NVIDIA/cutlass@7107b055 media/docs/cpp/blackwell_functionality.md) cover the same
 areas per SM."""
+TILE_M = np.array([tile_m for tile_m, _ in TILES], dtype=float)
+TILE_N = np.array([tile_n for _, tile_n in TILES], dtype=float)
+"""The tiles' T_m and T_n as arrays (gemm_s evaluates all tiles at once)."""
 OPERAND_BYTES = {Precision.FP8: 1.0, Precision.FP4: 0.5}
 """GEMM input bytes per element (16-bit formats: 2); block scales ignored."""
 
@@ -97,10 +100,12 @@ def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.n
         compute: np.ndarray = flops / (r.gemm_fraction * r.peak_flops_per_s)
     else:
         per_sm = r.gemm_fraction * r.peak_flops_per_s / r.sm_count
-        compute = np.full(np.broadcast(m, n, k, groups).shape, np.inf)
-        for tile_m, tile_n in TILES:
-            waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) / r.sm_count)
-            compute = np.minimum(compute, waves * (2.0 * tile_m * tile_n * k / per_sm + r.wave_overhead_s))
+        # Every tile at once along a leading axis (one numpy call per term instead of one per tile and term; the
+        # minimum over a leading axis is an element-wise one, fast).
+        tiles = (len(TILES),) + (1,) * len(np.broadcast(m, n, k, groups).shape)
+        tile_m, tile_n = TILE_M.reshape(tiles), TILE_N.reshape(tiles)
+        waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) / r.sm_count)
+        compute = (waves * (2.0 * tile_m * tile_n * k / per_sm + r.wave_overhead_s)).min(axis=0)
     moved = groups * ((m * k + k * n) * r.operand_bytes + m * n * BYTES_16BIT)
     result: np.ndarray = np.maximum(compute, moved / r.hbm_bytes_per_s)
     return np.where(flops > 0, result, 0.0)

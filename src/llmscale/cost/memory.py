@@ -6,22 +6,17 @@ unless the name says otherwise.
 The parameters each pipeline rank's GPU holds (before ZeRO) and its micro-batches in flight come from
 `cost.derived` (computed once per batch of layouts).
 
-Bytes per parameter (mixed precision, Megatron `theoretical_memory_usage.py` at 00caa53: 18 B without,
-6 + 12/DP B with the distributed optimizer): weights 2 (16-bit), gradients 4 (fp32 main_grad; 2 if
-TrainSpec.fp32_grads is off), optimizer 4 (fp32 master) + 8 (Adam moments). ZeRO stage z shards the
-optimizer (z ≥ 1), the gradients (z ≥ 2) and the weights (z = 3) over the data-parallel group: dp × cp
-ranks for non-expert parameters, the expert-data-parallel group edp = tp·cp·dp / (ep·etp) for experts.
-FP8/FP4 recipes add cached low-precision weight copies. Offload moves the optimizer (with the fp32 gradient
-copy) or the weights to host memory and costs PCIe traffic every step.
+Weights, gradients and optimizer state per parameter, ZeRO sharding and offload: `cost.model_state`.
 
 Other: a runtime reservation (CUDA context, NCCL), communication buffers (TP/SP gather of one activation,
-pipeline send/recv, EP dispatch/combine, ZeRO-3 unsharded weights and gradients: `_zero3_gather_bytes`), and a
+pipeline send/recv, EP dispatch/combine, ZeRO-3 unsharded weights and gradients: `cost.model_state`), and a
 fragmentation margin on the dynamic part (constants in catalog/memory.yaml with their sources).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 
@@ -31,13 +26,18 @@ from llmscale.cost.activations import (
     layer_activations,
     stage_activation_bytes,
 )
-from llmscale.cost.derived import LayoutDerived, RankParams, derive
+from llmscale.cost.derived import LayoutDerived, RankStage, derive
+from llmscale.cost.model_state import (
+    Sharding,
+    StateBytes,
+    state_bytes,
+)
 from llmscale.cost.routing import busiest_rank_load
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, distinct_rows, take_fields
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, MemoryConstants
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Optimizer, Precision, TrainSpec, Zero3Gather
+from llmscale.specs.train import TrainSpec
 
 
 @dataclass(frozen=True)
@@ -86,142 +86,6 @@ class MemoryBreakdown:
     @property
     def fits(self) -> np.ndarray:
         return self.total_bytes <= self.capacity_bytes
-
-
-@dataclass(frozen=True)
-class _StateBytes:
-    weights: np.ndarray
-    gradients: np.ndarray
-    optimizer: np.ndarray
-    gather_buffer: np.ndarray
-    host_per_gpu: np.ndarray
-    pcie_per_step: np.ndarray
-
-
-def gradient_bytes_per_param(train: TrainSpec) -> float:
-    """fp32 main gradients (Megatron main_grad) or 16-bit ones."""
-    return 4.0 if train.fp32_grads else 2.0
-
-
-def optimizer_state_bytes_per_param(train: TrainSpec) -> float:
-    """fp32 master weights (4) plus the optimizer's state: Adam two moments, SGD one momentum buffer, 4 B each
-    (2 B in bf16: TrainSpec.bf16_moments)."""
-    moment = 2.0 if train.bf16_moments else 4.0
-    return (4.0 if train.fp32_master_weights else 0.0) + moment * (2 if train.optimizer is Optimizer.ADAM else 1)
-
-
-def optimizer_step_traffic_bytes_per_param(train: TrainSpec) -> float:
-    """HBM bytes an optimizer step moves per local parameter: read the gradient, read and write the master
-    weight and the optimizer state, write the 16-bit weight (Adam with fp32 grads and master: 4 + 24 + 2 = 30)."""
-    return gradient_bytes_per_param(train) + 2 * optimizer_state_bytes_per_param(train) + BYTES_16BIT
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """Per-layout fraction of non-expert (ne) and expert (ex) state kept on a GPU, by ZeRO stage; the
-    same for every pipeline rank, so computed once."""
-
-    weights_ne: np.ndarray
-    weights_ex: np.ndarray
-    grads_ne: np.ndarray
-    grads_ex: np.ndarray
-    optim_ne: np.ndarray
-    optim_ex: np.ndarray
-
-    @classmethod
-    def of(cls, lay: Layouts) -> Sharding:
-        ne = 1.0 / (lay.dp * lay.cp)
-        ex = 1.0 / np.maximum(lay.edp, 1)
-        one = np.ones(lay.size)
-        return cls(
-            weights_ne=np.where(lay.zero >= 3, ne, one), weights_ex=np.where(lay.zero >= 3, ex, one),
-            grads_ne=np.where(lay.zero >= 2, ne, one), grads_ex=np.where(lay.zero >= 2, ex, one),
-            optim_ne=np.where(lay.zero >= 1, ne, one), optim_ex=np.where(lay.zero >= 1, ex, one),
-        )
-
-
-def _fsdp_fp8(train: TrainSpec, lay: Layouts) -> np.ndarray:
-    """ZeRO-3 layouts whose layers' weights (experts included; the layers' norms, bf16 in Megatron, are 0.002 % of
-    a Llama layer and counted so too) are sharded and gathered in FP8 (TrainSpec.fp8_params): 1 B each,
-    no transpose kept (Megatron-FSDP drops it after each module, NVIDIA/Megatron-LM@d95e86a25bce
-    megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py `release_params_fp8_transpose_cache`; the
-    model weight buffer is uint8 for FP8 parameters, param_and_grad_buffer.py `param_dtype = torch.uint8`)."""
-    return (lay.zero >= 3) & (train.fp8_params and train.precision is Precision.FP8)
-
-
-def _zero3_gather_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, params: RankParams,
-                        const: MemoryConstants) -> np.ndarray:
-    """Unsharded weights and gradients a ZeRO-3 GPU holds at once (TrainSpec.zero3_gather has the sources).
-    Layer units: `zero3_prefetch_layers` layers' weights (1 B each under `_fsdp_fp8`), one
-    layer's gradients (two with the fsdp_double_buffer pool) and the 16-bit parameters outside the layers.
-    Module units: the largest weight matrix and its 16-bit gradient."""
-    if train.zero3_gather is Zero3Gather.MODULE:
-        return np.where(lay.zero >= 3, 2 * largest_matrix_params(model, lay) * BYTES_16BIT, 0.0)
-    weight_b = np.where(_fsdp_fp8(train, lay), 1.0, float(BYTES_16BIT))
-    grad_layers = 2 if train.fsdp_double_buffer else 1
-    per_layer = const.zero3_prefetch_layers * weight_b + grad_layers * gradient_bytes_per_param(train)
-    gathered = params.largest_layer * per_layer + params.outside_layers * BYTES_16BIT
-    return np.where(lay.zero >= 3, gathered, 0.0)
-
-
-def largest_matrix_params(model: ModelSpec, lay: Layouts) -> np.ndarray:
-    """Parameters of the largest single weight matrix on a GPU: the dense MLP's fc1 (gate and up fused, as
-    Megatron builds it), one expert's fc1, or the vocabulary table; the attention projections are smaller for
-    the modelled architectures (fused QKV 3h² with MHA, fewer with GQA; fc1 h·(m−1)·f, 4h² or more)."""
-    fc1 = model.hidden * (model.mlp_matrices - 1) * model.ffn_hidden / lay.tp
-    expert_fc1 = model.hidden * (model.mlp_matrices - 1) * (model.expert_ffn_hidden or 0) / lay.etp
-    return np.maximum(np.maximum(fc1, expert_fc1), model.vocab * model.hidden / lay.tp)
-
-
-def _state_bytes(
-    model: ModelSpec, train: TrainSpec, lay: Layouts, params: RankParams, shard: Sharding, num_micro: np.ndarray,
-    const: MemoryConstants,
-) -> _StateBytes:
-    """Weights, gradients and optimizer bytes after ZeRO sharding, offload and low-precision copies."""
-    grad_b = gradient_bytes_per_param(train)
-    opt_b = optimizer_state_bytes_per_param(train)
-    cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
-               Precision.FP4: const.fp4_weight_cache_bytes_per_param}.get(train.precision, 0.0)
-    ne, ex = params.non_expert, params.expert
-    byte = np.where(_fsdp_fp8(train, lay), 1.0 / BYTES_16BIT, 1.0)  # FP8 layer weights: 1 B instead of 2
-    layers_ne = ne - params.outside_layers
-    weights = ((params.outside_layers + byte * layers_ne) * shard.weights_ne
-               + byte * ex * shard.weights_ex) * BYTES_16BIT
-    if cache_b:
-        weights = weights + (ne + ex) * cache_b
-    grads_params = ne * shard.grads_ne + ex * shard.grads_ex
-    optimizer = (ne * shard.optim_ne + ex * shard.optim_ex) * opt_b
-    gather = _zero3_gather_bytes(model, train, lay, params, const)
-    zeros = np.zeros(lay.size)
-    state = _StateBytes(weights, grads_params * grad_b, optimizer, gather, zeros, zeros)
-    if lay.offload_optimizer.any() or lay.offload_params.any():
-        state = _offloaded(lay, params, state, grads_params, num_micro, const)
-    return state
-
-
-def _offloaded(
-    lay: Layouts, params: RankParams, state: _StateBytes, grads_params: np.ndarray, num_micro: np.ndarray,
-    const: MemoryConstants,
-) -> _StateBytes:
-    """Optimizer offload (ZeRO-Offload, Ren et al. 2021 §4): optimizer state and an fp32 gradient copy on
-    the host; per step the gradients go down and the updated 16-bit weights come back up. Parameter offload
-    (ZeRO-Infinity): weights on the host, streamed in for forward and backward of every micro-batch, with a
-    two-layer device buffer."""
-    opt = lay.offload_optimizer
-    opt_host = np.where(opt, state.optimizer + grads_params * 4.0, 0.0)
-    opt_pcie = np.where(opt, state.gradients + grads_params * BYTES_16BIT, 0.0)
-    prm = lay.offload_params
-    per_param = params.non_expert + params.expert
-    param_pcie = np.where(prm, 2 * num_micro * per_param * BYTES_16BIT, 0.0)
-    param_buffer = np.where(prm, const.zero3_prefetch_layers * params.largest_layer * BYTES_16BIT, 0.0)
-    return _StateBytes(
-        weights=np.where(prm, 0.0, state.weights),
-        gradients=state.gradients,
-        optimizer=np.where(opt, 0.0, state.optimizer),
-        gather_buffer=np.maximum(state.gather_buffer, param_buffer),
-        host_per_gpu=opt_host + np.where(prm, state.weights, 0.0),
-        pcie_per_step=opt_pcie + param_pcie,
-    )
 
 
 def _comm_buffer_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, acts: LayerActivations) -> np.ndarray:
@@ -281,6 +145,101 @@ def _with_mtp(model: ModelSpec, dense: np.ndarray, moe: np.ndarray, last: np.nda
     return (dense, moe + extra) if model.is_moe else (dense + extra, moe)
 
 
+ACTIVATION_COLUMNS = ("cp", "sp", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
+                      "recompute_mlp", "cuda_graphs", "offload_activations")
+"""With the STAGE_COLUMNS row (cost.derived): the layout columns a rank's activations and the communication buffers
+every rank has read. ZeRO and the optimizer and parameter offload are not among them."""
+
+STATE_COLUMNS = ("cp", "zero", "offload_optimizer", "offload_params")
+"""With the STAGE_COLUMNS row: the layout columns a rank's weights, gradients and optimizer state read."""
+
+ACTIVATION_VIEW = ("tp", "ep", "etp", "mbs", "pp", *ACTIVATION_COLUMNS)
+STATE_VIEW = ("tp", "ep", "etp", "dp", "mbs", *STATE_COLUMNS)
+"""The columns the activation and state formulas read themselves (the rank's layers, parameters and in-flight
+micro-batches come with the stage row): the views they run on."""
+
+
+@dataclass(frozen=True)
+class _RankActivations:
+    """Activations of each representative rank (first axis, in the order of LayoutDerived.stages) per distinct
+    (STAGE_COLUMNS, ACTIVATION_COLUMNS) row (second axis), and the buffers every rank has (one per row)."""
+
+    activations: np.ndarray
+    """Held at the rank's peak, with CUDA-graph buffers and logits, after activation offload."""
+    offload_traffic: np.ndarray
+    """Activation offload traffic per micro-batch."""
+    rank: np.ndarray
+    shared_buffers: np.ndarray
+    """TP/SP gather, pipeline send/recv and EP dispatch/combine (_comm_buffer_bytes), shape (U,)."""
+
+
+def _rank_activations(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: list[RankStage],
+                      constants: Constants) -> _RankActivations:
+    """_RankActivations of layouts `lay` whose representative ranks are `stages`."""
+    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
+    acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
+    logits = _logits_bytes(model, train, lay)
+    held, traffic, ranks = [], [], []
+    for stage in stages:
+        dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
+        activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
+        activations, in_transit, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
+        activations = activations + _graph_buffers(lay, acts, stage.held)
+        head = np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
+        held.append(activations + np.maximum(head, in_transit))
+        traffic.append(offload_traffic)
+        ranks.append(stage.layers.rank)
+    return _RankActivations(np.stack(held), np.stack(traffic), np.stack(ranks),
+                            _comm_buffer_bytes(model, train, lay, acts))
+
+
+def _rank_states(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: list[RankStage],
+                 const: MemoryConstants) -> StateBytes:
+    """StateBytes of each representative rank (first axis) of layouts `lay` (second axis)."""
+    shard = Sharding.of(lay)
+    num_micro = lay.num_microbatches(train.global_batch)
+    states = [state_bytes(model, train, lay, stage.params, shard, num_micro, const) for stage in stages]
+    return StateBytes(*(np.stack([getattr(s, f.name) for s in states]) for f in dataclass_fields(StateBytes)))
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Per-rank tables of the activation and state rows, and which row every layout has (`*_row`, shape (N,))."""
+
+    acts: _RankActivations
+    act_row: np.ndarray
+    states: StateBytes
+    state_row: np.ndarray
+
+    def total(self, rank: int, shared_buffers: np.ndarray, fragmentation_fraction: float) -> np.ndarray:
+        """Device bytes of representative rank `rank` of every layout (with the buffers every rank has,
+        `shared_buffers`, per layout): the sum MemoryBreakdown.total_bytes makes, in the same order, before the runtime
+        reservation."""
+        s, a = self.states, self.acts
+        held = a.activations[rank].take(self.act_row)
+        state = (s.weights[rank] + s.gradients[rank] + s.optimizer[rank]).take(self.state_row)
+        buffers = shared_buffers + s.gather_buffer[rank].take(self.state_row)
+        total: np.ndarray = state + held + buffers + fragmentation_fraction * (held + buffers)
+        return total
+
+
+def _distinct_tables(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                     derived: LayoutDerived) -> _Tables:
+    """The activations and state of every representative rank, each once per distinct row of the columns it reads
+    (STAGE_COLUMNS through derived.rows, with ACTIVATION_COLUMNS or STATE_COLUMNS): a search has a few times fewer
+    such rows than layouts."""
+    stage_row = derived.rows.inverse
+    stages = list(derived.distinct_stages.values())
+    act_rows = distinct_rows(stage_row, *(lay.column(name) for name in ACTIVATION_COLUMNS))
+    state_rows = distinct_rows(stage_row, *(lay.column(name) for name in STATE_COLUMNS))
+    act_stage, state_stage = stage_row.take(act_rows.first), stage_row.take(state_rows.first)
+    acts = _rank_activations(model, train, lay.select(*ACTIVATION_VIEW).take(act_rows.first),
+                             [take_fields(stage, act_stage) for stage in stages], constants)
+    states = _rank_states(model, train, lay.select(*STATE_VIEW).take(state_rows.first),
+                          [take_fields(stage, state_stage) for stage in stages], constants.memory)
+    return _Tables(acts, act_rows.inverse, states, state_rows.inverse)
+
+
 def memory_breakdown(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
     derived: LayoutDerived | None = None,
@@ -291,46 +250,33 @@ def memory_breakdown(
     const = constants.memory
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
-    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
-    acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
-    num_micro = derived.num_microbatches
-    shard = Sharding.of(lay)
-    stages = derived.stages
-    logits = _logits_bytes(model, train, lay)
-    shared_buffers = _comm_buffer_bytes(model, train, lay, acts)
-    best_total = np.full(lay.size, -1.0)
-    fields: dict[str, np.ndarray] = {}
-    for stage in stages.values():
-        state = _state_bytes(model, train, lay, stage.params, shard, num_micro, const)
-        dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
-        activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
-        activations, in_transit, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
-        activations = activations + _graph_buffers(lay, acts, stage.held)
-        head = np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
-        activations = activations + np.maximum(head, in_transit)
-        buffers = shared_buffers + state.gather_buffer
-        fragmentation = const.fragmentation_fraction * (activations + buffers)
-        candidate = {
-            "weights_bytes": state.weights,
-            "gradients_bytes": state.gradients,
-            "optimizer_bytes": state.optimizer,
-            "activations_bytes": activations,
-            "comm_buffer_bytes": buffers,
-            "fragmentation_bytes": fragmentation,
-            "host_bytes_per_node": state.host_per_gpu * cluster.node.gpus_per_node,
-            "pcie_bytes_per_step": state.pcie_per_step,
-            "pipeline_rank": stage.layers.rank,
-            "activation_offload_bytes_per_microbatch": offload_traffic,
-        }
-        total = sum(candidate[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
-                                           "activations_bytes", "comm_buffer_bytes", "fragmentation_bytes"))
+    tables = _distinct_tables(model, train, lay, constants, derived)
+    # The most loaded of the representative ranks (the first of equals): its index per layout, then each field
+    # gathered from the flat (rank, row) tables.
+    shared_buffers = tables.acts.shared_buffers.take(tables.act_row)
+    best_total, best = np.full(lay.size, -1.0), np.zeros(lay.size, dtype=np.intp)
+    for rank in range(tables.acts.activations.shape[0]):
+        total = tables.total(rank, shared_buffers, const.fragmentation_fraction)
         better = total > best_total
-        best_total = np.where(better, total, best_total)
-        for key, value in candidate.items():
-            fields[key] = np.where(better, value, fields[key]) if key in fields else value
+        best_total, best = np.where(better, total, best_total), np.where(better, rank, best)
+    acts, states = tables.acts, tables.states
+    act_at = best * acts.activations.shape[1] + tables.act_row
+    state_at = best * states.weights.shape[1] + tables.state_row
+    activations = acts.activations.reshape(-1).take(act_at)
+    buffers = shared_buffers + states.gather_buffer.reshape(-1).take(state_at)
+    pcie = states.pcie_per_step.reshape(-1).take(state_at)
     return MemoryBreakdown(
+        weights_bytes=states.weights.reshape(-1).take(state_at),
+        gradients_bytes=states.gradients.reshape(-1).take(state_at),
+        optimizer_bytes=states.optimizer.reshape(-1).take(state_at),
+        activations_bytes=activations,
+        comm_buffer_bytes=buffers,
         runtime_bytes=np.full(lay.size, const.runtime_reserved_bytes),
+        fragmentation_bytes=const.fragmentation_fraction * (activations + buffers),
         capacity_bytes=cluster.gpu.memory_bytes,
-        pcie_s_per_step=fields["pcie_bytes_per_step"] / cluster.node.pcie_bytes_per_s,
-        **fields,
+        pipeline_rank=acts.rank.reshape(-1).take(act_at),
+        host_bytes_per_node=states.host_per_gpu.reshape(-1).take(state_at) * cluster.node.gpus_per_node,
+        pcie_bytes_per_step=pcie,
+        pcie_s_per_step=pcie / cluster.node.pcie_bytes_per_s,
+        activation_offload_bytes_per_microbatch=acts.offload_traffic.reshape(-1).take(act_at),
     )

@@ -26,19 +26,15 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale.cost.compute import LayerTimes, RankCompute, layer_times, rank_compute
-from llmscale.cost.derived import LayoutDerived, derive, rank_params
+from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, derive, rank_params
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
-from llmscale.cost.memory import (
-    MemoryBreakdown,
-    Sharding,
-    memory_breakdown,
-    optimizer_step_traffic_bytes_per_param,
-)
+from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
+from llmscale.cost.model_state import Sharding, optimizer_step_traffic_bytes_per_param
 from llmscale.cost.params import count_params
-from llmscale.cost.pipeline import PipelineTimes, pipeline_times
+from llmscale.cost.pipeline import pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
-from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, take_fields
-from llmscale.layout.stages import StageLayers
+from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, take_fields
+from llmscale.layout.stages import RankOf, StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
 from llmscale.specs.layout import Recompute, Schedule
@@ -201,76 +197,118 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
     num_micro = derived.num_microbatches
-    times, comm = _per_microbatch(model, cluster, train, lay, constants)
-    best: tuple[_CriticalPath, StageLayers] | None = None
-    sms = cluster.gpu.sm_count
-    shares = _PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
-    dropless = model.is_moe and model.capacity_factor is None
-    for stage in derived.stages.values():
-        layers = stage.layers
-        compute = _rank_compute(times, lay, layers, const.launch_overhead_us, dropless)
-        path = _critical_path(shares, layers, compute, comm)
-        if best is None:
-            best = (path, layers)
-            continue
-        slower = path.per_microbatch_s > best[0].per_microbatch_s
-        best = (_select(slower, path, best[0]), _select(slower, layers, best[1]))
-    assert best is not None
-    path, layers = best
-    fwd = path.forward_s
-    bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
-    pipe = pipeline_times(lay, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
-    shard = _shard_costs(model, cluster, train, lay, layers, constants.comm)
+    rows, few_parts = _path_parts(model, cluster, train, lay, constants, derived)
+    parts = rows.spread_fields(few_parts)
+    shard = _shard_costs(model, cluster, train, lay, derived, parts.critical_rank, constants.comm)
     dp = shard.data_parallel
     window = const.dp_overlap_efficiency
-    dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * (bwd_in + path.compute.backward_weight_s))
-                  + np.maximum(0.0, dp.param_gather_s - window * fwd)
+    dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * parts.backward_s)
+                  + np.maximum(0.0, dp.param_gather_s - window * parts.forward_s)
                   # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
-                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * path.compute.total_s))
+                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * parts.microbatch_s))
     memory = memory_breakdown(model, cluster, train, lay, constants, derived)
-    return _assemble(model, cluster, train, lay, path, pipe, num_micro, dp_exposed, shard.optimizer_s, memory,
-                     const)
+    return _assemble(model, cluster, train, lay, parts, dp_exposed, shard.optimizer_s, memory, const)
 
 
 MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
 """The layout columns compute.layer_times and traffic.microbatch_comm read."""
 
-
-@dataclass(frozen=True)
-class _FewLayerTimes:
-    """Layer times (dense, MoE, output) per distinct MICROBATCH_COLUMNS row, and which row each layout has."""
-
-    rows: DistinctRows
-    times: tuple[LayerTimes, LayerTimes, LayerTimes]
-
-
-def _per_microbatch(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants
-) -> tuple[_FewLayerTimes, MicrobatchComm]:
-    """Layer times and communication of one micro-batch, computed once per distinct MICROBATCH_COLUMNS row (a
-    search has few); the communication is spread to every layout, the layer times stay per row (_rank_compute)."""
-    rows, few = lay.distinct_view(*MICROBATCH_COLUMNS)
-    times = layer_times(model, cluster, train, few, constants)
-    return _FewLayerTimes(rows, times), rows.spread_fields(microbatch_comm(model, cluster, train, few, constants))
-
+LAYER_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep")
+"""The layout columns compute.layer_times reads (pp, dp and rank_order place the communication groups only)."""
 
 RANK_COLUMNS = ("cuda_graphs", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
                 "recompute_mlp", "ep")
 """The layout columns compute.rank_compute reads besides the layer times and the rank's layers."""
 
+PATH_COLUMNS = (*MICROBATCH_COLUMNS, "vpp", "schedule", *RANK_COLUMNS[:-1], "tp_comm_overlap", "ep_comm_overlap")
+"""The layout columns the critical rank's per-micro-batch path and its pipeline times read: the micro-batch's
+(layer times, communication, number of micro-batches), the ranks' layers (pp, vpp, schedule), RANK_COLUMNS and
+_PathShares'. ZeRO and offload are not among them, so a search has a few times fewer such rows than layouts."""
 
-def _rank_compute(few: _FewLayerTimes, lay: Layouts, layers: StageLayers, launch_overhead_us: float,
-                  dropless: bool) -> RankCompute:
-    """compute.rank_compute once per distinct (micro-batch row, rank layers, RANK_COLUMNS) row, spread to every
-    layout: a search has millions of layouts but few such rows."""
-    rows = distinct_rows(few.rows.inverse, layers.dense, layers.moe, layers.first, layers.last,
-                         *(lay.column(name) for name in RANK_COLUMNS))
-    micro = few.rows.inverse.take(rows.first)
-    times = tuple(take_fields(t, micro) for t in few.times)
-    one = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
-    compute = rank_compute(lay.select(*RANK_COLUMNS).take(rows.first), one, times,  # type: ignore[arg-type]
-                           launch_overhead_us, dropless)
-    return rows.spread_fields(compute)
+PATH_VIEW = ("pp", "vpp", "schedule", *RANK_COLUMNS, "tp_comm_overlap", "ep_comm_overlap")
+"""The layout columns the critical-rank formulas read themselves (the others of PATH_COLUMNS reach them through the
+micro-batch's layer times and communication): the view they run on, one gather per column fewer."""
+
+
+@dataclass(frozen=True)
+class _PathParts:
+    """The step parts of the critical rank that depend on PATH_COLUMNS alone, shape (N,) (or one per distinct row)."""
+
+    compute_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_exposed_s: np.ndarray
+    cp_exposed_s: np.ndarray
+    ep_exposed_s: np.ndarray
+    pp_exposed_s: np.ndarray
+    bubble_s: np.ndarray
+    forward_s: np.ndarray
+    """One micro-batch's forward on the critical rank, its communication included (what the parameter
+    all-gather overlaps)."""
+    backward_s: np.ndarray
+    """One micro-batch's backward (input and weight gradients), communication included (what the gradient sync
+    overlaps)."""
+    microbatch_s: np.ndarray
+    """One micro-batch's compute on the critical rank, forward and backward (RankCompute.total_s)."""
+    microbatches_per_rank: np.ndarray
+    """Micro-batches a rank runs per step: half of them under DualPipe, whose ranks hold two stages."""
+    critical_rank: np.ndarray
+    """The layout.stages.RankOf code of the critical rank."""
+
+
+def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                derived: LayoutDerived) -> tuple[DistinctRows, _PathParts]:
+    """_PathParts once per distinct PATH_COLUMNS row (rows keyed by the micro-batch row, whose key range is small,
+    and the other columns), with the row of every layout: the critical rank, its pipeline times and the step parts
+    they make."""
+    micro_rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, MICROBATCH_COLUMNS)
+    micro = lay.select(*MICROBATCH_COLUMNS).take(micro_rows.first)
+    rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in PATH_COLUMNS[len(MICROBATCH_COLUMNS):]))
+    few = lay.select(*PATH_VIEW).take(rows.first)
+    micro_of_row = micro_rows.inverse.take(rows.first)
+    comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
+    layer_rows = micro.distinct(*LAYER_COLUMNS)  # a few times fewer than the micro-batch rows
+    times = layer_times(model, cluster, train, micro.select(*LAYER_COLUMNS).take(layer_rows.first), constants)
+    layer_of_row = layer_rows.inverse.take(micro_of_row)
+    stage_of_row = derived.rows.inverse.take(rows.first)
+    stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
+    dense, moe, output = (take_fields(kind, layer_of_row) for kind in times)
+    path, critical = _critical_rank(model, cluster, constants, few, stages, (dense, moe, output), comm)
+    num_micro = derived.num_microbatches.take(rows.first)
+    fwd = path.forward_s
+    bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
+    pipe = pipeline_times(few, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
+    # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
+    m = np.where(few.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
+    return rows, _PathParts(
+        compute_s=m * (path.compute.total_s - path.compute.recompute_s), recompute_s=m * path.compute.recompute_s,
+        tp_exposed_s=m * path.tp_s, cp_exposed_s=m * path.cp_s, ep_exposed_s=m * path.ep_s,
+        pp_exposed_s=pipe.p2p_exposed_s, bubble_s=pipe.bubble_s, forward_s=fwd,
+        backward_s=bwd_in + path.compute.backward_weight_s, microbatch_s=path.compute.total_s,
+        microbatches_per_rank=m, critical_rank=critical,
+    )
+
+
+def _critical_rank(model: ModelSpec, cluster: ClusterSpec, constants: Constants, lay: Layouts,
+                   stages: dict[RankOf, StageLayers], times: tuple[LayerTimes, LayerTimes, LayerTimes],
+                   comm: MicrobatchComm) -> tuple[_CriticalPath, np.ndarray]:
+    """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
+    code, for layouts `lay` (a view of PATH_VIEW; already one per distinct row, so the rank's compute is
+    evaluated on them directly) with layer times `times` per layout."""
+    const = constants.step
+    sms = cluster.gpu.sm_count
+    shares = _PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
+    dropless = model.is_moe and model.capacity_factor is None
+    best: tuple[_CriticalPath, np.ndarray] | None = None
+    for which, layers in stages.items():
+        compute = rank_compute(lay, layers, times, const.launch_overhead_us, dropless)
+        path = _critical_path(shares, layers, compute, comm)
+        if best is None:
+            best = (path, np.full(lay.size, int(which)))
+            continue
+        slower = path.per_microbatch_s > best[0].per_microbatch_s
+        best = (_select(slower, path, best[0]), np.where(slower, int(which), best[1]))
+    assert best is not None
+    return best
 
 
 @dataclass(frozen=True)
@@ -286,14 +324,14 @@ SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 """The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
 
 
-def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                 layers: StageLayers, comm: CommConstants) -> _ShardCosts:
-    """Data-parallel traffic and optimizer step of the critical rank (holding `layers`), computed once per
-    distinct (SHARD_COLUMNS, layers) row: a search has few."""
-    rows = distinct_rows(*(getattr(lay, name) for name in SHARD_COLUMNS), layers.dense, layers.moe, layers.first,
-                         layers.last)
+def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
+                 critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
+    """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
+    from pp, vpp and schedule), computed once per distinct (SHARD_COLUMNS, vpp, schedule, critical) row: a search
+    has few."""
+    rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, (*SHARD_COLUMNS, "vpp", "schedule"), critical)
+    layers = _layers_of(derived.distinct_stages, critical.take(rows.first), derived.rows.inverse.take(rows.first))
     lay = lay.select(*SHARD_COLUMNS).take(rows.first)
-    layers = StageLayers(*(getattr(layers, f.name).take(rows.first) for f in fields(StageLayers)))
     # The critical rank's parameters on its few distinct rows: cheaper than carrying every rank's through the
     # element-wise selection of the critical one (derived.stages holds them per representative rank).
     params = rank_params(model, count_params(model), lay, layers)
@@ -306,25 +344,32 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     return rows.spread_fields(_ShardCosts(dp, shard * optimizer_step_traffic_bytes_per_param(train) / hbm))
 
 
+def _layers_of(stages: RankStages, which: np.ndarray, index: np.ndarray) -> StageLayers:
+    """The layers of rank `which[i]` (a RankOf code) at `index[i]` of `stages`."""
+    chosen: StageLayers | None = None
+    for rank, stage in stages.items():
+        layers = take_fields(stage.layers, index)
+        chosen = layers if chosen is None else _select(which == int(rank), layers, chosen)
+    assert chosen is not None
+    return chosen
+
+
 def _assemble(
-    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, path: _CriticalPath,
-    pipe: PipelineTimes, num_micro: np.ndarray, dp_exposed: np.ndarray, optimizer_s: np.ndarray,
-    memory: MemoryBreakdown, const: StepConstants,
+    model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, parts: _PathParts,
+    dp_exposed: np.ndarray, optimizer_s: np.ndarray, memory: MemoryBreakdown, const: StepConstants,
 ) -> StepBreakdown:
-    """The named breakdown: per-micro-batch parts times the micro-batches a rank runs, plus the rest."""
+    """The named breakdown: the critical path's parts (per-micro-batch parts times the micro-batches a rank runs),
+    plus the rest."""
     tokens = float(train.tokens_per_step)
-    # A DualPipe rank holds two stages and each micro-batch passes through one of them (pipeline.py).
-    m = np.where(lay.schedule == Schedule.DUALPIPE.code, num_micro / 2, num_micro)
-    compute_only = path.compute.total_s - path.compute.recompute_s
     return StepBreakdown(
-        compute_s=m * compute_only,
-        recompute_s=m * path.compute.recompute_s,
-        tp_exposed_s=m * path.tp_s,
-        cp_exposed_s=m * path.cp_s,
-        ep_exposed_s=m * path.ep_s,
-        pp_exposed_s=pipe.p2p_exposed_s,
+        compute_s=parts.compute_s,
+        recompute_s=parts.recompute_s,
+        tp_exposed_s=parts.tp_exposed_s,
+        cp_exposed_s=parts.cp_exposed_s,
+        ep_exposed_s=parts.ep_exposed_s,
+        pp_exposed_s=parts.pp_exposed_s,
         dp_exposed_s=dp_exposed,
-        bubble_s=pipe.bubble_s,
+        bubble_s=parts.bubble_s,
         optimizer_s=optimizer_s,
         overhead_s=np.full(lay.size, const.step_overhead_s),
         num_gpus=lay.num_gpus,
@@ -332,7 +377,7 @@ def _assemble(
         model_flops_per_step=model_flops_per_token(model, train.seq_len) * tokens,
         hardware_flops_per_step=hardware_flops_per_token(model, train.seq_len, lay.recompute) * tokens,
         peak_flops_per_s=cluster.gpu.peak_flops_per_s(train.precision),
-        offload_s=memory.pcie_s_per_step + m * np.maximum(
-            0.0, memory.activation_offload_bytes_per_microbatch / cluster.node.pcie_bytes_per_s - path.compute.total_s),
+        offload_s=memory.pcie_s_per_step + parts.microbatches_per_rank * np.maximum(
+            0.0, memory.activation_offload_bytes_per_microbatch / cluster.node.pcie_bytes_per_s - parts.microbatch_s),
         memory=memory,
     )

@@ -56,7 +56,7 @@ from llmscale.cost.collectives import collective_time_s, group_links
 from llmscale.cost.compute import _elementwise_bytes_per_token, layer_times, rank_compute
 from llmscale.cost.derived import rank_params
 from llmscale.cost.flops import attention_core_flops_per_layer
-from llmscale.cost.memory import optimizer_step_traffic_bytes_per_param
+from llmscale.cost.model_state import optimizer_step_traffic_bytes_per_param
 from llmscale.cost.params import count_params
 from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.cost.traffic import data_parallel_comm

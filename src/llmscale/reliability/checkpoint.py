@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.derived import LayoutDerived, derive
-from llmscale.cost.memory import optimizer_state_bytes_per_param
+from llmscale.cost.model_state import optimizer_state_bytes_per_param
 from llmscale.cost.params import count_params
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
