@@ -1,6 +1,6 @@
 """Layouts per second of the whole-space search and of the step cost model on one core.
 
-Three measurements in one run:
+Four measurements in one run:
 
   (a) search   `plan` for GPT-3 175B on 1,536 A100 of Selene, global batch 1,536 × 2,048 (Narayanan et al.
                2021, arXiv:2104.04473, Table 2): time to generate the layout space, time to score it with
@@ -221,7 +221,7 @@ def _preamble(cases: dict[str, Case], args: argparse.Namespace) -> None:
 
 def _rates_table(cases: dict[str, Case], timings: list[tuple[str, int, float]], batches: dict[str, BatchResult],
                  single: int, distinct: dict[str, tuple[int, float]]) -> int:
-    """Sections (a)-(c) as one table; returns the number of failed checks."""
+    """Sections (a)-(d) as one table; returns the number of failed checks."""
     head = f"{'section':<9}{'model':>14}{'what':>16}{'layouts':>12}{'time':>11}{'layouts/s':>13}{'verified':>10}"
     units = f"{'':<9}{'':>14}{'':>16}{'(count)':>12}{'(s)':>11}{'(1/s)':>13}{'':>10}"
     print(head, units, sep="\n")

@@ -304,7 +304,8 @@ def test_fp8_params_and_double_buffer_reach_megatron_fsdp() -> None:
 
 
 @pytest.mark.parametrize(("make", "flag", "note"), [
-    (lambda: fsdp70b({"precision": "bf16"}), "--fp8-param-gather", "fp8_params needs precision fp8"),
+    (lambda: fsdp70b({"precision": "bf16", "fp8_recipe": None}), "--fp8-param-gather",
+     "fp8_params needs precision fp8"),
     (lambda: fsdp70b(tp=8, dp=8, zero=0), "--fp8-param-gather", "fp8_params needs the distributed optimizer"),
     (lambda: fsdp70b(offload_optimizer=True), "--fp8-param-gather", "needs --fp8-recipe delayed"),
     (lambda: fsdp70b(zero=1), "--fsdp-double-buffer", "fsdp_double_buffer is Megatron-FSDP's (zero 2 or 3)"),

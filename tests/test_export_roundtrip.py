@@ -101,7 +101,7 @@ def test_round_trip_predicts_the_same_step(case: str, tmp_path: Path, capsys: py
 def _priced(job: Job) -> TrainSpec:
     """The run as the cost model prices it: a recipe left to the GPU's native one is written out by export
     (`--fp8-recipe` always), so it comes back named."""
-    recipe = job.train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
+    recipe = job.cluster.gpu.fp8_recipe(job.train)
     return job.train.model_copy(update={"fp8_recipe": recipe})
 
 

@@ -20,11 +20,15 @@ from llmscale.cli.main import main
 from llmscale.cost.compute import cast_bytes_per_element
 from llmscale.cost.kernels import KernelRates, gemm_s, memory_s
 from llmscale.io.catalog import load_gpu
+from llmscale.specs.calibration import GemmCalibration
 from llmscale.specs.train import Fp8Recipe, Precision
+from llmscale.units import BYTES_16BIT
 from llmscale.validation.jobs import run_facts, run_settings
 from llmscale.validation.runs import load_runs
 
 BLACKWELL = ("b200", "gb200", "b300", "gb300")
+EXPLAIN_70B = ["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "64", "--tp", "8", "--dp", "8",
+               "--precision", "fp8"]
 
 # TE gemm_profiling.rst @1609c89, B300 SXM6, per-layer GEMM time (ms).
 TE_B300_PREQUANTIZED_MS = {"tensorwise": 6.812, "mxfp8": 7.161}
@@ -61,27 +65,36 @@ def test_gpus_before_blackwell_have_no_mxfp8(gpu: str) -> None:
     assert load_gpu(gpu).efficiency.gemm_mxfp8 is None
 
 
+def _one_copy_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes of one quantization that writes a single copy, from the code's rule for training
+    (`cast_bytes_per_element`, Blackwell: one layout read both ways): the block-scaled recipes write their two
+    copies there, a GEMM call in autocast needs one of them."""
+    both = cast_bytes_per_element(Precision.FP8, recipe, tn_only=False)
+    if recipe is Fp8Recipe.MXFP8:
+        return BYTES_16BIT + (both - BYTES_16BIT) / 2
+    return both
+
+
 def _autocast_quantization_ms(recipe: Fp8Recipe) -> float:
     """The model's quantization time of one B300 layer of the tutorial in autocast: every GEMM call quantizes its
-    two operands in the one direction it reads them (fprop X, W; dgrad dY, W; wgrad X, dY), so the block-scaled
-    recipes write one copy, not two."""
+    two operands in the one direction it reads them (fprop X, W; dgrad dY, W; wgrad X, dY)."""
     rates = KernelRates.of(load_gpu("b300"), Precision.FP8, recipe=recipe)
     elements = sum(m * k + k * n + m * n + k * n + m * k + m * n for m, k, n in TE_SHAPES)
-    one_copy = {Fp8Recipe.TENSORWISE: 5.0, Fp8Recipe.DELAYED: 3.0, Fp8Recipe.MXFP8: 2 + 1 + 1 / 32}[recipe]
-    return float(memory_s(rates, elements * one_copy)) * 1e3
+    return float(memory_s(rates, elements * _one_copy_bytes(recipe))) * 1e3
 
 
 def test_quantization_overhead_against_the_te_tutorial() -> None:
     """Measured overhead = autocast − pre-quantized (2.335 ms current scaling, 1.823 MXFP8; delayed scaling has no
     pre-quantized run and is taken against the current-scaling kernels, which TE calls of similar throughput). The
-    byte model gets current scaling within 25 % and the order right; MXFP8's kernels run further below the HBM
-    roofline than its bytes say (left out: the model is 30-40 % low there)."""
+    byte rules get current and delayed scaling within 25 % and the order of the recipes right."""
     measured = {r: TE_B300_AUTOCAST_MS[r] - TE_B300_PREQUANTIZED_MS["mxfp8" if r == "mxfp8" else "tensorwise"]
                 for r in TE_B300_AUTOCAST_MS}
     model = {r: _autocast_quantization_ms(Fp8Recipe(r)) for r in measured}
     assert model["tensorwise"] == pytest.approx(measured["tensorwise"], rel=0.25)
     assert model["delayed"] == pytest.approx(measured["delayed"], rel=0.25)
     assert model["tensorwise"] > model["mxfp8"] and measured["tensorwise"] > measured["mxfp8"]
+    # REGRESSION PIN of a known miss, not a golden value: MXFP8's quantization kernels run further below the HBM
+    # roofline than its bytes say, so the model is 30-40 % low there (left out of the model; the note says so).
     assert 0.55 < model["mxfp8"] / measured["mxfp8"] < 0.75
 
 
@@ -104,18 +117,63 @@ def test_mxfp8_on_hopper_is_one_clear_error(capsys: pytest.CaptureFixture[str]) 
     assert "Traceback" not in err and "fp8_recipe" in err and "MXFP8" in err
 
 
-def test_the_recipe_reaches_explain(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_recipe_changes_the_step(capsys: pytest.CaptureFixture[str]) -> None:
     """On H100, tensorwise (two reads and a transpose per cast) predicts a slower step than delayed (one read), and
-    blockwise (one read, two copies with scales) lies between; explain reports the recipe it priced."""
+    blockwise (one read, two copies with scales) lies between; the JSON echoes the recipe given."""
     steps, recipes = {}, {}
     for recipe in ("delayed", "blockwise", "tensorwise"):
         with pytest.raises(SystemExit):
-            main(["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "64", "--tp", "8", "--dp",
-                  "8", "--precision", "fp8", "--fp8-recipe", recipe, "--json"])
+            main([*EXPLAIN_70B, "--fp8-recipe", recipe, "--json"])
         document = json.loads(capsys.readouterr().out)
         steps[recipe], recipes[recipe] = document["step_time_s"], document["train"]["fp8_recipe"]
     assert steps["delayed"] < steps["blockwise"] < steps["tensorwise"]
     assert recipes == {"delayed": "delayed", "blockwise": "blockwise", "tensorwise": "tensorwise"}
+
+
+def test_explain_names_the_recipe_it_priced_when_none_is_given(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(EXPLAIN_70B)
+    assert "fp8 (tensorwise)" in capsys.readouterr().out
+
+
+def test_a_recipe_without_fp8_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "64", "--tp", "8", "--dp", "8",
+              "--fp8-recipe", "blockwise"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert "fp8_recipe" in err and "bf16" in err
+
+
+def test_read_megatron_keeps_a_recipe_without_fp8_as_inert() -> None:
+    """Megatron ignores --fp8-recipe without --fp8-format; the reader lists it as read without a field."""
+    from llmscale.io.megatron_args import parse_megatron_args
+    from llmscale.io.resolve import JobRequest, resolve
+    from llmscale.launch.megatron import megatron_args
+
+    bf16 = resolve(JobRequest(model="llama3-8b", cluster="eos-h100", gpus=8, layout={"tp": 1, "dp": 8}))
+    base = " ".join(megatron_args(bf16))
+    parsed = parse_megatron_args(base + " --fp8-recipe mxfp8")
+    assert "fp8_recipe" not in parsed.train and "--fp8-recipe" in parsed.inert
+    parsed = parse_megatron_args(base + " --fp8-format hybrid --fp8-recipe blockwise")
+    assert parsed.train["fp8_recipe"] == "blockwise" and "--fp8-recipe" not in parsed.inert
+
+
+def test_a_calibrated_fp8_ceiling_carries_to_mxfp8() -> None:
+    """A profile that scales the FP8 fraction (here through its 16-bit GEMM) moves the MXFP8 one with it, at the
+    catalog's ratio, so a calibrated Blackwell's default recipe sees the measurement."""
+    from llmscale.cost.calibrate import apply_calibration
+    from llmscale.io.catalog import load_cluster, load_constants
+    from llmscale.units import TERA
+    from tests.test_measure import profile
+
+    cluster = load_cluster("gb200-nvl72")
+    before = cluster.gpu.efficiency
+    gemm = GemmCalibration(dtype="bfloat16", precision=Precision.BF16, peak_flops_per_s=1200 * TERA, half_dim=8.0)
+    after = apply_calibration(cluster, load_constants(), profile(gemm=(gemm,))).cluster.gpu.efficiency
+    assert after.gemm_fp8 == pytest.approx(before.gemm_fp8 * after.gemm_bf16 / before.gemm_bf16)
+    assert after.gemm_mxfp8 is not None and before.gemm_mxfp8 is not None
+    assert after.gemm_mxfp8 / after.gemm_fp8 == pytest.approx(before.gemm_mxfp8 / before.gemm_fp8)
 
 
 def test_bridge_rows_take_the_recipe_their_table_prints() -> None:
@@ -159,5 +217,5 @@ def test_native_recipe_is_what_export_writes() -> None:
     from llmscale.specs.train import TrainSpec
 
     train = TrainSpec(precision=Precision.FP8)
-    assert train.fp8_recipe_on(load_gpu("b200").efficiency.gemm_mxfp8 is not None) is Fp8Recipe.MXFP8
-    assert train.fp8_recipe_on(load_gpu("h100-sxm").efficiency.gemm_mxfp8 is not None) is Fp8Recipe.TENSORWISE
+    assert load_gpu("b200").fp8_recipe(train) is Fp8Recipe.MXFP8
+    assert load_gpu("h100-sxm").fp8_recipe(train) is Fp8Recipe.TENSORWISE

@@ -6,7 +6,8 @@ What it replaces (datasheet peaks stay the MFU denominators):
       The sweep's half-dimension d_half stays in the profile as its summary: the kernel model's tile and wave
       quantization and memory floor (cost/kernels.py) give the narrow-shape roll-off instead. A GEMM measured in
       float32 (CPU) stands in for the 16-bit GEMM. The attention fractions, and the FP8/FP4 fractions not measured,
-      are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is kept: not measured).
+      are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is kept: not measured);
+      the MXFP8 fraction keeps its catalog ratio to the (measured or scaled) FP8 one.
   hbm = copy bandwidth / datasheet HBM bandwidth.
   A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
       sets the fraction to 1.
@@ -68,6 +69,8 @@ def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dic
         eff_fields["attention_backward"] = min(eff.attention_backward * scale, 1.0)
         for name in ("gemm_fp8", "gemm_fp4"):
             eff_fields.setdefault(name, min(getattr(eff, name) * scale, 1.0))
+    if "gemm_fp8" in eff_fields and eff.gemm_mxfp8 is not None:  # MXFP8 keeps its catalog ratio to per-tensor FP8
+        eff_fields["gemm_mxfp8"] = min(eff.gemm_mxfp8 * eff_fields["gemm_fp8"] / eff.gemm_fp8, 1.0)
     if profile.memory is not None:
         fraction, bandwidth = _fraction(profile.memory.copy_bytes_per_s, gpu.memory_bandwidth_bytes_per_s)
         gpu_fields["memory_bandwidth_gb_per_s"] = bandwidth / GB

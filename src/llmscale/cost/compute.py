@@ -214,8 +214,8 @@ def layer_times(
     """Times of a dense layer, an MoE layer and the output layer for one micro-batch, with the tensor-core peaks
     times the sustained fraction (KernelRates.of) and the experts at the busiest rank's load (cost.routing)."""
     gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
-    recipe = train.fp8_recipe_on(gpu.efficiency.gemm_mxfp8 is not None)
-    cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_tn_only)
+    recipe = gpu.fp8_recipe(train)
+    cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_writes_transpose)
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
     x = _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
                 rates=KernelRates.of(gpu, train.precision, sustained, recipe),

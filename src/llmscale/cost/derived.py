@@ -117,12 +117,6 @@ def derive(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayoutDerived:
     return LayoutDerived(num_micro, rows, distinct_rank_stages(model, train, few))
 
 
-def rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
-    """RankStage of every representative rank, computed once per distinct STAGE_COLUMNS row (a search has few)
-    and spread to every layout."""
-    return derive(model, train, lay).stages
-
-
 def distinct_rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
     """RankStage of every representative rank of the layouts `lay` (e.g. one per distinct STAGE_COLUMNS row)."""
     counts = count_params(model)

@@ -72,8 +72,11 @@ class KernelRates:
         """`gpu`'s rates at `precision`, its tensor-core peaks times `sustained` (the throughput a training run
         sustains against the burst the catalog's measurements saw: StepConstants.sustained_compute_fraction);
         FP8 GEMMs of a block-scaled `recipe` run at the GPU's MXFP8 fraction where it has one (Transformer Engine
-        runs 1×128 blockwise scaling as MXFP8 on Blackwell; on Hopper it keeps the per-tensor rate, as DeepGEMM's
-        blockwise kernels reach it: up to 1550 TFLOP/s on H800, README @327ec92)."""
+        runs 1×128 blockwise scaling as MXFP8 on Blackwell). On Hopper blockwise keeps the per-tensor rate, which
+        DeepGEMM's blockwise kernels reach (up to 1550 TFLOP/s on H800, README @327ec92); Transformer Engine's own
+        blockwise GEMMs there are software-emulated and slower (docs fp8_blockwise_scaling.rst @3ceb248; its H200
+        GEMM tutorial: 22.9 against 20.3 ms per layer, quantization included), which is left out: no kernel-only
+        measurement of them is published."""
         eff = gpu.efficiency
         fp8 = eff.gemm_fp8
         if recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE) and eff.gemm_mxfp8 is not None:

@@ -165,7 +165,7 @@ def parse_megatron_args(text: str) -> ParsedLaunch:
             raise SpecError(flag, layout[key], "must be a positive number of ranks", where=WHERE)
     if gpus is not None:
         layout["dp"] = gpus // (layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1))
-    inert = tuple(f for f in flags if f in _INERT)
+    inert = tuple(f for f in flags if f in _INERT or (f == "--fp8-recipe" and "fp8_recipe" not in train))
     return ParsedLaunch(model, train, layout, gpus, preamble.get("cluster"), inert)
 
 
@@ -223,7 +223,7 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
     if _choice(flags, "--fp8-format", ("hybrid", "e4m3")):
         train["precision"] = "fp8"
     recipe = _choice(flags, "--fp8-recipe", tuple(r.value for r in Fp8Recipe))
-    if recipe:
+    if recipe and train.get("precision") == "fp8":  # without --fp8-format Megatron ignores the recipe (inert)
         train["fp8_recipe"] = recipe
     if _choice(flags, "--fp4-format", ("e2m1",)):
         train["precision"] = "fp4"

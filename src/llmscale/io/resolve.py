@@ -33,7 +33,7 @@ from llmscale.specs.constants import Constants
 from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.layout import LAYOUT_FIELDS, Layout
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TRAIN_FLAGS, Fp8Recipe, TrainSpec
+from llmscale.specs.train import TRAIN_FLAGS, Fp8Recipe, Precision, TrainSpec
 
 DEFAULT_MODEL = "seed-10t-moe"
 DEFAULT_CLUSTER = "seed-500k"
@@ -214,10 +214,14 @@ def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
     if not gpu.supports(train.precision):
         raise SpecError("precision", train.precision.value,
                         f"gpu {gpu.name} has no {train.precision.value} tensor cores")
+    if train.fp8_recipe is not None and train.precision is not Precision.FP8:
+        raise SpecError("fp8_recipe", train.fp8_recipe.value,
+                        f"a recipe scales FP8 tensors; this run's precision is {train.precision.value} (set "
+                        "precision fp8, or leave fp8_recipe out)")
     if train.fp8_recipe is Fp8Recipe.MXFP8 and gpu.efficiency.gemm_mxfp8 is None:
         raise SpecError("fp8_recipe", train.fp8_recipe.value,
-                        f"gpu {gpu.name} has no MXFP8 tensor cores (Blackwell and later); use delayed, tensorwise "
-                        "or blockwise")
+                        f"gpu {gpu.name} has no MXFP8 GEMM ceiling (efficiency.gemm_mxfp8; the catalog gives one "
+                        "for Blackwell and later); use delayed, tensorwise or blockwise")
 
 
 def _with_saved(request: JobRequest) -> JobRequest:

@@ -157,7 +157,7 @@ def fp8_param_gather(job: Job) -> bool:
     optimizer or Megatron-FSDP, zero >= 1 here (arguments.py:1095), and with --optimizer-cpu-offload only under
     the delayed recipe (arguments.py:1889). Otherwise a note says why it is not set."""
     train, lay = job.train, job.resolved_layout
-    offload_ok = not lay.offload_optimizer or _fp8_recipe(job) is Fp8Recipe.DELAYED
+    offload_ok = not lay.offload_optimizer or job.cluster.gpu.fp8_recipe(job.train) is Fp8Recipe.DELAYED
     return train.fp8_params and train.precision is Precision.FP8 and lay.zero >= 1 and offload_ok
 
 
@@ -180,17 +180,11 @@ def _megatron_buffers(job: Job) -> list[str]:
     return args
 
 
-def _fp8_recipe(job: Job) -> Fp8Recipe:
-    """The recipe the cost model priced (TrainSpec.fp8_recipe_on): the run's, else MXFP8 on Blackwell and
-    per-tensor current scaling before it."""
-    return job.train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
-
-
 def _megatron_precision(job: Job) -> list[str]:
     train = job.train
     args = ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
     if train.precision is Precision.FP8:
-        args += ["--fp8-format", "hybrid", "--fp8-recipe", _fp8_recipe(job).value]
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", job.cluster.gpu.fp8_recipe(job.train).value]
     elif train.precision is Precision.FP4:
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if not train.fp32_grads and train.precision is not Precision.FP16:
@@ -270,9 +264,11 @@ def buffer_notes(job: Job) -> list[str]:
                      "Megatron-FSDP gathers whole transformer layers (its fsdp_unit_modules), more memory than planned")
     if train.fp8_params and not fp8_param_gather(job):
         notes.append(_fp8_params_refused(job))
-    elif train.fp8_params and lay.zero < 3:
-        notes.append(f"fp8_params at zero {lay.zero}: --fp8-param-gather keeps the weights in FP8, which the plan "
-                     "prices under zero 3 only: less weight memory than planned")
+    if train.precision is Precision.FP8 and not fp8_param_gather(job):
+        notes.append("no --fp8-param-gather: Transformer Engine caches an FP8 weight and its transpose beside each "
+                     "16-bit weight, +2 B per parameter this GPU holds, which the plan did not price (it assumes FP8 "
+                     "primary weights: catalog/memory.yaml fp8_weight_cache_bytes_per_param); fp8_params writes "
+                     "the flag where Megatron-LM accepts it")
     if train.fsdp_double_buffer and not fsdp_double_buffer(job):
         why = (f"is Megatron-FSDP's (zero 2 or 3), not set at zero {lay.zero}" if lay.zero < 2 else
                "is refused by Megatron-FSDP beside --overlap-moe-expert-parallel-comm (mcore_fsdp_adapter.py): "
@@ -297,7 +293,7 @@ def _fp8_params_refused(job: Job) -> str:
                 "not set at zero 0")
     more = ", the run gathers 16-bit weights, more memory than planned" if lay.zero == 3 else ""
     return (f"fp8_params with offload_optimizer needs --fp8-recipe delayed in Megatron-LM (--optimizer-cpu-offload "
-            f"asserts it): --fp8-param-gather not set with {_fp8_recipe(job).value}{more}")
+            f"asserts it): --fp8-param-gather not set with {job.cluster.gpu.fp8_recipe(job.train).value}{more}")
 
 
 def shell_lines(args: list[str]) -> list[str]:

@@ -123,17 +123,12 @@ def _model_spec(job: Job) -> object:
     return call("model_registry", flavor.flavor, **kwargs)
 
 
-def fp8_recipe(job: Job) -> Fp8Recipe:
-    """The FP8 recipe the cost model priced for this job (TrainSpec.fp8_recipe_on)."""
-    return job.train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
-
-
 def _converters(job: Job) -> list[Call]:
     """fp8: torchao rowwise Float8 (Hopper) or MXFP8 (Blackwell: MXFP8 needs compute capability 10.0) on the
     Linears, and on the experts' grouped GEMMs of an MoE; fp4: NVFP4 on the layers' Linears, lm_head kept in bf16
     (as llama3's nvfp4 recipes). Each under torch.compile, which the converters need to be fast."""
     precision, moe = job.train.precision, job.model.is_moe
-    if precision is Precision.FP8 and fp8_recipe(job) is Fp8Recipe.MXFP8:
+    if precision is Precision.FP8 and job.cluster.gpu.fp8_recipe(job.train) is Fp8Recipe.MXFP8:
         return [call("MXFP8LinearConverter.Config", model_compile_enabled=True)] + (
             [call("MXFP8GroupedExpertsConverter.Config", model_compile_enabled=True)] if moe else [])
     if precision is Precision.FP8:

@@ -96,7 +96,7 @@ def _memory_notes(job: Job) -> list[str]:
                      "(enable_cpu_offload is FSDP's parameter offload): the run keeps them on the GPU")
     if train.precision is Precision.FP8 and train.fp8_cache is Fp8Cache.FINE_GRAINED:
         notes.append("fp8_cache fine-grained has no torchtitan field: torchao float8 keeps other tensors in bfloat16")
-    recipe = train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None)
+    recipe = job.cluster.gpu.fp8_recipe(train)
     if train.precision is Precision.FP8 and recipe is not Fp8Recipe.MXFP8:
         notes.append(f"fp8_recipe {recipe.value}: torchtitan runs torchao's rowwise Float8 instead, whose casts and "
                      "GEMMs the prediction did not price")

@@ -78,7 +78,7 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
     )
     console.print(f"# {layout_line(job.resolved_layout)}")
     train = job.train
-    recipe = (f" ({train.fp8_recipe_on(job.cluster.gpu.efficiency.gemm_mxfp8 is not None).value})"
+    recipe = (f" ({job.cluster.gpu.fp8_recipe(train).value})"
               if train.precision is Precision.FP8 else "")
     console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}"
                   + ("" if train.flash_attention else " · unfused attention"))

@@ -32,7 +32,7 @@ from llmscale.specs.bounds import (
     MIN_PUE,
 )
 from llmscale.specs.failures import FailureSpec
-from llmscale.specs.train import Precision
+from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
 from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
 
 
@@ -103,6 +103,15 @@ class GPUSpec(Spec):
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:
         return self.memory_bandwidth_gb_per_s * GB
+
+    @property
+    def fp8_writes_transpose(self) -> bool:
+        """FP8 casts write a transposed copy: `fp8_tn_only`, or a Hopper GPU whose file leaves it out."""
+        return self.fp8_tn_only or self.generation is Generation.HOPPER
+
+    def fp8_recipe(self, train: TrainSpec) -> Fp8Recipe:
+        """The FP8 recipe `train` runs on this GPU: its own, else the native one (TrainSpec.fp8_recipe_on)."""
+        return train.fp8_recipe_on(self.efficiency.gemm_mxfp8 is not None)
 
     def supports(self, precision: Precision) -> bool:
         """Whether the catalog has a dense peak for `precision` (16-bit formats share the bf16 one)."""

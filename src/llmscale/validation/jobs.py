@@ -190,6 +190,8 @@ def job_from_run(run: PublishedRun, constants: Constants, calibration: Calibrati
     train = {"seq_len": run.seq_len, "global_batch": run.global_batch, "precision": run.precision or Precision.BF16,
              "flash_attention": bool(facts.get("flash_attention", True)),
              **{key: facts[key] for key in TRAIN_FACTS if key in facts}}
+    if train["precision"] != Precision.FP8:
+        train.pop("fp8_recipe", None)  # a recipe fact of a release's rows describes its FP8 runs only
     request = JobRequest(model=model, cluster=reference_cluster(run), gpus=run.num_gpus, train=train,
                          calibration=calibration if calibration is not None and calibrates(calibration, run.gpu)
                          else None, force_calibration=True,  # validate picks the runs a profile applies to itself
