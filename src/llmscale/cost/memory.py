@@ -99,7 +99,7 @@ def _comm_buffer_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, acts: L
     return sp_gather + p2p + ep_dispatch
 
 
-def _logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
+def logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
     """Last stage: fp32 logits for the vocab-parallel cross-entropy, 4·s·b·V/t, for one micro-batch
     (Megatron theoretical_memory_usage.py counts 4·sbh·(1 + V/h)/t). Transformer Engine's fused cross-entropy
     (TrainSpec.fused_cross_entropy) keeps only the 16-bit logits, 2·s·b·V/t: its Triton kernel writes the
@@ -178,7 +178,7 @@ def _rank_activations(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: 
     """_RankActivations of layouts `lay` whose representative ranks are `stages`."""
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
     acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
-    logits = _logits_bytes(model, train, lay)
+    logits = logits_bytes(model, train, lay)
     held, traffic, ranks = [], [], []
     for stage in stages:
         dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)

@@ -11,12 +11,14 @@ import shlex
 
 import numpy as np
 
+from llmscale.cost.memory import logits_bytes
 from llmscale.io.resolve import Job
 from llmscale.launch.megatron_model import model_args, model_notes
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
+from llmscale.units import GIB
 
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -275,7 +277,9 @@ def buffer_notes(job: Job) -> list[str]:
                "not set")
         notes.append(f"fsdp_double_buffer {why}")
     if train.fused_cross_entropy:
-        extra_gib = 2.0 * train.seq_len / lay.cp * lay.mbs * job.model.vocab / lay.tp / 2**30
+        unfused = train.model_copy(update={"fused_cross_entropy": False})
+        extra = logits_bytes(job.model, unfused, job.layouts) - logits_bytes(job.model, train, job.layouts)
+        extra_gib = float(extra[0]) / GIB
         notes.append("fused_cross_entropy: Megatron-LM refuses Transformer Engine's fusion at this commit "
                      "(--cross-entropy-fusion-impl te, 'disabled due to stability issues'); the native fusion "
                      f"written keeps fp32 logits, {extra_gib:.2f} GiB more per micro-batch on the last stage than "
