@@ -21,7 +21,10 @@
    llama3.1/gb200/llama3.1_20260424_100750.csv, GB300 cuDNN 9.22.0 llama3.1/gb300/llama3.1_20260424_100757.csv;
    B200 cuDNN 9.19.1 as FlashAttention-4, arXiv:2603.05451 Figs. 4 and 6, plots it) — and, for A100,
    FlashAttention-2's forward+backward series (arXiv:2307.08691 Fig. 4), split into forward and backward by the
-   paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%").
+   paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%"). FlashAttention-2 on Hopper
+   (EfficiencySpec.attention_flash2): its H100 SXM5 bars in FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
+   Fig. 5 (forward, causal, head dim 128) and Fig. 6 (backward, head dim 128, the paper's one backward series of
+   that head dim), BF16.
 
 4. The MXFP8 main-loop fraction (gemm_mxfp8) of the Blackwell GPUs: their FP8 η times the ratio of per-tensor to MXFP8
    GEMM kernel time that Transformer Engine's GEMM tutorial measured pre-quantized (kernels only) on a B300 for one
@@ -74,6 +77,8 @@ ATTENTION_CAUSAL_D128 = {
     "gb200 cuDNN bwd": (2450, {2048: 885, 4096: 1148, 8192: 1332, 16384: 1328, 32768: 1226}),
     "gb300 cuDNN fwd": (2450, {2048: 1373, 4096: 1703, 8192: 1856, 16384: 1915, 32768: 1953}),
     "gb300 cuDNN bwd": (2450, {2048: 967, 4096: 1248, 8192: 1435, 16384: 1507, 32768: 1490}),
+    "h100 FA2 fwd": (989, {512: 191, 1024: 260, 2048: 298, 4096: 319, 8192: 333, 16384: 335}),
+    "h100 FA2 bwd": (989, {512: 214, 1024: 260, 2048: 291, 4096: 310, 8192: 318, 16384: 322}),
     "a100 FA2 fwd+bwd": (312, {512: 99, 1024: 133, 2048: 155, 4096: 173, 8192: 182, 16384: 189}),
 }
 A100_FORWARD_OVER_BACKWARD = 0.73 / 0.63

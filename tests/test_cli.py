@@ -151,7 +151,7 @@ def test_memory_flags_are_frozen() -> None:
         "--cuda-graphs",
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
         "--flash-attention", "--no-flash-attention", "--bf16-moments", "--fp32-moments", "--fp8-cache",
-        "--routing", "--fp8-dispatch", "--bf16-dispatch", "--fp8-recipe",
+        "--routing", "--fp8-dispatch", "--bf16-dispatch", "--fp8-recipe", "--attention-kernel",
         "--json", "--expect-sha256", "--calibration", "--force-calibration", "--allow-unsealed", "--from-plan",
     }  # fmt: skip
 

@@ -22,7 +22,7 @@ from llmscale.errors import SpecError
 from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
-from llmscale.specs.train import TRAIN_FLAGS, Fp8Cache, Fp8Recipe, Precision, Routing
+from llmscale.specs.train import TRAIN_FLAGS, AttentionKernel, Fp8Cache, Fp8Recipe, Precision, Routing
 from llmscale.units import parse_count
 
 
@@ -103,6 +103,10 @@ Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(TRAIN_FLAGS["fp8_recipe"
                                                         help="how an FP8 run scales its tensors (Megatron "
                                                         "--fp8-recipe)" + escape(" [default: mxfp8 on Blackwell, "
                                                                                   "else tensorwise]"))]
+AttentionKernelOpt = Annotated[AttentionKernel | None, typer.Option(
+    TRAIN_FLAGS["attention_kernel"], case_sensitive=False,
+    help="which fused attention kernel runs: the fastest the catalog measured on the GPU, or FlashAttention-2 "
+    "(PyTorch SDPA's flash backend)" + escape(" [default: fastest]"))]
 FromPlanOpt = Annotated[
     Path | None,
     typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
@@ -169,7 +173,8 @@ def train_fields(**flags: Any) -> dict[str, Any]:
     return {"global_batch": flags.get("gbs"), "seq_len": flags.get("seq_len"), "precision": flags.get("precision"),
             "flash_attention": flags.get("flash_attention"), "bf16_moments": flags.get("bf16_moments"),
             "fp8_cache": flags.get("fp8_cache"), "routing": flags.get("routing"),
-            "fp8_dispatch": flags.get("fp8_dispatch"), "fp8_recipe": flags.get("fp8_recipe")}
+            "fp8_dispatch": flags.get("fp8_dispatch"), "fp8_recipe": flags.get("fp8_recipe"),
+            "attention_kernel": flags.get("attention_kernel")}
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,7 @@ _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
     ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt),
-    ("fp8_recipe", Fp8RecipeOpt), ("from_plan", FromPlanOpt),
+    ("fp8_recipe", Fp8RecipeOpt), ("attention_kernel", AttentionKernelOpt), ("from_plan", FromPlanOpt),
     ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt),
     ("allow_unsealed", AllowUnsealedOpt), ("expect_sha256", ExpectShaOpt),
 )

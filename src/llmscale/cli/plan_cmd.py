@@ -67,6 +67,7 @@ def plan_cmd(
     routing: o.RoutingOpt = None,
     fp8_dispatch: o.Fp8DispatchOpt = None,
     fp8_recipe: o.Fp8RecipeOpt = None,
+    attention_kernel: o.AttentionKernelOpt = None,
     as_json: o.JsonOpt = False,
     html: HtmlOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
@@ -78,7 +79,7 @@ def plan_cmd(
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
                            bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
-                           fp8_dispatch=fp8_dispatch, fp8_recipe=fp8_recipe)
+                           fp8_dispatch=fp8_dispatch, fp8_recipe=fp8_recipe, attention_kernel=attention_kernel)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256)

@@ -218,8 +218,8 @@ def layer_times(
     cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_writes_transpose)
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
     x = _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
-                rates=KernelRates.of(gpu, train.precision, sustained, recipe),
-                rates16=KernelRates.of(gpu, Precision.BF16, sustained),
+                rates=KernelRates.of(gpu, train.precision, sustained, recipe, train.attention_kernel),
+                rates16=KernelRates.of(gpu, Precision.BF16, sustained, attention=train.attention_kernel),
                 load=busiest_rank_load(model, train, lay, tokens, constants.moe))
     core, core_bwd = _attention_core(model, train, x)
     attention, up = _attention_linears(model, x)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.specs.cluster import GPUSpec
-from llmscale.specs.train import Fp8Recipe, Precision
+from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision
 from llmscale.units import BYTES_16BIT, US
 
 TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64))
@@ -68,7 +68,8 @@ class KernelRates:
 
     @classmethod
     def of(cls, gpu: GPUSpec, precision: Precision, sustained: float = 1.0,
-           recipe: Fp8Recipe = Fp8Recipe.TENSORWISE) -> KernelRates:
+           recipe: Fp8Recipe = Fp8Recipe.TENSORWISE, attention: AttentionKernel = AttentionKernel.FASTEST,
+           ) -> KernelRates:
         """`gpu`'s rates at `precision`, its tensor-core peaks times `sustained` (the throughput a training run
         sustains against the burst the catalog's measurements saw: StepConstants.sustained_compute_fraction);
         FP8 GEMMs of a block-scaled `recipe` run at the GPU's MXFP8 fraction where it has one (Transformer Engine
@@ -76,8 +77,11 @@ class KernelRates:
         DeepGEMM's blockwise kernels reach (up to 1550 TFLOP/s on H800, README @327ec92); Transformer Engine's own
         blockwise GEMMs there are software-emulated and slower (docs fp8_blockwise_scaling.rst @3ceb248; its H200
         GEMM tutorial: 22.9 against 20.3 ms per layer, quantization included), which is left out: no kernel-only
-        measurement of them is published."""
+        measurement of them is published. The attention curve is that of the `attention` kernel (the resolver
+        refuses a kernel the GPU's catalog entry has no measurement of)."""
         eff = gpu.efficiency
+        curve = eff.attention_curve(attention)
+        assert curve is not None, f"no {attention.value} attention curve for {gpu.name} (io.resolve checks it)"
         fp8 = eff.gemm_fp8
         if recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE) and eff.gemm_mxfp8 is not None:
             fp8 = eff.gemm_mxfp8
@@ -88,9 +92,8 @@ class KernelRates:
             wave_overhead_s=eff.gemm_wave_overhead_us * US,
             operand_bytes=OPERAND_BYTES.get(precision, float(BYTES_16BIT)),
             hbm_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * eff.hbm,
-            attention_forward=eff.attention, attention_backward=eff.attention_backward,
-            attention_forward_half_seq=eff.attention_half_seq,
-            attention_backward_half_seq=eff.attention_backward_half_seq,
+            attention_forward=curve.forward, attention_backward=curve.backward,
+            attention_forward_half_seq=curve.forward_half_seq, attention_backward_half_seq=curve.backward_half_seq,
         )
 
 

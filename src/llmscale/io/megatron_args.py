@@ -227,8 +227,11 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
         train["fp8_recipe"] = recipe
     if _choice(flags, "--fp4-format", ("e2m1",)):
         train["precision"] = "fp4"
-    if _choice(flags, "--attention-backend", ("unfused", "flash", "fused", "auto")) == "unfused":
+    backend = _choice(flags, "--attention-backend", ("unfused", "flash", "fused", "auto"))
+    if backend == "unfused":
         train["flash_attention"] = False
+    elif backend == "flash":  # Transformer Engine's flash-attn backend: FlashAttention-2 unless flash_attn_3 is there
+        train["attention_kernel"] = "flash2"
     if _choice(flags, "--exp-avg-dtype", ("bf16", "fp32")) == "bf16":
         train["bf16_moments"] = True
     if _choice(flags, "--optimizer", ("adam", "sgd")) == "sgd":

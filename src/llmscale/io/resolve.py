@@ -33,7 +33,7 @@ from llmscale.specs.constants import Constants
 from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.layout import LAYOUT_FIELDS, Layout
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TRAIN_FLAGS, Fp8Recipe, Precision, TrainSpec
+from llmscale.specs.train import TRAIN_FLAGS, AttentionKernel, Fp8Recipe, Precision, TrainSpec
 
 DEFAULT_MODEL = "seed-10t-moe"
 DEFAULT_CLUSTER = "seed-500k"
@@ -165,6 +165,7 @@ def resolve_setting(request: JobRequest) -> Setting:
     train = request.train if isinstance(request.train, TrainSpec) else parse_spec(
         TrainSpec, {k: v for k, v in request.train.items() if v is not None}, where=_where(request, "train"))
     check_precision(cluster, train)
+    check_attention(cluster, train)
     gpus = request.gpus if request.gpus is not None else cluster.num_gpus
     if not 0 < gpus <= cluster.num_gpus:
         raise SpecError("gpus", gpus, f"must be in 1..{cluster.num_gpus:,} (cluster {cluster.name!r})")
@@ -222,6 +223,20 @@ def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
         raise SpecError("fp8_recipe", train.fp8_recipe.value,
                         f"gpu {gpu.name} has no MXFP8 GEMM ceiling (efficiency.gemm_mxfp8; the catalog gives one "
                         "for Blackwell and later); use delayed, tensorwise or blockwise")
+
+
+def check_attention(cluster: ClusterSpec, train: TrainSpec) -> None:
+    """A named attention kernel needs fused attention and a measured curve of it on the GPU."""
+    kernel = train.attention_kernel
+    if kernel is AttentionKernel.FASTEST:
+        return
+    if not train.flash_attention:
+        raise SpecError("attention_kernel", kernel.value, "names a fused kernel; this run has flash_attention "
+                        "false (the unfused core): give one or the other")
+    if cluster.gpu.efficiency.attention_curve(kernel) is None:
+        raise SpecError("attention_kernel", kernel.value,
+                        f"gpu {cluster.gpu.name} has no published {kernel.value} measurement in the catalog "
+                        f"(efficiency.attention_{kernel.value}); use fastest")
 
 
 def _with_saved(request: JobRequest) -> JobRequest:

@@ -17,7 +17,7 @@ from llmscale.launch.megatron_model import model_args, model_notes
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
+from llmscale.specs.train import AttentionKernel, Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
 from llmscale.units import GIB
 
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -193,6 +193,8 @@ def _megatron_precision(job: Job) -> list[str]:
         args.append("--grad-reduce-in-bf16")
     if not train.flash_attention:
         args += ["--attention-backend", "unfused"]
+    elif train.attention_kernel is AttentionKernel.FLASH2:
+        args += ["--attention-backend", "flash"]
     return args
 
 
@@ -271,6 +273,9 @@ def buffer_notes(job: Job) -> list[str]:
                      "16-bit weight, +2 B per parameter this GPU holds, which the plan did not price (it assumes FP8 "
                      "primary weights: catalog/memory.yaml fp8_weight_cache_bytes_per_param); fp8_params writes "
                      "the flag where Megatron-LM accepts it")
+    if train.flash_attention and train.attention_kernel is AttentionKernel.FLASH2:
+        notes.append("--attention-backend flash runs Transformer Engine's FlashAttention backend: FlashAttention-2, "
+                     "as planned, unless FlashAttention-3 (flash_attn_3) is installed on Hopper, which runs faster")
     if train.fsdp_double_buffer and not fsdp_double_buffer(job):
         why = (f"is Megatron-FSDP's (zero 2 or 3), not set at zero {lay.zero}" if lay.zero < 2 else
                "is refused by Megatron-FSDP beside --overlap-moe-expert-parallel-comm (mcore_fsdp_adapter.py): "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import FLAVOR_OF_MODEL, FLAVORS, SCHEDULE_NAMES, split_settings, stages_per_rank
 from llmscale.specs.layout import RankOrder, Schedule
-from llmscale.specs.train import Fp8Cache, Fp8Recipe, Optimizer, Precision, Routing, Zero3Gather
+from llmscale.specs.train import AttentionKernel, Fp8Cache, Fp8Recipe, Optimizer, Precision, Routing, Zero3Gather
 
 
 def torchtitan_notes(job: Job) -> list[str]:
@@ -137,6 +137,10 @@ def _run_notes(job: Job) -> list[str]:
         notes.append("optimizer sgd: the recipe writes default_adamw(); set an SGD param group yourself")
     if not train.flash_attention:
         notes.append("flash_attention = false has no torchtitan switch (every attn_backend is fused)")
+    elif train.attention_kernel is AttentionKernel.FLASH2:
+        notes.append("attention_kernel flash2: torchtitan's sdpa backend tries cuDNN attention first "
+                     "(models/common/attention.py sdpa_backends = [CUDNN_ATTENTION, FLASH_ATTENTION, MATH]); set "
+                     "ScaledDotProductAttention.sdpa_backends = [SDPBackend.FLASH_ATTENTION] to run FlashAttention-2")
     if job.model.is_moe and train.routing is Routing.AUX_LOSS:
         notes.append("routing aux-loss: torchtitan's MoE balances by expert bias (auxiliary-loss-free, "
                      "load_balance_coeff); read back it is loss-free")

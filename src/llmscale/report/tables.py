@@ -16,7 +16,7 @@ from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
-from llmscale.specs.train import Precision
+from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport
 
@@ -80,8 +80,10 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
     train = job.train
     recipe = (f" ({job.cluster.gpu.fp8_recipe(train).value})"
               if train.precision is Precision.FP8 else "")
-    console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}"
-                  + ("" if train.flash_attention else " · unfused attention"))
+    kernel = train.attention_kernel
+    attention = (" · unfused attention" if not train.flash_attention else
+                 "" if kernel is AttentionKernel.FASTEST else f" · {kernel.value} attention")
+    console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}{attention}")
     table = Table(title_justify="left")
     table.add_column("class")
     table.add_column("GiB", justify="right")

@@ -32,8 +32,18 @@ from llmscale.specs.bounds import (
     MIN_PUE,
 )
 from llmscale.specs.failures import FailureSpec
-from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
+from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision, TrainSpec
 from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
+
+
+class AttentionCurve(Spec):
+    """One fused-attention kernel's measured curve, TF(s) = T∞/(1 + s₀/s) forward and backward (cost/kernels.py),
+    as fractions of the 16-bit dense peak."""
+
+    forward: float = Field(gt=0, le=1, description="forward T∞: fraction of the 16-bit peak at long sequences")
+    forward_half_seq: float = Field(ge=0, le=MAX_POSITIONS, description="tokens at which forward reaches half T∞")
+    backward: float = Field(gt=0, le=1, description="backward T∞: fraction of the 16-bit peak at long sequences")
+    backward_half_seq: float = Field(ge=0, le=MAX_POSITIONS, description="tokens at which backward reaches half T∞")
 
 
 class EfficiencySpec(Spec):
@@ -58,6 +68,16 @@ class EfficiencySpec(Spec):
     gemm_mxfp8: float | None = Field(
         None, gt=0, le=1, description="main-loop fraction of the FP8 dense peak for MXFP8 block-scaled GEMMs; "
         "None: no MXFP8 tensor cores (before Blackwell)")
+    attention_flash2: AttentionCurve | None = Field(
+        None, description="FlashAttention-2's curve on this GPU (TrainSpec.attention_kernel flash2); None: no "
+        "published measurement of it here")
+
+    def attention_curve(self, kernel: AttentionKernel) -> AttentionCurve | None:
+        """The measured curve of `kernel` on this GPU (None: the catalog has no measurement of it)."""
+        if kernel is AttentionKernel.FLASH2:
+            return self.attention_flash2
+        return AttentionCurve(forward=self.attention, forward_half_seq=self.attention_half_seq,
+                              backward=self.attention_backward, backward_half_seq=self.attention_backward_half_seq)
 
 
 class Generation(str, Enum):

@@ -84,6 +84,17 @@ class Zero3Gather(str, Enum):
     16-bit gradient reduce-scattered at once: one weight matrix and its gradient are unsharded at a time."""
 
 
+class AttentionKernel(str, Enum):
+    """Which fused attention kernel computes the attention core (read when flash_attention is true)."""
+
+    FASTEST = "fastest"
+    """The fastest fused kernel the catalog measured on the GPU (EfficiencySpec.attention*): cuDNN's, which
+    Transformer Engine runs, on Hopper and Blackwell; FlashAttention-2 on Ampere."""
+    FLASH2 = "flash2"
+    """FlashAttention-2 (Dao 2023, arXiv:2307.08691), the kernel of PyTorch SDPA's flash backend and of stacks that
+    call flash_attn 2 directly; on Hopper about half cuDNN's rate (FlashAttention-3, arXiv:2407.08608 §4.1)."""
+
+
 class Routing(str, Enum):
     """How an MoE router balances its experts (it sets the load of the busiest expert-parallel rank)."""
 
@@ -99,7 +110,7 @@ class Routing(str, Enum):
 TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
                "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache",
                "routing": "--routing", "fp8_dispatch": "--fp8-dispatch",
-               "fp8_recipe": "--fp8-recipe"}
+               "fp8_recipe": "--fp8-recipe", "attention_kernel": "--attention-kernel"}
 """The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
 
 
@@ -118,6 +129,8 @@ class TrainSpec(Spec):
         True, description="accumulate gradients in fp32 (Megatron main_grad, 4 B/param); False = bf16 (2 B)"
     )
     flash_attention: bool = Field(True, description="fused attention: no s×s score matrix is stored")
+    attention_kernel: AttentionKernel = Field(
+        AttentionKernel.FASTEST, description="which fused attention kernel runs (with flash_attention only)")
     bf16_moments: bool = Field(
         False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
