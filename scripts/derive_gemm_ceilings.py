@@ -24,7 +24,7 @@
    paper's stated maxima (§4: forward "up to 73%", §1: backward "up to 63%"). FlashAttention-2 on Hopper
    (EfficiencySpec.attention_flash2): its H100 SXM5 bars in FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
    Fig. 5 (forward, causal, head dim 128) and Fig. 6 (backward, head dim 128, the paper's one backward series of
-   that head dim), BF16.
+   that head dim; whether it is causal was not verified, and a non-causal series flatters short chunks), BF16.
 
 4. The MXFP8 main-loop fraction (gemm_mxfp8) of the Blackwell GPUs: their FP8 η times the ratio of per-tensor to MXFP8
    GEMM kernel time that Transformer Engine's GEMM tutorial measured pre-quantized (kernels only) on a B300 for one

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from llmscale.specs.cluster import (
+    AttentionCurve,
     ClusterSpec,
     EfficiencySpec,
     GPUSpec,
@@ -30,6 +31,7 @@ SCHEMAS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("model file (`--model FILE`)", ModelSpec), ("model: `mla`", MLASpec),
     ("cluster file (`--cluster FILE`)", ClusterSpec), ("cluster: `gpu` (or a gpus.yaml name)", GPUSpec),
     ("cluster: `gpu.efficiency` (default: catalog/efficiency.yaml)", EfficiencySpec),
+    ("cluster: `gpu.efficiency.attention_flash2`", AttentionCurve),
     ("cluster: `node`", NodeSpec), ("cluster: `tiers[]` (innermost first)", NetworkTier),
     ("cluster: `storage`", StorageSpec), ("cluster: `power`", PowerSpec),
 )

@@ -75,7 +75,7 @@ def test_flash2_slows_a_long_context_step_on_hopper_only() -> None:
 
 
 def test_flash2_without_a_measurement_or_with_the_unfused_core_is_refused() -> None:
-    with pytest.raises(SpecError, match=r"attention_kernel.*flash2.*no published flash2 measurement"):
+    with pytest.raises(SpecError, match=r"attention_kernel.*flash2.*no flash2 curve"):
         _job(AttentionKernel.FLASH2, cluster="dgx-b200")
     with pytest.raises(SpecError, match=r"attention_kernel.*flash_attention false"):
         _job(AttentionKernel.FLASH2, flash=False)
@@ -117,3 +117,37 @@ def test_the_llama3_rows_carry_the_assumed_kernel_and_say_so() -> None:
         facts = run_facts(row)
         assert facts["attention_kernel"] == "flash2" and "ASSUMPTION" in facts["attention_source"]
         assert job_from_run(row, load_constants()).train.attention_kernel is AttentionKernel.FLASH2
+
+
+@pytest.mark.parametrize("seq", (256, 512, 1024, 2048, 8192, 32768))
+def test_fastest_is_never_slower_than_flash2(seq: int) -> None:
+    # The catalog's Hopper cuDNN curve is measured from 2,048 tokens up; extrapolated below ~900 tokens its backward
+    # falls under FlashAttention-2's, which the FA3 paper measures down to 512 (and where it prints cuDNN faster).
+    fast, flash2 = (_kernel_tflops("h100-sxm", k, seq) for k in (AttentionKernel.FASTEST, AttentionKernel.FLASH2))
+    assert fast[0] >= flash2[0] and fast[1] >= flash2[1]
+
+
+def test_a_calibration_scales_the_flash2_curve_with_the_measured_clocks() -> None:
+    from llmscale.cost.calibrate import apply_calibration
+    from llmscale.io.catalog import load_cluster
+    from llmscale.specs.calibration import GemmCalibration
+    from llmscale.units import TERA
+    from tests.test_measure import profile
+
+    cluster = load_cluster("eos-h100")
+    before = cluster.gpu.efficiency
+    gemm = GemmCalibration(dtype="bfloat16", precision=Precision.BF16, peak_flops_per_s=400 * TERA, half_dim=8.0)
+    after = apply_calibration(cluster, load_constants(), profile(gemm=(gemm,))).cluster.gpu.efficiency
+    scale = after.gemm_bf16 / before.gemm_bf16
+    assert scale == pytest.approx(400 / 989 / 0.828)  # the profile measured half the catalog's GEMM rate
+    assert before.attention_flash2 is not None and after.attention_flash2 is not None
+    assert after.attention_flash2.forward == pytest.approx(before.attention_flash2.forward * scale)
+    assert after.attention_flash2.backward == pytest.approx(before.attention_flash2.backward * scale)
+    assert after.attention == pytest.approx(before.attention * scale)
+
+
+@pytest.mark.parametrize("backend", ("fused", "auto"))
+def test_the_other_megatron_backends_read_back_as_fastest(backend: str) -> None:
+    text = export_text(_job(AttentionKernel.FLASH2), ExportFormat.MEGATRON)
+    other = text.replace("--attention-backend flash", f"--attention-backend {backend}")
+    assert other != text and "attention_kernel" not in parse_megatron_args(other).train

@@ -5,8 +5,9 @@ What it replaces (datasheet peaks stay the MFU denominators):
       grows, is where the kernel model's tile and wave quantization vanish, so P / peak is its main-loop fraction).
       The sweep's half-dimension d_half stays in the profile as its summary: the kernel model's tile and wave
       quantization and memory floor (cost/kernels.py) give the narrow-shape roll-off instead. A GEMM measured in
-      float32 (CPU) stands in for the 16-bit GEMM. The attention fractions, and the FP8/FP4 fractions not measured,
-      are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is kept: not measured);
+      float32 (CPU) stands in for the 16-bit GEMM. The attention fractions (FlashAttention-2's too), and the FP8/FP4
+      fractions not measured, are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is
+      kept: not measured);
       the MXFP8 fraction keeps its catalog ratio to the (measured or scaled) FP8 one.
   hbm = copy bandwidth / datasheet HBM bandwidth.
   A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
@@ -67,6 +68,10 @@ def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dic
         scale = eff_fields["gemm_bf16"] / eff.gemm_bf16
         eff_fields["attention"] = min(eff.attention * scale, 1.0)
         eff_fields["attention_backward"] = min(eff.attention_backward * scale, 1.0)
+        if eff.attention_flash2 is not None:  # the other kernel's curve moves with the same clocks
+            flash2 = eff.attention_flash2
+            eff_fields["attention_flash2"] = {**flash2.model_dump(), "forward": min(flash2.forward * scale, 1.0),
+                                              "backward": min(flash2.backward * scale, 1.0)}
         for name in ("gemm_fp8", "gemm_fp4"):
             eff_fields.setdefault(name, min(getattr(eff, name) * scale, 1.0))
     if "gemm_fp8" in eff_fields and eff.gemm_mxfp8 is not None:  # MXFP8 keeps its catalog ratio to per-tensor FP8

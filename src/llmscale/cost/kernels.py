@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.specs.cluster import GPUSpec
+from llmscale.specs.cluster import AttentionCurve, GPUSpec
 from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision
 from llmscale.units import BYTES_16BIT, US
 
@@ -61,10 +61,8 @@ class KernelRates:
     operand_bytes: float
     hbm_bytes_per_s: float
     """Achievable HBM bandwidth: datasheet × η_hbm."""
-    attention_forward: float
-    attention_backward: float
-    attention_forward_half_seq: float
-    attention_backward_half_seq: float
+    attention: tuple[AttentionCurve, ...]
+    """The measured curves of the kernels the run may use; each chunk runs at the fastest of them."""
 
     @classmethod
     def of(cls, gpu: GPUSpec, precision: Precision, sustained: float = 1.0,
@@ -77,11 +75,14 @@ class KernelRates:
         DeepGEMM's blockwise kernels reach (up to 1550 TFLOP/s on H800, README @327ec92); Transformer Engine's own
         blockwise GEMMs there are software-emulated and slower (docs fp8_blockwise_scaling.rst @3ceb248; its H200
         GEMM tutorial: 22.9 against 20.3 ms per layer, quantization included), which is left out: no kernel-only
-        measurement of them is published. The attention curve is that of the `attention` kernel (the resolver
-        refuses a kernel the GPU's catalog entry has no measurement of)."""
+        measurement of them is published. Attention runs on the `attention` kernel's curve (the resolver refuses a
+        kernel the GPU has no measurement of); FASTEST takes, at each chunk length, the faster of the GPU's measured
+        curves (the catalog's Hopper cuDNN curve is measured from 2,048 tokens up, FlashAttention-2's from 512)."""
         eff = gpu.efficiency
-        curve = eff.attention_curve(attention)
-        assert curve is not None, f"no {attention.value} attention curve for {gpu.name} (io.resolve checks it)"
+        named = eff.attention_curve(attention)
+        assert named is not None, f"no {attention.value} attention curve for {gpu.name} (io.resolve checks it)"
+        curves = (named,) if attention is not AttentionKernel.FASTEST or eff.attention_flash2 is None else (
+            named, eff.attention_flash2)
         fp8 = eff.gemm_fp8
         if recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE) and eff.gemm_mxfp8 is not None:
             fp8 = eff.gemm_mxfp8
@@ -92,8 +93,7 @@ class KernelRates:
             wave_overhead_s=eff.gemm_wave_overhead_us * US,
             operand_bytes=OPERAND_BYTES.get(precision, float(BYTES_16BIT)),
             hbm_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * eff.hbm,
-            attention_forward=curve.forward, attention_backward=curve.backward,
-            attention_forward_half_seq=curve.forward_half_seq, attention_backward_half_seq=curve.backward_half_seq,
+            attention=curves,
         )
 
 
@@ -146,8 +146,10 @@ def attention_core_s(r: KernelRates, flops: np.ndarray, seq: np.ndarray | float)
     `seq` tokens, at `r`'s peak (give it 16-bit rates: the curves are 16-bit measurements); backward does 2.5× the
     forward FLOPs (FlashAttention-2 §3.1.2: five matmuls against two)."""
     s = np.asarray(seq, dtype=float)
-    forward_rate = r.peak_flops_per_s * r.attention_forward / (1.0 + r.attention_forward_half_seq / s)
-    backward_rate = r.peak_flops_per_s * r.attention_backward / (1.0 + r.attention_backward_half_seq / s)
+    forward_rate = r.peak_flops_per_s * np.max([c.forward / (1.0 + c.forward_half_seq / s) for c in r.attention],
+                                                axis=0)
+    backward_rate = r.peak_flops_per_s * np.max([c.backward / (1.0 + c.backward_half_seq / s) for c in r.attention],
+                                                 axis=0)
     return flops / forward_rate, 2.5 * flops / backward_rate
 
 

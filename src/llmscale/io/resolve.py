@@ -235,8 +235,9 @@ def check_attention(cluster: ClusterSpec, train: TrainSpec) -> None:
                         "false (the unfused core): give one or the other")
     if cluster.gpu.efficiency.attention_curve(kernel) is None:
         raise SpecError("attention_kernel", kernel.value,
-                        f"gpu {cluster.gpu.name} has no published {kernel.value} measurement in the catalog "
-                        f"(efficiency.attention_{kernel.value}); use fastest")
+                        f"gpu {cluster.gpu.name} has no {kernel.value} curve (efficiency.attention_{kernel.value}: "
+                        "the catalog has one for Ampere and Hopper); give the GPU one, or use fastest (Megatron "
+                        "--attention-backend fused or auto)")
 
 
 def _with_saved(request: JobRequest) -> JobRequest:

@@ -140,7 +140,8 @@ def _run_notes(job: Job) -> list[str]:
     elif train.attention_kernel is AttentionKernel.FLASH2:
         notes.append("attention_kernel flash2: torchtitan's sdpa backend tries cuDNN attention first "
                      "(models/common/attention.py sdpa_backends = [CUDNN_ATTENTION, FLASH_ATTENTION, MATH]); set "
-                     "ScaledDotProductAttention.sdpa_backends = [SDPBackend.FLASH_ATTENTION] to run FlashAttention-2")
+                     "ScaledDotProductAttention.sdpa_backends = [SDPBackend.FLASH_ATTENTION] to run FlashAttention-2; "
+                     "read back it is fastest")
     if job.model.is_moe and train.routing is Routing.AUX_LOSS:
         notes.append("routing aux-loss: torchtitan's MoE balances by expert bias (auxiliary-loss-free, "
                      "load_balance_coeff); read back it is loss-free")

@@ -37,8 +37,9 @@ from llmscale.units import GB, GIB, TERA, gbit_per_s_to_bytes_per_s
 
 
 class AttentionCurve(Spec):
-    """One fused-attention kernel's measured curve, TF(s) = T∞/(1 + s₀/s) forward and backward (cost/kernels.py),
-    as fractions of the 16-bit dense peak."""
+    """One fused-attention kernel's measured curve: TF(s) = T∞/(1 + s₀/s), T∞ as a fraction of the 16-bit peak.
+
+    Forward and backward separately, causal, as cost/kernels.py applies them."""
 
     forward: float = Field(gt=0, le=1, description="forward T∞: fraction of the 16-bit peak at long sequences")
     forward_half_seq: float = Field(ge=0, le=MAX_POSITIONS, description="tokens at which forward reaches half T∞")

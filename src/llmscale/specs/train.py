@@ -88,8 +88,9 @@ class AttentionKernel(str, Enum):
     """Which fused attention kernel computes the attention core (read when flash_attention is true)."""
 
     FASTEST = "fastest"
-    """The fastest fused kernel the catalog measured on the GPU (EfficiencySpec.attention*): cuDNN's, which
-    Transformer Engine runs, on Hopper and Blackwell; FlashAttention-2 on Ampere."""
+    """The fastest fused kernel the catalog measured on the GPU, chunk length by chunk length: cuDNN's
+    (EfficiencySpec.attention*, which Transformer Engine runs) on Hopper and Blackwell, or FlashAttention-2's where
+    its curve is faster (Hopper backward below ~900 tokens); FlashAttention-2 on Ampere."""
     FLASH2 = "flash2"
     """FlashAttention-2 (Dao 2023, arXiv:2307.08691), the kernel of PyTorch SDPA's flash backend and of stacks that
     call flash_attn 2 directly; on Hopper about half cuDNN's rate (FlashAttention-3, arXiv:2407.08608 §4.1)."""
