@@ -7,8 +7,7 @@ What it replaces (datasheet peaks stay the MFU denominators):
       quantization and memory floor (cost/kernels.py) give the narrow-shape roll-off instead. A GEMM measured in
       float32 (CPU) stands in for the 16-bit GEMM. The attention fractions (FlashAttention-2's too), and the FP8/FP4
       fractions not measured, are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is
-      kept: not measured);
-      the MXFP8 fraction keeps its catalog ratio to the (measured or scaled) FP8 one.
+      kept: not measured); the MXFP8 fraction keeps its catalog ratio to the (measured or scaled) FP8 one.
   hbm = copy bandwidth / datasheet HBM bandwidth.
   A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
       sets the fraction to 1.

@@ -77,8 +77,9 @@ class EfficiencySpec(Spec):
         """The measured curve of `kernel` on this GPU (None: the catalog has no measurement of it)."""
         if kernel is AttentionKernel.FLASH2:
             return self.attention_flash2
-        return AttentionCurve(forward=self.attention, forward_half_seq=self.attention_half_seq,
-                              backward=self.attention_backward, backward_half_seq=self.attention_backward_half_seq)
+        return AttentionCurve.model_construct(  # this spec validated the four values already
+            forward=self.attention, forward_half_seq=self.attention_half_seq, backward=self.attention_backward,
+            backward_half_seq=self.attention_backward_half_seq)
 
 
 class Generation(str, Enum):
