@@ -101,6 +101,20 @@ def test_llama3_runs_put_the_pipeline_inside_data_parallel() -> None:
     assert {job_from_run(r, CONSTANTS).layout.rank_order.value for r in runs} == {"tp-cp-ep-pp-dp"}
 
 
+@pytest.mark.parametrize(
+    ("size", "mbs", "vpp"),
+    [("1.7B on 32", 16, 1), ("18.4B on 256", 8, 1), ("39.1B on 512", 4, 1), ("76.1B on 1024", 2, 3),
+     ("145.6B on 1536", 2, 2), ("310.1B on 1920", 1, 2), ("529.6B on 2520", 1, 3), ("1008.0B on 3072", 1, 1)],
+)
+def test_table1_rows_run_the_papers_artifact_layout(size: str, mbs: int, vpp: int) -> None:
+    # NVIDIA/Megatron-LM@79a3bb6 examples/sc21/run_table_1.sh, the SC21 paper's script for Table 1: MBS per model
+    # size and --num-layers-per-virtual-pipeline-stage 5 / 5 / 3 / 1 for 76B / 145B / 310B / 530B (15, 10, 6 and 3
+    # layers per rank), none for 39B and 1T; Table 1 prints neither.
+    run = next(r for r in load_runs() if r.name == f"Megatron-LM 2021 weak scaling GPT {size} A100")
+    layout = job_from_run(run, CONSTANTS).layout
+    assert (layout.mbs, layout.vpp) == (mbs, vpp)
+
+
 def test_gpt3_era_rows_are_built_with_their_block() -> None:
     # Narayanan et al. 2021 trained GPT models in 2021 Megatron-LM: LayerNorm, biased linear layers, a learned
     # table of the 2048 training positions (published_runs.yaml norm / linear_bias / position_embedding), input and

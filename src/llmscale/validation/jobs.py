@@ -4,8 +4,8 @@ cluster it ran on, resolved through the one resolver (`io.resolve`) as every com
 Where the schema leaves a layout field null, llmscale assumes, and says so here:
 
   micro_batch   1
-  vp            1 (1F1B); where the source states that it interleaves without the degree (Narayanan et al.
-                2021 Table 1, Llama 3: `interleaved: true` in run_settings.yaml), the largest v ≤ 8 dividing the
+  vp            1 (1F1B); where the source states that it interleaves without the degree (Llama 3:
+                `interleaved: true` in run_settings.yaml), the largest v ≤ 8 dividing the
                 layers per stage that fits the GPU's memory (Megatron allows down to one layer per virtual stage;
                 interleaving shrinks the bubble, so a run interleaves as far as memory allows), falling back to
                 1F1B when the micro-batch count is not a multiple of pp
