@@ -115,6 +115,14 @@ def test_table1_rows_run_the_papers_artifact_layout(size: str, mbs: int, vpp: in
     assert (layout.mbs, layout.vpp) == (mbs, vpp)
 
 
+def test_bloom_runs_without_sequence_parallelism() -> None:
+    # bigscience-workshop/bigscience@003b250 train/tr11-176B-ml/tr11-176B-ml.slurm passes no --sequence-parallel
+    # (the layout default would turn it on with TP 4) and trains on DeepSpeed's plain 1F1B pipeline engine.
+    run = next(r for r in load_runs() if r.name == "BLOOM-176B (tr11-176B-ml) on 384 A100-80GB")
+    layout = job_from_run(run, CONSTANTS).layout
+    assert (layout.tp, layout.resolved_sp, layout.vpp) == (4, False, 1)
+
+
 def test_gpt3_era_rows_are_built_with_their_block() -> None:
     # Narayanan et al. 2021 trained GPT models in 2021 Megatron-LM: LayerNorm, biased linear layers, a learned
     # table of the 2048 training positions (published_runs.yaml norm / linear_bias / position_embedding), input and
