@@ -123,6 +123,16 @@ def test_bloom_runs_without_sequence_parallelism() -> None:
     assert (layout.tp, layout.resolved_sp, layout.vpp) == (4, False, 1)
 
 
+@pytest.mark.parametrize(("name", "overlap"), [("GPT3-20B on 64", True), ("LLAMA2-70B on 64", True),
+                                             ("LLAMA2-13B on 16", False)])
+def test_nemo_2407_rows_take_their_launcher_configs_tp_overlap(name: str, overlap: bool) -> None:
+    # NVIDIA/NeMo-Framework-Launcher tag 24.07 (8325688d) gpt3/20b.yaml and llama/llama2_70b.yaml set
+    # ub_tp_comm_overlap True with sequence parallelism; llama2_13b.yaml runs TP 1. None recomputes a layer.
+    run = next(r for r in load_runs() if r.name == f"NeMo 24.07 {name} H100 FP8")
+    layout = job_from_run(run, CONSTANTS).layout
+    assert (layout.tp_comm_overlap, layout.recompute.value) == (overlap, "none")
+
+
 def test_gpt3_era_rows_are_built_with_their_block() -> None:
     # Narayanan et al. 2021 trained GPT models in 2021 Megatron-LM: LayerNorm, biased linear layers, a learned
     # table of the 2048 training positions (published_runs.yaml norm / linear_bias / position_embedding), input and
