@@ -115,6 +115,21 @@ def test_table1_rows_run_the_papers_artifact_layout(size: str, mbs: int, vpp: in
     assert (layout.mbs, layout.vpp) == (mbs, vpp)
 
 
+@pytest.mark.parametrize(("size", "layers_per_stage", "vpp"),
+                         [("70B on 768", None, 2), ("314B on 3072", 12, 2), ("119B on 1536", 23, 23)])
+def test_an_interleaved_row_without_its_degree_takes_the_smallest_one(size: str, layers_per_stage: int | None,
+                                                                      vpp: int) -> None:
+    # The Megatron-Core r0.8 scaling runs interleave (their README overlaps PP communication, which that code does
+    # only when interleaving) without printing the degree; validation.jobs takes the smallest v > 1 dividing the
+    # layers per stage (the rule that reproduces Narayanan et al.'s Table 1 scripts), one layer per virtual stage
+    # when the count is prime.
+    run = next(r for r in load_runs() if r.name == f"Megatron-Core r0.8 weak scaling GPT {size} H100")
+    job = job_from_run(run, CONSTANTS)
+    if layers_per_stage is not None:
+        assert job.model.layers // job.layout.pp == layers_per_stage
+    assert job.layout.vpp == vpp
+
+
 def test_bloom_runs_without_sequence_parallelism() -> None:
     # bigscience-workshop/bigscience@003b250 train/tr11-176B-ml/tr11-176B-ml.slurm passes no --sequence-parallel
     # (the layout default would turn it on with TP 4) and trains on DeepSpeed's plain 1F1B pipeline engine.

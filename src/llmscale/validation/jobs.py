@@ -4,11 +4,13 @@ cluster it ran on, resolved through the one resolver (`io.resolve`) as every com
 Where the schema leaves a layout field null, llmscale assumes, and says so here:
 
   micro_batch   1
-  vp            1 (1F1B); where the source states that it interleaves without the degree (Llama 3:
-                `interleaved: true` in run_settings.yaml), the largest v ≤ 8 dividing the
-                layers per stage that fits the GPU's memory (Megatron allows down to one layer per virtual stage;
-                interleaving shrinks the bubble, so a run interleaves as far as memory allows), falling back to
-                1F1B when the micro-batch count is not a multiple of pp
+  vp            1 (1F1B); where the source states that it interleaves without the degree (Llama 3, the
+                Megatron-Core r0.8 scaling runs: `interleaved: true` in run_settings.yaml), the smallest v > 1
+                dividing the layers per stage. Of the paper runs whose scripts state the degree, it gives four of
+                five: Narayanan et al. 2021's artifact scripts (NVIDIA/Megatron-LM@79a3bb6 examples/sc21/) ran
+                15, 10, 6 and 3 layers per rank at v = 3, 2, 2, 3 (run_table_1.sh) and 8 at v = 4
+                (run_figure_12.sh, a study of interleaving); "the largest v ≤ 8" gives one (5, 5, 6, 3, 8).
+                1F1B when that does not fit the GPU's memory or the micro-batch count is not a multiple of pp
   zero          1 (distributed optimizer, the Megatron/NeMo/Bridge default)
   cp, ep        1
   etp           1 for MoE rows (the Megatron-Bridge MoE recipes' expert_tensor_parallel_size)
@@ -131,9 +133,8 @@ def grown_cluster(cluster: ClusterSpec, num_gpus: int) -> ClusterSpec:
 
 
 def _interleavings(run: PublishedRun, model: ModelSpec, vp: int | None, mbs: int, interleaved: bool) -> list[int]:
-    """The row's vp; for vp null on a source that states it interleaves, every v ≤ 8 dividing the layers per stage,
-    largest first (the job takes the largest that fits: interleaving shrinks the bubble, so a run interleaves as
-    far as its memory allows); else 1."""
+    """The row's vp; for vp null on a source that states it interleaves, the smallest v > 1 dividing the layers per
+    stage, then 1F1B for when that does not fit (module docstring); else 1."""
     pp = run.pp or 1
     if vp is not None or pp == 1 or not interleaved:
         return [vp or 1]
@@ -141,7 +142,8 @@ def _interleavings(run: PublishedRun, model: ModelSpec, vp: int | None, mbs: int
     num_micro = (run.global_batch or 0) // max((run.dp or 1) * mbs, 1)
     if num_micro % pp:
         return [1]
-    return [v for v in range(8, 0, -1) if per_stage % v == 0]
+    smallest = next((v for v in range(2, per_stage + 1) if per_stage % v == 0), None)
+    return [1] if smallest is None else [smallest, 1]
 
 
 def _given(value: Any, default: Any) -> Any:
