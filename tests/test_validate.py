@@ -130,6 +130,15 @@ def test_an_interleaved_row_without_its_degree_takes_the_smallest_one(size: str,
     assert job.layout.vpp == vpp
 
 
+def test_bridge_2509_h100_deepseek_overlaps_its_all_to_all() -> None:
+    # NVIDIA-NeMo/Megatron-Bridge tag v0.1.0rc4 (6725f70), whose docs/performance-summary.md holds the 25.09 table:
+    # scripts/performance/run_script.py sets overlap_moe_expert_parallel_comm for DeepSeek-V3 on H100 (A2A_1F1B).
+    for name in ("Megatron-Bridge 25.09 DeepSeekV3 (dropless) on 1024 H100 fp8",
+                 "Megatron-Bridge 25.09 DeepSeekV3 (dropless) [alt] on 1024 H100 fp8"):
+        run = next(r for r in load_runs() if r.name == name)
+        assert job_from_run(run, CONSTANTS).layout.ep_comm_overlap
+
+
 def test_bloom_runs_without_sequence_parallelism() -> None:
     # bigscience-workshop/bigscience@003b250 train/tr11-176B-ml/tr11-176B-ml.slurm passes no --sequence-parallel
     # (the layout default would turn it on with TP 4) and trains on DeepSpeed's plain 1F1B pipeline engine.
