@@ -339,6 +339,13 @@ def test_zero3_gather_module_is_a_note_at_zero_3_only() -> None:
     assert not any("zero3_gather" in n for n in megatron_notes(fsdp70b(module, zero=1)))
 
 
+def test_zero3_synchronous_is_a_note_at_zero_3_only() -> None:
+    synchronous = {"zero3_synchronous": True}
+    assert any(n.startswith("zero3_synchronous") and "no Megatron-LM flag" in n
+               for n in megatron_notes(fsdp70b(synchronous)))
+    assert not any("zero3_synchronous" in n for n in megatron_notes(fsdp70b(synchronous, zero=1)))
+
+
 def test_cuda_graphs_beside_ep_overlap_under_megatron_fsdp_capture_the_whole_iteration() -> None:
     """Megatron-LM@d98e8a64 mcore_fsdp_adapter.py L182-187 asserts cuda_graph_impl in ('none', 'full_iteration')
     when 1F1B EP overlap runs under Megatron-FSDP; per-layer graphs stay where it does not."""

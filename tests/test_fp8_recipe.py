@@ -196,7 +196,8 @@ CONSUMED_KEYS = {"name", "name_contains", "source_contains", "source",
                  "tp_comm_overlap", "moe_a2a_overlap", "activation_offload", "activation_offload_layers",
                  "cuda_graphs", "flash_attention", "rank_order",
                  "fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch", "fp8_recipe",
-                 "zero3_gather", "fsdp_double_buffer", "fp8_params", "fused_cross_entropy", "attention_kernel",
+                 "zero3_gather", "zero3_synchronous", "fsdp_double_buffer", "fp8_params", "fused_cross_entropy",
+                 "attention_kernel",
                  "tied_embeddings", "dropout", "capacity_factor", "pad_to_capacity"}
 """Every key validation.jobs reads from a run_settings.yaml entry (fp8_recipe was once read and dropped)."""
 

@@ -134,6 +134,25 @@ def norm_params(model: ModelSpec) -> int:
     return model.hidden * (2 if model.norm is Norm.LAYERNORM else 1)
 
 
+def tensors_per_layer(model: ModelSpec, moe: bool) -> int:
+    """Parameter tensors of one dense (moe False) or MoE layer, as a framework that handles each tensor on its own
+    sees them: every linear weight (and its bias), every norm's weight (and a LayerNorm's bias). Attention is
+    Megatron's fused QKV and the output projection, or MLA's q down/up (or one q), kv down/up and output projections
+    with their norms; an MLP is its fused fc1 and fc2; an MoE layer has the router, each expert's MLP and the shared
+    experts'."""
+    bias = 2 if model.linear_bias else 1
+    norm = 2 if model.norm is Norm.LAYERNORM else 1
+    if model.mla is not None:
+        low_rank_q = model.mla.q_lora_rank is not None  # q down + q up and the q norm, else one q projection
+        attention = (5 if low_rank_q else 4) * bias + (2 if low_rank_q else 1) * norm
+    else:
+        attention = 2 * bias
+    mlp = 2 * bias
+    if moe:
+        mlp = bias + (model.experts + (1 if model.shared_experts else 0)) * mlp
+    return attention + mlp + 2 * norm
+
+
 def count_params(model: ModelSpec) -> ParamCounts:
     """Parameter counts by class (see module docstring for the formulas)."""
     attn, norms = attention_params(model), 2 * norm_params(model)

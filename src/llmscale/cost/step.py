@@ -10,7 +10,8 @@ catalog/step.yaml), context-parallel KV exchange beyond what the attention core 
 the pipeline (pipeline.py: busy + bubble + exposed p2p). After the last micro-batch the data-parallel
 gradient sync runs, overlapped with that micro-batch's backward up to dp_overlap_efficiency; the
 distributed optimizer's parameter all-gather overlaps the next step's first forward the same way; ZeRO-3
-gathers per micro-batch behind compute. Then the optimizer step (HBM-bound: ~30 B read or written per
+gathers per micro-batch behind compute (not at all under TrainSpec.zero3_synchronous, DeepSpeed's 2021 ZeRO-3,
+which also issues one collective per parameter tensor). Then the optimizer step (HBM-bound: ~30 B read or written per
 local parameter shard) and a fixed overhead.
 
 MFU = model FLOPs (PaLM: 6N-style, no recompute, no causal halving; flops.model_flops_per_token) per step /
@@ -30,7 +31,7 @@ from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, deri
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
 from llmscale.cost.model_state import Sharding, optimizer_step_traffic_bytes_per_param
-from llmscale.cost.params import count_params
+from llmscale.cost.params import count_params, tensors_per_layer
 from llmscale.cost.pipeline import pipeline_times
 from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
 from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, take_fields
@@ -202,10 +203,12 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     shard = _shard_costs(model, cluster, train, lay, derived, parts.critical_rank, constants.comm)
     dp = shard.data_parallel
     window = const.dp_overlap_efficiency
+    zero3_window = 0.0 if train.zero3_synchronous else min(window, 1.0)
     dp_exposed = (np.maximum(0.0, dp.grad_sync_s - window * parts.backward_s)
                   + np.maximum(0.0, dp.param_gather_s - window * parts.forward_s)
-                  # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it
-                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - min(window, 1.0) * parts.microbatch_s))
+                  # ZeRO-3 gathers layer by layer behind that micro-batch's own compute, never more than all of it;
+                  # behind none of it where the framework synchronizes the device around them
+                  + num_micro * np.maximum(0.0, dp.per_microbatch_s - zero3_window * parts.microbatch_s))
     memory = memory_breakdown(model, cluster, train, lay, constants, derived)
     return _assemble(model, cluster, train, lay, parts, dp_exposed, shard.optimizer_s, memory, const)
 
@@ -336,8 +339,9 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     # element-wise selection of the critical one (derived.stages holds them per representative rank).
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, layers.dense + layers.moe,
-                            comm)
+    zero3_calls = (layers.dense * tensors_per_layer(model, moe=False) + layers.moe * tensors_per_layer(model, moe=True)
+                   if train.zero3_synchronous else layers.dense + layers.moe)
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, zero3_calls, comm)
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     sharding = Sharding.of(lay)
     shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex

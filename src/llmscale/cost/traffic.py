@@ -140,12 +140,13 @@ class DataParallelComm:
 
 def data_parallel_comm(
     cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
-    grad_bytes: float, layers: np.ndarray, comm: CommConstants,
+    grad_bytes: float, zero3_calls: np.ndarray, comm: CommConstants,
 ) -> DataParallelComm:
     """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes`
     per element (fp32 main grads are reduced in fp32, Megatron grad_reduce_in_fp32), parameters gathered in
-    16 bits. ZeRO-3 gathers and reduce-scatters layer by layer (FSDP units), so each of those collectives pays
-    its latency `layers` times."""
+    16 bits. ZeRO-3 gathers and reduce-scatters in `zero3_calls` collectives per pass, each paying its latency:
+    one per layer for FSDP units, one per parameter tensor where the framework issues them so
+    (TrainSpec.zero3_synchronous)."""
     dense_group = lay.dp * lay.cp
     strides = GroupStrides.of(lay)
     dense_links = group_links(cluster, dense_group, strides.dense_dp, comm)
@@ -160,14 +161,14 @@ def data_parallel_comm(
     zero3 = lay.zero >= 3
     scatter = both(Collective.REDUCE_SCATTER, grad_bytes)
     reduce = both(Collective.ALL_REDUCE, grad_bytes)
-    per_layer = np.maximum(layers, 1)
+    calls = np.maximum(zero3_calls, 1)
     return DataParallelComm(
         grad_sync_s=np.where(lay.zero >= 1, scatter, reduce) * ~zero3,
         param_gather_s=np.where((lay.zero >= 1) & ~zero3, both(Collective.ALL_GATHER, BYTES_16BIT), 0.0),
         per_microbatch_s=np.where(
             zero3,
-            2 * both(Collective.ALL_GATHER, BYTES_16BIT, per_layer)
-            + both(Collective.REDUCE_SCATTER, grad_bytes, per_layer),
+            2 * both(Collective.ALL_GATHER, BYTES_16BIT, calls)
+            + both(Collective.REDUCE_SCATTER, grad_bytes, calls),
             0.0,
         ),
     )

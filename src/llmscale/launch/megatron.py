@@ -260,12 +260,17 @@ def megatron_notes(job: Job) -> list[str]:
 
 
 def buffer_notes(job: Job) -> list[str]:
-    """zero3_gather, fp8_params, fsdp_double_buffer and fused_cross_entropy where the flags cannot say them."""
+    """zero3_gather, zero3_synchronous, fp8_params, fsdp_double_buffer and fused_cross_entropy where the flags
+    cannot say them."""
     lay, train = job.resolved_layout, job.train
     notes = []
     if train.zero3_gather is Zero3Gather.MODULE and lay.zero == 3:
         notes.append("zero3_gather module (DeepSpeed ZeRO-3's per-module gathers) has no Megatron-LM flag: "
                      "Megatron-FSDP gathers whole transformer layers (its fsdp_unit_modules), more memory than planned")
+    if train.zero3_synchronous and lay.zero == 3:
+        notes.append("zero3_synchronous (DeepSpeed 2021's per-tensor ZeRO-3 collectives, the device synchronized "
+                     "around each) has no Megatron-LM flag: Megatron-FSDP overlaps its layer gathers with compute, "
+                     "so the run is faster than planned")
     if train.fp8_params and not fp8_param_gather(job):
         notes.append(_fp8_params_refused(job))
     if train.precision is Precision.FP8 and not fp8_param_gather(job):

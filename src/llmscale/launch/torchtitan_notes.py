@@ -104,12 +104,17 @@ def _memory_notes(job: Job) -> list[str]:
 
 
 def _buffer_notes(job: Job) -> list[str]:
-    """zero3_gather, fp8_params, fsdp_double_buffer and fused_cross_entropy, none of which torchtitan has."""
+    """zero3_gather, zero3_synchronous, fp8_params, fsdp_double_buffer and fused_cross_entropy, none of which
+    torchtitan has."""
     lay, train = job.resolved_layout, job.train
     notes = []
     if train.zero3_gather is Zero3Gather.MODULE and lay.zero == 3:
         notes.append("zero3_gather module (DeepSpeed ZeRO-3's per-module gathers) has no torchtitan field: FSDP2 "
                      "gathers each transformer block (distributed/fsdp.py), more memory than planned")
+    if train.zero3_synchronous and lay.zero == 3:
+        notes.append("zero3_synchronous (DeepSpeed 2021's per-tensor ZeRO-3 collectives, the device synchronized "
+                     "around each) has no torchtitan field: FSDP2 prefetches and overlaps each block's all-gather, "
+                     "so the run is faster than planned")
     if train.fp8_params and train.precision is Precision.FP8:
         more = ", more memory than planned" if lay.zero == 3 else ""
         notes.append("fp8_params has no torchtitan field at this commit (its Float8 and MXFP8 converters keep "

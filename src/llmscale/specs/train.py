@@ -139,6 +139,11 @@ class TrainSpec(Spec):
     fp8_recipe: Fp8Recipe | None = Field(
         None, description="how FP8 tensors are scaled; None: the GPU's native recipe (`fp8_recipe_on`)")
     zero3_gather: Zero3Gather = Field(Zero3Gather.LAYER, description="what ZeRO-3 gathers at once")
+    zero3_synchronous: bool = Field(
+        False, description="ZeRO-3 as DeepSpeed ran it in 2021 (microsoft/DeepSpeed@112ebff6e86a): one collective "
+        "per parameter tensor (partition_parameters.py _all_gather, _reduce_scatter_gradients loop over the "
+        "parameters), the device synchronized before each all-gather (_allgather_param: torch.cuda.synchronize()) "
+        "and after each sub-module's (stage3.py _synchronize_communication), so no ZeRO-3 collective overlaps compute")
     fsdp_double_buffer: bool = Field(
         False, description="Megatron-FSDP fsdp_double_buffer: persistent pools of two layers' unsharded weights and "
         "two layers' unsharded gradients (param_and_grad_buffer.py FixedPoolAllocator 'fsdp_params', 'fsdp_grads', "

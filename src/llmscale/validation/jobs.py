@@ -79,6 +79,7 @@ MODULE_FLAGS = {"layernorm": "recompute_norm", "mla_up_proj": "recompute_mla_up"
                 "mlp": "recompute_mlp"}
 """Megatron --recompute-modules names and the layout switch of each (`core_attn` is recompute = selective)."""
 TRAIN_FACTS = ("fp32_grads", "bf16_moments", "fp8_cache", "routing", "fp8_dispatch", "fp8_recipe", "zero3_gather",
+               "zero3_synchronous",
                "fsdp_double_buffer", "fp8_params", "fused_cross_entropy", "attention_kernel")
 """TrainSpec fields a run_settings.yaml entry may state."""
 
