@@ -268,8 +268,9 @@ def _all_reduce_s(bytes_total: np.ndarray, n: np.ndarray, links: GroupLinks) -> 
 
 def collective_time_s(op: Collective, bytes_total: np.ndarray, size: np.ndarray, links: GroupLinks) -> np.ndarray:
     """Seconds for one `op` of S = `bytes_total` in every group of `size` ranks (module docstring: equations);
-    0 where size is 1. `links` must come from `group_links` with the same size. For SEND_RECV pass the size of
-    the whole ring or pipeline (so placement sees its worst neighbour pair); the time is one transfer of S."""
+    0 where size is 1 or S is 0 (nothing to move: no call is issued, e.g. the expert gradients of a dense model).
+    `links` must come from `group_links` with the same size. For SEND_RECV pass the size of the whole ring or
+    pipeline (so placement sees its worst neighbour pair); the time is one transfer of S."""
     op = Collective(op)
     n = np.atleast_1d(np.asarray(size, dtype=float)).reshape(-1)
     s = np.asarray(bytes_total, dtype=float)
@@ -284,4 +285,4 @@ def collective_time_s(op: Collective, bytes_total: np.ndarray, size: np.ndarray,
             t = base + (n - 1) * links.all_to_all_step_latency_s + wire / links.all_to_all_bandwidth_bytes_per_s
         else:
             t = base + links.latency_s + wire / links.send_recv_bandwidth_bytes_per_s
-    return np.where(n > 1, t, 0.0)
+    return np.where((n > 1) & (np.broadcast_to(s, t.shape) > 0), t, 0.0)

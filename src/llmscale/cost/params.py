@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from llmscale.specs.model import ModelSpec, Norm
 
 
@@ -134,12 +136,14 @@ def norm_params(model: ModelSpec) -> int:
     return model.hidden * (2 if model.norm is Norm.LAYERNORM else 1)
 
 
-def tensors_per_layer(model: ModelSpec, moe: bool) -> int:
-    """Parameter tensors of one dense (moe False) or MoE layer, as a framework that handles each tensor on its own
-    sees them: every linear weight (and its bias), every norm's weight (and a LayerNorm's bias). Attention is
-    Megatron's fused QKV and the output projection, or MLA's q down/up (or one q), kv down/up and output projections
-    with their norms; an MLP is its fused fc1 and fc2; an MoE layer has the router, each expert's MLP and the shared
-    experts'."""
+def tensors_per_layer(model: ModelSpec, moe: bool, ep: np.ndarray | int = 1) -> tuple[int, np.ndarray | int]:
+    """(non-expert, expert) parameter tensors one GPU holds of one dense (moe False) or MoE layer, as a framework
+    that handles each tensor on its own sees them: every linear weight (and its bias), every norm's weight (and a
+    LayerNorm's bias). Attention is Megatron's fused QKV and the output projection, or MLA's q down/up (or one q),
+    kv down/up and output projections with their norms; an MLP is its fused fc1 and fc2; an MoE layer has the
+    router (a weight only) and the shared experts' MLPs among the non-expert tensors, and the MLPs of its E/ep
+    local experts as expert tensors. The embedding, output layer and final norm are left out (three tensors on the
+    first and last stage)."""
     bias = 2 if model.linear_bias else 1
     norm = 2 if model.norm is Norm.LAYERNORM else 1
     if model.mla is not None:
@@ -148,9 +152,10 @@ def tensors_per_layer(model: ModelSpec, moe: bool) -> int:
     else:
         attention = 2 * bias
     mlp = 2 * bias
-    if moe:
-        mlp = bias + (model.experts + (1 if model.shared_experts else 0)) * mlp
-    return attention + mlp + 2 * norm
+    if not moe:
+        return attention + mlp + 2 * norm, 0
+    shared = mlp if model.shared_experts else 0
+    return attention + 1 + shared + 2 * norm, -(-model.experts // np.maximum(ep, 1)) * mlp
 
 
 def count_params(model: ModelSpec) -> ParamCounts:

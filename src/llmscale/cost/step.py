@@ -327,6 +327,18 @@ SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 """The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
 
 
+def _zero3_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, layers: StageLayers
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) ZeRO-3 collectives per pass of the critical rank: one per layer (FSDP units), or one per
+    parameter tensor it holds under TrainSpec.zero3_synchronous (cost.params.tensors_per_layer)."""
+    if not train.zero3_synchronous:
+        per_layer = layers.dense + layers.moe
+        return per_layer, per_layer
+    dense_ne, _ = tensors_per_layer(model, moe=False)
+    moe_ne, moe_ex = tensors_per_layer(model, moe=True, ep=lay.ep) if model.is_moe else (0, 0)
+    return layers.dense * dense_ne + layers.moe * moe_ne, layers.moe * np.asarray(moe_ex, dtype=float)
+
+
 def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
                  critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
@@ -339,8 +351,7 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     # element-wise selection of the critical one (derived.stages holds them per representative rank).
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
-    zero3_calls = (layers.dense * tensors_per_layer(model, moe=False) + layers.moe * tensors_per_layer(model, moe=True)
-                   if train.zero3_synchronous else layers.dense + layers.moe)
+    zero3_calls = _zero3_calls(model, train, lay, layers)
     dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, zero3_calls, comm)
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     sharding = Sharding.of(lay)

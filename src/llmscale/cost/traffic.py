@@ -140,28 +140,30 @@ class DataParallelComm:
 
 def data_parallel_comm(
     cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
-    grad_bytes: float, zero3_calls: np.ndarray, comm: CommConstants,
+    grad_bytes: float, zero3_calls: tuple[np.ndarray, np.ndarray], comm: CommConstants,
 ) -> DataParallelComm:
     """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes`
     per element (fp32 main grads are reduced in fp32, Megatron grad_reduce_in_fp32), parameters gathered in
-    16 bits. ZeRO-3 gathers and reduce-scatters in `zero3_calls` collectives per pass, each paying its latency:
-    one per layer for FSDP units, one per parameter tensor where the framework issues them so
+    16 bits. ZeRO-3 gathers and reduce-scatters in `zero3_calls` = (non-expert, expert) collectives per pass, each
+    paying its latency: one per layer for FSDP units, one per parameter tensor where the framework issues them so
     (TrainSpec.zero3_synchronous)."""
     dense_group = lay.dp * lay.cp
     strides = GroupStrides.of(lay)
     dense_links = group_links(cluster, dense_group, strides.dense_dp, comm)
     expert_links = group_links(cluster, lay.edp, strides.edp, comm)
 
-    def both(op: Collective, bytes_per_param: float, calls: np.ndarray | int = 1) -> np.ndarray:
-        return calls * (
-            collective_time_s(op, bytes_per_param * non_expert_params / calls, dense_group, dense_links)
-            + collective_time_s(op, bytes_per_param * expert_params / calls, lay.edp, expert_links)
-        )
+    def both(op: Collective, bytes_per_param: float,
+             calls: tuple[np.ndarray | int, np.ndarray | int] = (1, 1)) -> np.ndarray:
+        dense_calls, expert_calls = calls
+        return (dense_calls * collective_time_s(op, bytes_per_param * non_expert_params / dense_calls, dense_group,
+                                                dense_links)
+                + expert_calls * collective_time_s(op, bytes_per_param * expert_params / expert_calls, lay.edp,
+                                                   expert_links))
 
     zero3 = lay.zero >= 3
     scatter = both(Collective.REDUCE_SCATTER, grad_bytes)
     reduce = both(Collective.ALL_REDUCE, grad_bytes)
-    calls = np.maximum(zero3_calls, 1)
+    calls = (np.maximum(zero3_calls[0], 1), np.maximum(zero3_calls[1], 1))
     return DataParallelComm(
         grad_sync_s=np.where(lay.zero >= 1, scatter, reduce) * ~zero3,
         param_gather_s=np.where((lay.zero >= 1) & ~zero3, both(Collective.ALL_GATHER, BYTES_16BIT), 0.0),

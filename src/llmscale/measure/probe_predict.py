@@ -276,7 +276,8 @@ def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tu
     step: StepBreakdown = estimate_step(model, cluster, train, lay, constants)
     layers = stage_layers(model, lay, RankOf.FIRST)
     params = rank_params(model, count_params(model), lay, layers)
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0, layers.dense + layers.moe,
+    per_layer = layers.dense + layers.moe  # ZeRO-3 collectives per pass: one per layer, dense and expert alike
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0, (per_layer, per_layer),
                             constants.comm)
     times = rank_compute(lay, layers, layer_times(model, cluster, train, lay, constants),
                          constants.step.launch_overhead_us)

@@ -143,7 +143,8 @@ class TrainSpec(Spec):
         False, description="ZeRO-3 as DeepSpeed ran it in 2021 (microsoft/DeepSpeed@112ebff6e86a): one collective "
         "per parameter tensor (partition_parameters.py _all_gather, _reduce_scatter_gradients loop over the "
         "parameters), the device synchronized before each all-gather (_allgather_param: torch.cuda.synchronize()) "
-        "and after each sub-module's (stage3.py _synchronize_communication), so no ZeRO-3 collective overlaps compute")
+        "and after each sub-module's (stage3.py _synchronize_communication), so no ZeRO-3 collective overlaps compute; "
+        "only read when zero = 3")
     fsdp_double_buffer: bool = Field(
         False, description="Megatron-FSDP fsdp_double_buffer: persistent pools of two layers' unsharded weights and "
         "two layers' unsharded gradients (param_and_grad_buffer.py FixedPoolAllocator 'fsdp_params', 'fsdp_grads', "
