@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmscale.cost.collectives import group_links
+from llmscale.cost.params import count_params, tensors_per_layer
 from llmscale.cost.step import StepBreakdown, estimate_step
 from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
@@ -203,9 +205,6 @@ def test_synchronous_zero3_hides_none_of_its_per_tensor_collectives() -> None:
     # and it is at least what the wire alone needs, none of it hidden: two 16-bit all-gathers and a 16-bit
     # reduce-scatter of the 174.6B parameters over 384 ranks at the ring bandwidth, plus NCCL's 8.4 us base latency
     # for each of the 3 × 96 layers × 12 tensors calls (catalog/comm.yaml)
-    from llmscale.cost.collectives import group_links
-    from llmscale.cost.params import count_params
-
     ring = float(group_links(selene, np.array([384]), np.array([1]), CONSTANTS.comm).bandwidth_bytes_per_s[0])
     wire_s = 3 * 2.0 * count_params(GPT3).total * 383 / 384 / ring
     assert synchronous.dp_exposed_s[0] >= wire_s + 3 * 96 * 12 * 8.4e-6
@@ -221,8 +220,6 @@ def test_parameter_tensors_per_layer(model: str, dense: int, moe: tuple[int, int
     # the q and kv norms = 7 for attention, 2 layer norms, and 2 MLP matrices in a dense layer (11); an MoE layer
     # holds 7 + 2 + the router's weight + the shared expert's 2 = 12 non-expert tensors and 256 experts × 2 = 512
     # expert tensors, 4 experts × 2 = 8 of them per GPU at EP 64.
-    from llmscale.cost.params import tensors_per_layer
-
     spec = load_model(model)
     assert tensors_per_layer(spec, moe=False) == (dense, 0)
     if moe is not None:

@@ -31,9 +31,9 @@ from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, deri
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
 from llmscale.cost.model_state import Sharding, optimizer_step_traffic_bytes_per_param
-from llmscale.cost.params import count_params, tensors_per_layer
+from llmscale.cost.params import count_params
 from llmscale.cost.pipeline import pipeline_times
-from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm
+from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm, zero3_calls
 from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, take_fields
 from llmscale.layout.stages import RankOf, StageLayers
 from llmscale.specs.cluster import ClusterSpec
@@ -327,18 +327,6 @@ SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 """The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
 
 
-def _zero3_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, layers: StageLayers
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) ZeRO-3 collectives per pass of the critical rank: one per layer (FSDP units), or one per
-    parameter tensor it holds under TrainSpec.zero3_synchronous (cost.params.tensors_per_layer)."""
-    if not train.zero3_synchronous:
-        per_layer = layers.dense + layers.moe
-        return per_layer, per_layer
-    dense_ne, _ = tensors_per_layer(model, moe=False)
-    moe_ne, moe_ex = tensors_per_layer(model, moe=True, ep=lay.ep) if model.is_moe else (0, 0)
-    return layers.dense * dense_ne + layers.moe * moe_ne, layers.moe * np.asarray(moe_ex, dtype=float)
-
-
 def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
                  critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
@@ -351,8 +339,8 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     # element-wise selection of the critical one (derived.stages holds them per representative rank).
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
-    zero3_calls = _zero3_calls(model, train, lay, layers)
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes, zero3_calls, comm)
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes,
+                            zero3_calls(model, train, lay, layers), comm)
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     sharding = Sharding.of(lay)
     shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.collectives import collective_time_s, group_links
+from llmscale.cost.params import tensors_per_layer
 from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.collective import Collective
 from llmscale.specs.constants import CommConstants, Constants
@@ -136,6 +138,18 @@ class DataParallelComm:
     """16-bit parameter all-gather after the optimizer step (ZeRO 1-2 distributed optimizer)."""
     per_microbatch_s: np.ndarray
     """ZeRO-3: weight gathers (forward and backward) and gradient reduce-scatter every micro-batch."""
+
+
+def zero3_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, layers: StageLayers
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) ZeRO-3 collectives per pass of the critical rank: one per layer (FSDP units), or one per
+    parameter tensor it holds under TrainSpec.zero3_synchronous (cost.params.tensors_per_layer)."""
+    if not train.zero3_synchronous:
+        per_layer = layers.dense + layers.moe
+        return per_layer, per_layer
+    dense_ne, _ = tensors_per_layer(model, moe=False)
+    moe_ne, moe_ex = tensors_per_layer(model, moe=True, ep=lay.ep) if model.is_moe else (0, 0)
+    return layers.dense * dense_ne + layers.moe * moe_ne, layers.moe * np.asarray(moe_ex, dtype=float)
 
 
 def data_parallel_comm(

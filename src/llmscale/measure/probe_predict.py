@@ -59,7 +59,7 @@ from llmscale.cost.flops import attention_core_flops_per_layer
 from llmscale.cost.model_state import optimizer_step_traffic_bytes_per_param
 from llmscale.cost.params import count_params
 from llmscale.cost.step import StepBreakdown, estimate_step
-from llmscale.cost.traffic import data_parallel_comm
+from llmscale.cost.traffic import data_parallel_comm, zero3_calls
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, stage_layers
 from llmscale.specs.bounds import MAX_GB_PER_S
@@ -276,9 +276,8 @@ def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tu
     step: StepBreakdown = estimate_step(model, cluster, train, lay, constants)
     layers = stage_layers(model, lay, RankOf.FIRST)
     params = rank_params(model, count_params(model), lay, layers)
-    per_layer = layers.dense + layers.moe  # ZeRO-3 collectives per pass: one per layer, dense and expert alike
-    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0, (per_layer, per_layer),
-                            constants.comm)
+    dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0,
+                            zero3_calls(model, train, lay, layers), constants.comm)
     times = rank_compute(lay, layers, layer_times(model, cluster, train, lay, constants),
                          constants.step.launch_overhead_us)
     micro = setup.micro_batches
