@@ -42,7 +42,7 @@ def test_every_record_is_the_best_published_run_of_its_generation_and_precision(
 def test_a_prediction_above_the_record_is_flagged() -> None:
     base = dict(name="r", framework="f", gpu="h100-sxm", model_type="dense", num_gpus=8, cluster="c",
                 precision=Precision.BF16, predicted_tokens_per_s_per_gpu=1.0, published_tokens_per_s_per_gpu=1.0,
-                recompute="none", fits=True)
+                recompute="none", fits=True, memory_bytes=1.0, capacity_bytes=2.0)
     assert ValidationRow(**base, predicted_mfu=0.60, best_published_mfu=0.495).above_published
     assert not ValidationRow(**base, predicted_mfu=0.40, best_published_mfu=0.495).above_published
     assert not ValidationRow(**base, predicted_mfu=0.90, best_published_mfu=None).above_published  # no record

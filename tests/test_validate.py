@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from llmscale.cli.main import main
 from llmscale.io.catalog import load_constants
+from llmscale.layout.stages import chunk_bounds
 from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import load_rows, load_runs
 from llmscale.validation.validate import validate_rows
@@ -59,6 +61,8 @@ def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     document = json.loads(capsys.readouterr().out)
     row = document["rows"][0]
     assert {"name", "predicted_tokens_per_s_per_gpu", "published_tokens_per_s_per_gpu", "error_pct"} <= set(row)
+    # The fit verdict comes with the memory it was made on, so a miss says by how much.
+    assert row["fits"] == (0 < row["memory_bytes"] <= row["capacity_bytes"])
     assert set(document["summary"]) >= {"median_abs_error_pct", "p90_abs_error_pct", "max_abs_error_pct",
                                         "evaluated", "skipped"}
     assert document["summary"]["evaluated"] == 1 and document["summary"]["skipped"] == 1
@@ -67,16 +71,17 @@ def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_shipped_set_regression_guard() -> None:
     # A regression pin, not the issue's target (dense median ≤ 5 %, p90 ≤ 15 %; MoE median ≤ 8 %, p90 ≤ 20 %): on
     # the shipped 123 published runs (115 evaluated) the kernel-physics model with its six fitted residuals reached
-    # dense median 5.5 % / p90 21.0 % and MoE median 9.8 % / p90 13.9 % |error| in tokens/s per GPU when this pin
-    # was last updated (scripts/fit_efficiency.py reports the fitting, held-out and leave-one-framework-out errors).
-    # The dense p90 rose from 16.7 % when the Bridge Llama rows got their recipes' bf16 gradients (run_settings.yaml):
-    # half the DP traffic uncovered B200 rows the model already predicted too fast.
+    # dense median 5.0 % / p90 14.0 % and MoE median 7.8 % / p90 14.4 % |error| in tokens/s per GPU, fit recall
+    # 114 / 115, when this pin was last updated (scripts/fit_efficiency.py reports the fitting, held-out and
+    # leave-one-framework-out errors). The one miss is Llama 3 405B on 8,192 H100 at its paper's V = 8 (82.0 of
+    # 80 GiB): Meta profiled and freed pipeline tensors to run it without recompute (arXiv:2407.21783 §3.3.2).
     report = validate_rows(*load_rows())
     assert report.summary()["evaluated"] >= 113
     groups = report.by_group()
     dense, moe = groups[("all", "dense")], groups[("all", "moe")]
-    assert dense.median_abs_error_pct <= 6.0 and dense.p90_abs_error_pct <= 22.5
-    assert moe.median_abs_error_pct <= 10.5 and moe.p90_abs_error_pct <= 16.0
+    assert dense.median_abs_error_pct <= 5.5 and dense.p90_abs_error_pct <= 16.0
+    assert moe.median_abs_error_pct <= 8.5 and moe.p90_abs_error_pct <= 16.0
+    assert report.fit_recall is not None and report.fit_recall >= 0.99
 
 
 @pytest.mark.parametrize(
@@ -99,6 +104,18 @@ def test_llama3_runs_put_the_pipeline_inside_data_parallel() -> None:
     runs = [r for r in load_runs() if r.name.startswith("Llama 3 405B")]
     assert len(runs) == 3
     assert {job_from_run(r, CONSTANTS).layout.rank_order.value for r in runs} == {"tp-cp-ep-pp-dp"}
+
+
+def test_llama3_runs_interleave_one_layer_chunks() -> None:
+    # Llama 3 paper §3.3.2: one fewer Transformer layer on the first and the last stage, so that "the first model
+    # chunk on the first stage has only the embedding, and the last model chunk on the last stage has only output
+    # projection and loss calculation" -- chunks of one layer, V = (126 + 2) / PP 16 = 8 (data/run_settings.yaml).
+    for run in (r for r in load_runs() if r.name.startswith("Llama 3 405B")):
+        job = job_from_run(run, CONSTANTS)
+        assert (job.layout.pp, job.layout.vpp, job.layout.schedule.value) == (16, 8, "interleaved")
+        sizes = np.diff(chunk_bounds(job.model.layers, job.layout.pp, job.layout.vpp))
+        assert (sizes[0], sizes[-1]) == (0, 0)  # chunk 0 is rank 0's first, chunk pp*v-1 the last rank's last
+        assert sizes[1:-1].tolist() == [1] * (16 * 8 - 2)
 
 
 @pytest.mark.parametrize(

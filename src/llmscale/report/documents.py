@@ -111,7 +111,8 @@ def validation_document(report: ValidationReport) -> dict[str, Any]:
                 "recompute": row.recompute,
                 "predicted_tokens_per_s_per_gpu": row.predicted_tokens_per_s_per_gpu,
                 "published_tokens_per_s_per_gpu": row.published_tokens_per_s_per_gpu,
-                "error_pct": row.error_pct, "fits": row.fits, "predicted_mfu": row.predicted_mfu,
+                "error_pct": row.error_pct, "fits": row.fits, "memory_bytes": row.memory_bytes,
+                "capacity_bytes": row.capacity_bytes, "predicted_mfu": row.predicted_mfu,
                 "published_mfu": row.published_mfu, "best_published_mfu": row.best_published_mfu,
                 "above_published_mfu": row.above_published,
             }

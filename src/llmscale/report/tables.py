@@ -18,7 +18,7 @@ from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
 from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
-from llmscale.validation.validate import ValidationReport
+from llmscale.validation.validate import ValidationReport, ValidationRow
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -174,7 +174,7 @@ def validation_table(report: ValidationReport) -> None:
         mfu = f"{row.predicted_mfu:.1%}" + (" > published" if row.above_published else "")
         table.add_row(row.name, row.framework, row.gpu, row.model_type, f"{row.num_gpus:,}",
                       f"{row.predicted_tokens_per_s_per_gpu:,.0f}", f"{row.published_tokens_per_s_per_gpu:,.0f}",
-                      f"{row.error_pct:+.1f}%", "yes" if row.fits else "NO", mfu)
+                      f"{row.error_pct:+.1f}%", _fit_cell(row), mfu)
     console.print(table)
     for skipped in report.skipped:
         console.print(f"skipped: {skipped.name}: {skipped.reason}")
@@ -188,6 +188,13 @@ def validation_table(report: ValidationReport) -> None:
         f"max {s['max_abs_error_pct']:.1f}% · evaluated {s['evaluated']} · skipped {s['skipped']} · "
         f"fit recall {s['fit_recall']:.1%} · above the best published MFU {s['above_published_mfu']}"
     )
+
+
+def _fit_cell(row: ValidationRow) -> str:
+    """'yes', or 'NO' with the predicted peak beside the GPU's memory: how far the published layout misses."""
+    if row.fits:
+        return "yes"
+    return f"NO {row.memory_bytes / 2**30:.1f}/{row.capacity_bytes / 2**30:.0f} GiB"
 
 
 def _group_table(report: ValidationReport) -> None:

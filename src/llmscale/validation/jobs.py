@@ -4,8 +4,8 @@ cluster it ran on, resolved through the one resolver (`io.resolve`) as every com
 Where the schema leaves a layout field null, llmscale assumes, and says so here:
 
   micro_batch   1
-  vp            1 (1F1B); where the source states that it interleaves without the degree (Llama 3, the
-                Megatron-Core r0.8 scaling runs: `interleaved: true` in run_settings.yaml), the smallest v > 1
+  vp            1 (1F1B); where the source states that it interleaves without the degree (the Megatron-Core
+                r0.8 scaling runs: `interleaved: true` in run_settings.yaml), the smallest v > 1
                 dividing the layers per stage. Of the paper runs whose scripts state the degree, it gives four of
                 five: Narayanan et al. 2021's artifact scripts (NVIDIA/Megatron-LM@79a3bb6 examples/sc21/) ran
                 15, 10, 6 and 3 layers per rank at v = 3, 2, 2, 3 (run_table_1.sh) and 8 at v = 4

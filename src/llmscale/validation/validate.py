@@ -53,6 +53,10 @@ class ValidationRow:
     """The recompute setting used (the row's, or the lightest that fits)."""
     fits: bool
     """The row's own layout is predicted to fit its GPU's memory."""
+    memory_bytes: float
+    """Predicted peak memory of the row's layout on its most loaded GPU (cost.memory.MemoryBreakdown)."""
+    capacity_bytes: float
+    """The GPU memory it is compared with."""
     predicted_mfu: float
     best_published_mfu: float | None
     """The best MFU a published run reached on this GPU generation and precision (None: no record)."""
@@ -190,5 +194,6 @@ def _evaluate(run: PublishedRun, constants: Constants, calibration: CalibrationP
         predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[0]),
         published_tokens_per_s_per_gpu=float(run.tokens_per_s_per_gpu or 0.0),
         recompute=job.resolved_layout.recompute.value, fits=bool(step.memory.fits[0]),
+        memory_bytes=float(step.memory.total_bytes[0]), capacity_bytes=float(step.memory.capacity_bytes),
         predicted_mfu=float(step.mfu[0]), best_published_mfu=best.mfu if best is not None else None,
     )
