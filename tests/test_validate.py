@@ -110,7 +110,9 @@ def test_llama3_runs_interleave_one_layer_chunks() -> None:
     # Llama 3 paper §3.3.2: one fewer Transformer layer on the first and the last stage, so that "the first model
     # chunk on the first stage has only the embedding, and the last model chunk on the last stage has only output
     # projection and loss calculation" -- chunks of one layer, V = (126 + 2) / PP 16 = 8 (data/run_settings.yaml).
-    for run in (r for r in load_runs() if r.name.startswith("Llama 3 405B")):
+    runs = [r for r in load_runs() if r.name.startswith("Llama 3 405B")]
+    assert len(runs) == 3
+    for run in runs:
         job = job_from_run(run, CONSTANTS)
         assert (job.layout.pp, job.layout.vpp, job.layout.schedule.value) == (16, 8, "interleaved")
         sizes = np.diff(chunk_bounds(job.model.layers, job.layout.pp, job.layout.vpp))

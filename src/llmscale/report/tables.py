@@ -194,7 +194,7 @@ def _fit_cell(row: ValidationRow) -> str:
     """'yes', or 'NO' with the predicted peak beside the GPU's memory: how far the published layout misses."""
     if row.fits:
         return "yes"
-    return f"NO {row.memory_bytes / 2**30:.1f}/{row.capacity_bytes / 2**30:.0f} GiB"
+    return f"NO {row.memory_bytes / GIB:.1f}/{row.capacity_bytes / GIB:.0f} GiB"
 
 
 def _group_table(report: ValidationReport) -> None:
