@@ -1,5 +1,5 @@
 """Fit the six residual constants of the step model on one half of the published runs; report the error on both
-halves, leave-one-framework-out, and how well the data pins each constant.
+halves, leave-one-framework-out, leave-one-release-out, and how well the data pins each constant.
 
 Everything else the step model reads is measured or derived (catalog/gpus.yaml via scripts/derive_gemm_ceilings.py,
 catalog/comm.yaml, memory.yaml). What is left to the runs are six global numbers, each a physical quantity with bounds
@@ -8,7 +8,9 @@ sustained fraction of the tensor-core throughput, the exposed shares of overlapp
 many micro-batches of backward the data-parallel collectives hide behind. Nothing is fitted per GPU, per framework or
 per run.
 
-The split is fixed and independent of the results: a run is in the fitting half when the SHA256 of its name is even.
+Each row is built as `validate --facts profile` builds it (the published table and its framework release's profile,
+never facts filed under its name) unless --facts recipe. The split is fixed and independent of the results: a run is
+in the fitting half when the SHA256 of its name is even.
 The loss is the mean of min(|ln(predicted / published)|, 0.5) over the fitting half, so a handful of runs the model
 cannot explain (the 2021 DeepSpeed ZeRO-3 baselines) do not drag the constants. The fit is coordinate descent with
 shrinking multiplicative steps inside the bounds.
@@ -18,10 +20,12 @@ Reported:
   |error| median / p90 / max on the fitting half, the held-out half and all rows, dense and MoE separately;
   leave-one-framework-out: for each framework F (the runs' `framework`), the constants fitted without F's rows, the
     error on F's rows (dense and MoE separately) — how the model does on software it was not fitted on;
+  leave-one-release-out: the same per framework release (megatron-bridge@25.09, nemo@24.07, …);
   identifiability: d(loss)/d(ln constant) at the fit (how much the data constrains each), and the correlation of the
     constants' effects across rows (|r| near 1: two constants the data cannot tell apart).
 
-Run:  python scripts/fit_efficiency.py [--rounds 4] [--lofo-rounds 2] [--no-lofo] [--residuals] [--write]
+Run:  python scripts/fit_efficiency.py [--facts profile|recipe] [--rounds 4] [--lofo-rounds 2] [--no-lofo]
+      [--residuals] [--write]
 --write puts the fitted values into catalog/step.yaml.
 """
 
@@ -39,7 +43,7 @@ from llmscale.cost.step import estimate_step
 from llmscale.io.catalog import load_constants
 from llmscale.io.resolve import Job
 from llmscale.specs.constants import Constants
-from llmscale.validation.jobs import job_from_run
+from llmscale.validation.jobs import Facts, job_from_run, release_for
 from llmscale.validation.runs import PublishedRun, load_runs
 
 BOUNDS = {
@@ -133,15 +137,22 @@ def identifiability(rows: Rows, params: dict[str, float]) -> None:
         print(f"  {key:<28}" + " ".join(f"{corr[i, j]:+.2f}" for j in range(len(kept))))
 
 
-def leave_one_framework_out(rows: Rows, start: dict[str, float], rounds: int) -> None:
-    by_framework: dict[str, Rows] = defaultdict(list)
+def release_label(run: PublishedRun) -> str:
+    release = release_for(run)
+    return release.label if release is not None else f"{run.framework} (no profile)"
+
+
+def leave_one_out(rows: Rows, start: dict[str, float], rounds: int, group: str) -> None:
+    """For each group G (the rows' framework, or release), fit without G's rows and score on them."""
+    key = {"framework": lambda run: run.framework or "unknown", "release": release_label}[group]
+    by_group: dict[str, Rows] = defaultdict(list)
     for run, job in rows:
-        by_framework[run.framework or "unknown"].append((run, job))
-    print("\nleave-one-framework-out (fit on every other framework, score on F; |error| % median p90 max)")
-    for framework, held in sorted(by_framework.items()):
-        rest = [r for r in rows if (r[0].framework or "unknown") != framework]
+        by_group[key(run)].append((run, job))
+    print(f"\nleave-one-{group}-out (fit on every other {group}, score on G; |error| % median p90 max)")
+    for name, held in sorted(by_group.items()):
+        rest = [r for r in rows if key(r[0]) != name]
         fitted = fit(rest, dict(start), rounds)
-        print(f"{framework:<20}{summary(held, fitted)}")
+        print(f"{name:<26}{summary(held, fitted)}")
 
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "llmscale" / "catalog"
@@ -160,7 +171,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--lofo-rounds", type=int, default=2)
-    parser.add_argument("--no-lofo", action="store_true", help="skip leave-one-framework-out (it refits per framework)")
+    parser.add_argument("--no-lofo", action="store_true", help="skip leave-one-framework-out and leave-one-release-out "
+                        "(they refit per group)")
+    parser.add_argument("--facts", choices=[f.value for f in Facts], default=Facts.PROFILE.value,
+                        help="what each row's job reads (validation.jobs.Facts): profile, the table and its release "
+                        "profile (default: the fit cannot learn from row names), or recipe, also the per-row facts")
     parser.add_argument("--residuals", action="store_true", help="print every row's error after the fit")
     parser.add_argument("--write", action="store_true", help="write the fitted values into catalog/step.yaml")
     args = parser.parse_args()
@@ -168,7 +183,7 @@ def main() -> None:
     rows: Rows = []
     for run in load_runs():
         try:
-            rows.append((run, job_from_run(run, constants)))
+            rows.append((run, job_from_run(run, constants, facts=Facts(args.facts))))
         except Exception:  # the rows validate skips, for the reasons it prints
             continue
     fit_rows = [r for r in rows if in_fit_half(r[0].name)]
@@ -185,7 +200,8 @@ def main() -> None:
     print(f"loss fit {loss(fit_rows, fitted):.4f} held-out {loss(held_out, fitted):.4f}\n")
     identifiability(fit_rows, fitted)
     if not args.no_lofo:
-        leave_one_framework_out(rows, fitted, args.lofo_rounds)
+        leave_one_out(rows, fitted, args.lofo_rounds, "framework")
+        leave_one_out(rows, fitted, args.lofo_rounds, "release")
     if args.residuals:
         predicted = predict(rows, fitted)
         for (run, job), value in sorted(zip(rows, predicted, strict=True),

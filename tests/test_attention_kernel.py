@@ -22,7 +22,7 @@ from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.launch.document import ExportFormat, export_text
 from llmscale.launch.megatron import megatron_args
 from llmscale.specs.train import AttentionKernel, Precision
-from llmscale.validation.jobs import job_from_run, run_facts
+from llmscale.validation.jobs import job_from_run
 from llmscale.validation.runs import load_runs
 
 FA3_PAPER_FA2_H100_TFLOPS = {
@@ -111,12 +111,15 @@ def test_torchtitan_export_says_how_to_get_flash2() -> None:
 
 
 def test_the_llama3_rows_carry_the_assumed_kernel_and_say_so() -> None:
+    # The paper names no kernel: the meta-internal release profile assumes FlashAttention-2 and its rule says so.
     rows = [r for r in load_runs() if "arXiv:2407.21783" in r.source]
     assert len(rows) == 3
     for row in rows:
-        facts = run_facts(row)
-        assert facts["attention_kernel"] == "flash2" and "ASSUMPTION" in facts["attention_source"]
-        assert job_from_run(row, load_constants()).train.attention_kernel is AttentionKernel.FLASH2
+        job = job_from_run(row, load_constants())
+        assert job.train.attention_kernel is AttentionKernel.FLASH2
+        assert job.profile is not None
+        rule = next(s for s in job.profile.applied if s.name == "attention_kernel")
+        assert "ASSUMPTION" in rule.read
 
 
 @pytest.mark.parametrize("seq", (256, 512, 1024, 2048, 8192, 32768))

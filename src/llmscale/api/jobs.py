@@ -16,9 +16,10 @@ from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
 from llmscale.io.catalog import load_frameworks
-from llmscale.io.resolve import BatchDefault, JobRequest, resolve
+from llmscale.io.resolve import BatchDefault, Job, JobRequest, resolve
 from llmscale.launch.document import ExportFormat, export_text
 from llmscale.layout.constraints import parse_rules
+from llmscale.layout.profile import ReleaseLayouts
 from llmscale.report.documents import explain_document, memory_document, plan_document
 from llmscale.search.plan import Objective
 from llmscale.search.plan import plan as search_plan
@@ -77,7 +78,7 @@ def job_request(model: ModelRef, cluster: ClusterRef, gpus: int | None, train: M
 
 def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None = None,
          train: Mapping[str, Any] | TrainSpec | None = None, objective: Objective | str = Objective.THROUGHPUT,
-         framework: Framework | str = Framework.MEGATRON_CORE, rules: Mapping[str, RuleValue] | None = None,
+         framework: str | None = None, rules: Mapping[str, RuleValue] | None = None,
          max_memory_fraction: float = 1.0, top: int = 5, calibration: Path | None = None,
          allow_unsealed: bool = False, expect_sha256: str | None = None,
          on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
@@ -87,9 +88,9 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
     'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES."""
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
-    target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
+    target = SearchTarget(rules=parse_rules(texts), max_memory_fraction=max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,
-                          expect_sha256=expect_sha256)
+                          expect_sha256=expect_sha256, framework=framework_text(framework))
     return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force)
 
 
@@ -98,25 +99,44 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
     """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
     whole("top", top, allow_none=False)
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
+    target = replace(target, framework=engine_of(job), release=(
+        ReleaseLayouts(job.profile.profile, job.profile.facts) if job.profile is not None else None))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
                          objective=objective, top=top, target=target, on_size=on_size, force=force)
     return Plan.of(plan_document(result, job), result, job)
 
 
+def framework_text(framework: Any) -> str | None:
+    """`--framework` from Python: NAME[@RELEASE], `any`, or None (the default framework); a SpecError otherwise."""
+    if framework is None:
+        return None
+    value = getattr(framework, "value", framework)
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError("framework", framework, "NAME or NAME@RELEASE (llmscale catalog frameworks), or any")
+    return value
+
+
+def engine_of(job: Job) -> Framework:
+    """The engine whose layout support bounds a search of the job: its release's (any without one)."""
+    release = job.profile.profile if job.profile is not None else None
+    return release.engine if release is not None and release.engine is not None else Framework.ANY
+
+
 def _request(model: ModelRef, cluster: ClusterRef, gpus: int | None, layout: LayoutRef,
              train: Mapping[str, Any] | TrainSpec | None, from_plan: Path | None, calibration: Path | None,
-             expect_sha256: str | None, allow_unsealed: bool = False) -> JobRequest:
+             expect_sha256: str | None, allow_unsealed: bool = False, framework: Any = None) -> JobRequest:
     return job_request(model, cluster, gpus, train, layout if layout is not None else {}, from_plan=from_plan,
-                       calibration=calibration, allow_unsealed=allow_unsealed, expect_sha256=expect_sha256)
+                       calibration=calibration, allow_unsealed=allow_unsealed, expect_sha256=expect_sha256,
+                       framework=framework_text(framework))
 
 
 def explain(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
             train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
             calibration: Path | None = None, allow_unsealed: bool = False,
-            expect_sha256: str | None = None) -> Explain:
+            expect_sha256: str | None = None, framework: str | None = None) -> Explain:
     """Step time, MFU, throughput and the step and memory breakdowns of one layout (`llmscale explain`)."""
     return explain_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256,
-                                allow_unsealed))
+                                allow_unsealed, framework))
 
 
 def explain_job(request: JobRequest) -> Explain:
@@ -129,10 +149,10 @@ def explain_job(request: JobRequest) -> Explain:
 def memory(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
            train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
            calibration: Path | None = None, allow_unsealed: bool = False,
-           expect_sha256: str | None = None) -> Memory:
+           expect_sha256: str | None = None, framework: str | None = None) -> Memory:
     """Memory of the most-loaded GPU by class and whether it fits (`llmscale memory`)."""
     return memory_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256,
-                               allow_unsealed))
+                               allow_unsealed, framework))
 
 
 def memory_job(request: JobRequest) -> Memory:
@@ -144,10 +164,10 @@ def memory_job(request: JobRequest) -> Memory:
 
 def export(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
            train: Mapping[str, Any] | TrainSpec | None = None, fmt: ExportFormat | str = ExportFormat.MEGATRON,
-           from_plan: Path | None = None, calibration: Path | None = None) -> str:
+           from_plan: Path | None = None, calibration: Path | None = None, framework: str | None = None) -> str:
     """One layout as a training framework's launch arguments (`llmscale export`): the text the command writes.
     A layout (or `from_plan`) is required: the default one-GPU-per-replica layout is rarely one anybody runs."""
-    return export_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, None),
+    return export_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, None, framework=framework),
                       choice(ExportFormat, fmt, "format"))
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmscale.api.jobs import ClusterRef, ModelRef, choice, whole
+from llmscale.api.jobs import ClusterRef, ModelRef, choice, framework_text, whole
 from llmscale.api.results import Document, Goodput
 from llmscale.errors import SpecError
 from llmscale.io.catalog import load_published_mfu
@@ -21,6 +21,7 @@ from llmscale.report.goodput_output import MinInterval, goodput_document
 from llmscale.specs.bounds import MAX_DAYS
 from llmscale.specs.failures import Mitigation
 from llmscale.units import MINUTES_PER_DAY, SECONDS_PER_DAY
+from llmscale.validation.jobs import Facts
 from llmscale.validation.runs import load_rows
 from llmscale.validation.validate import ValidationReport, validate_rows
 
@@ -136,13 +137,18 @@ def _check_work(interruptions: float, trials: int) -> None:
                         "--trials or --days, or pass --force")
 
 
-def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False) -> Document:
+def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False,
+             facts: Facts | str = Facts.PROFILE, framework: str | None = None) -> Document:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (default: the shipped set;
-    `llmscale validate`). `to_frame()`: one row per evaluated run."""
-    return Document(validation_document(validate_report(runs, calibration, allow_unsealed)), rows_key="rows")
+    `llmscale validate`). facts: `profile` (the published table and the row's release profile: what a user knows)
+    or `recipe` (also the row's own recipe facts); framework: only rows of NAME or NAME@RELEASE.
+    `to_frame()`: one row per evaluated run."""
+    return Document(validation_document(validate_report(runs, calibration, allow_unsealed, facts, framework)),
+                    rows_key="rows")
 
 
-def validate_report(runs: Path | str | None = None, calibration: Path | None = None,
-                    allow_unsealed: bool = False) -> ValidationReport:
+def validate_report(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False,
+                    facts: Facts | str = Facts.PROFILE, framework: str | None = None) -> ValidationReport:
     """The validation report itself (validation.validate), for tables and charts."""
-    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed)
+    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed,
+                         facts=choice(Facts, facts, "facts"), framework=framework_text(framework))

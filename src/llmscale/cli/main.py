@@ -149,13 +149,19 @@ def validate(
     as_json: o.JsonOpt = False,
     calibration: o.CalibrationOpt = None,
     allow_unsealed: o.AllowUnsealedOpt = False,
+    facts: Annotated[str, typer.Option(
+        "--facts", metavar="profile|recipe", help="what each prediction reads: profile — the published table and the "
+        "row's framework release profile, what a user knows (the headline); recipe — also the row's own recipe facts "
+        "(data/run_settings.yaml)")] = "profile",
+    framework: Annotated[str | None, typer.Option(
+        "--framework", metavar="NAME[@RELEASE]", help="only the rows of this framework (or release)")] = None,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (exit 4: no row evaluated)."""
     from llmscale.api.runs import validate_report
     from llmscale.report.documents import validation_document
     from llmscale.report.tables import validation_table
 
-    report = validate_report(runs, calibration, allow_unsealed)
+    report = validate_report(runs, calibration, allow_unsealed, facts, framework)
     if as_json:
         typer.echo(strict_dumps(validation_document(report)))
     else:

@@ -107,6 +107,12 @@ AttentionKernelOpt = Annotated[AttentionKernel | None, typer.Option(
     TRAIN_FLAGS["attention_kernel"], case_sensitive=False,
     help="which fused attention kernel runs: the fastest the catalog measured on the GPU, or FlashAttention-2 "
     "(PyTorch SDPA's flash backend)" + escape(" [default: fastest]"))]
+FrameworkOpt = Annotated[str | None, typer.Option(
+    "--framework", metavar="NAME[@RELEASE]",
+    help="the framework release whose default settings (TP/EP overlap, gradient dtype, CUDA graphs, FP8 recipe, "
+    "recompute, fused kernels) fill what the flags leave open, and whose engine bounds a search "
+    "(catalog/frameworks.yaml `releases`; a wrong name lists them); any: none" + escape(" [default: megatron-bridge, "
+                                                                                   "its newest release]"))]
 FromPlanOpt = Annotated[
     Path | None,
     typer.Option("--from-plan", help="the job of a saved `llmscale plan --json` (top[0]) or `explain --json` document; "
@@ -132,18 +138,19 @@ AllowUnsealedOpt = Annotated[bool, typer.Option("--allow-unsealed", metavar="",
 
 
 def layout_option(field: LayoutField) -> tuple[Any, Any]:
-    """(annotation, default) of the typer option for one layout field. Every option defaults to None (not given)
-    except a plain on-switch (False), so the spec's own default applies and a given value is told from an absent
-    one; the help shows the spec's default."""
+    """(annotation, default) of the typer option for one layout field. Every option defaults to None (not given),
+    so the framework release's setting or the spec's own default applies and a given value is told from an absent
+    one; the help shows the default."""
     return option_for(field, field.default)
 
 
 def option_for(field: LayoutField, default: Any) -> tuple[Any, Any]:
     """`layout_option` with the default the help names (`default`: the spec's, or a command's own)."""
     flag = field.knob.cli_flag(field.name)
-    if field.kind is bool and field.is_flag:
-        switch = typer.Option(flag, metavar="", help=field.description + escape(" [default: off]"))
-        return Annotated[bool, switch], False
+    if field.kind is bool and field.is_flag:  # on/off: a framework release may set it, so off can be asked for too
+        switch = typer.Option(f"{flag}/--no-{flag[2:]}", metavar="", help=field.description + escape(
+            " [default: the framework release's setting, else off]"))
+        return Annotated[bool | None, switch], None
     if field.kind is bool:
         return Annotated[bool | None, typer.Option(f"{flag}/--no-{flag[2:]}", metavar="", help=field.description)], None
     shown = "" if default is None else escape(f" [default: {getattr(default, 'value', default)}]")  # not markup
@@ -163,9 +170,8 @@ def layout_parameters(spec: type[Layout] = Layout) -> list[inspect.Parameter]:
 
 
 def given_layout(values: dict[str, Any], spec: type[Layout] = Layout) -> dict[str, Any]:
-    """The layout fields the user gave (an on-switch counts when on)."""
-    return {f.name: values[f.name] for f in spec_fields(spec)
-            if values.get(f.name) is not None and not (f.is_flag and values[f.name] is False)}
+    """The layout fields the user gave (on or off)."""
+    return {f.name: values[f.name] for f in spec_fields(spec) if values.get(f.name) is not None}
 
 
 def train_fields(**flags: Any) -> dict[str, Any]:
@@ -197,14 +203,15 @@ class JobFlags:
                           layout=self.layout, calibration=v["calibration"],
                           force_calibration=bool(v["force_calibration"]),
                           allow_unsealed=bool(v["allow_unsealed"]), from_plan=v["from_plan"],
-                          expect_sha256=v["expect_sha256"])
+                          expect_sha256=v["expect_sha256"], framework=v["framework"])
 
 
 _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("model", ModelOpt), ("cluster", ClusterOpt), ("gpus", GpusOpt), ("gbs", GbsOpt), ("seq_len", SeqOpt),
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
     ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt),
-    ("fp8_recipe", Fp8RecipeOpt), ("attention_kernel", AttentionKernelOpt), ("from_plan", FromPlanOpt),
+    ("fp8_recipe", Fp8RecipeOpt), ("attention_kernel", AttentionKernelOpt), ("framework", FrameworkOpt),
+    ("from_plan", FromPlanOpt),
     ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt),
     ("allow_unsealed", AllowUnsealedOpt), ("expect_sha256", ExpectShaOpt),
 )

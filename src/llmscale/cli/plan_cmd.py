@@ -21,7 +21,6 @@ from llmscale.report.tables import console
 from llmscale.search.plan import Objective
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.bounds import MAX_TOKENS
-from llmscale.specs.framework import Framework
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
 MAX_TOP = 10_000
@@ -37,10 +36,6 @@ BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens", 
                                                                           MAX_TOKENS),
                                                    help="global batch cap (default: critical batch law)")]
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
-FrameworkOpt = Annotated[Framework, typer.Option(
-    "--framework", case_sensitive=False,
-    help="search only what this framework runs at its checked commit (catalog/frameworks.yaml); any: everything "
-         "the cost model prices, naming which framework could run each layout")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="search even when the estimated layouts pass the limit "
                                         "(search.plan.MAX_SEARCH_CANDIDATES, 10⁸)")]
 MemoryFractionOpt = Annotated[float, typer.Option(
@@ -55,7 +50,7 @@ def plan_cmd(
     gpus: o.GpusOpt = None,
     tokens: TokensOpt = None,
     objective: ObjectiveOpt = Objective.THROUGHPUT,
-    framework: FrameworkOpt = Framework.MEGATRON_CORE,
+    framework: o.FrameworkOpt = None,
     max_memory_fraction: MemoryFractionOpt = 1.0,
     top: TopOpt = 5,
     gbs: o.GbsOpt = None,
@@ -82,8 +77,8 @@ def plan_cmd(
                            fp8_dispatch=fp8_dispatch, fp8_recipe=fp8_recipe, attention_kernel=attention_kernel)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                          calibration=calibration, force_calibration=force_calibration,
-                         allow_unsealed=allow_unsealed, expect_sha256=expect_sha256)
-    target = SearchTarget(framework, parse_rules(rules), max_memory_fraction)
+                         allow_unsealed=allow_unsealed, expect_sha256=expect_sha256, framework=framework)
+    target = SearchTarget(rules=parse_rules(rules), max_memory_fraction=max_memory_fraction)
     result = _search(request, objective, top, target, quiet=as_json, force=force)
     if html is not None:
         from llmscale.report.plan_html import write_plan_html

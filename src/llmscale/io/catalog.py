@@ -142,8 +142,8 @@ def _with_failures(cluster: dict[str, Any], where: str) -> dict[str, Any]:
 
 def load_frameworks() -> dict[Framework, FrameworkSupport]:
     """What each training framework runs (catalog/frameworks.yaml), by framework."""
-    data: dict[str, Any] = catalog_file("frameworks.yaml")
-    supports = [parse_spec(FrameworkSupport, {"name": name, **body}, where=f"catalog frameworks.yaml {name}")
+    data: dict[str, Any] = catalog_file("frameworks.yaml")["engines"]
+    supports = [parse_spec(FrameworkSupport, {"name": name, **body}, where=f"catalog frameworks.yaml engines.{name}")
                 for name, body in data.items()]
     return {s.name: s for s in supports}
 
@@ -194,3 +194,14 @@ def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
     if num_gpus is not None:
         data = {**data, "num_gpus": num_gpus}
     return parse_spec(ClusterSpec, _with_failures(data, where), where=where)
+
+
+@cache
+def _gpu_keys() -> dict[str, str]:
+    """Catalog GPU key by display name (`H100-SXM5-80GB` → `h100-sxm`)."""
+    return {body["name"]: key for key, body in _entries(Kind.GPUS).items()}
+
+
+def gpu_key(gpu: GPUSpec) -> str | None:
+    """The catalog key of a GPU spec (matched by its name), None for a GPU of the user's own."""
+    return _gpu_keys().get(gpu.name)

@@ -119,11 +119,20 @@ def model_from_hf_config(data: dict[str, Any], name: str, where: str = "") -> Mo
     if cfg.model_type == "llama":
         _llama_bias(cfg, spec)
     spec["name"] = name
+    spec["family"] = _family(cfg)
     spec["source"] = f"Hugging Face config.json of {name} (model_type {cfg.model_type})"
     try:
         return parse_spec(ModelSpec, spec, where)
     except SpecError as err:
         raise _relabel(err, cfg) from None
+
+
+def _family(cfg: _Config) -> str:
+    """The family release profiles know it by: the model_type with dashes; `llama` is Llama 3 with its 128K
+    vocabulary (meta-llama/Meta-Llama-3-8B config.json vocab_size 128256), else Llama 2."""
+    if cfg.model_type == "llama":
+        return "llama3" if int(cfg.data.get("vocab_size") or 0) >= 128000 else "llama2"
+    return cfg.model_type.replace("_", "-")
 
 
 def _model_type(data: dict[str, Any], where: str) -> str:

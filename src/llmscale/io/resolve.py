@@ -22,6 +22,7 @@ from llmscale.errors import LlmscaleError, SpecError
 from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_gpu, load_model
 from llmscale.io.files import parse_spec
+from llmscale.io.releases import ProfileApplication, fill, find_release, given_fields
 from llmscale.io.saved import read_saved
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import validate_one
@@ -31,6 +32,7 @@ from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.fingerprint import sha256_of
+from llmscale.specs.framework import ReleaseProfile
 from llmscale.specs.layout import LAYOUT_FIELDS, Layout
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TRAIN_FLAGS, AttentionKernel, Fp8Recipe, Precision, TrainSpec
@@ -72,6 +74,13 @@ class JobRequest:
     """None: the catalog's."""
     origin: str = ""
     """Where the request came from, for its error messages (`published run 'X'`); default: the field's group."""
+    framework: str | ReleaseProfile | None = None
+    """`NAME[@RELEASE]` (io.releases.find_release), a release profile, or `any` (no profile); None: the default
+    framework's newest release. Its rules fill what the user left open."""
+
+
+ANY_FRAMEWORK = "any"
+"""`--framework any`: no release profile (every setting at the specs' defaults unless given), no engine bound."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,8 @@ class Job:
     """The global batch is the critical batch (`BatchDefault.CRITICAL`), not the user's."""
     calibration: CalibrationRecord | None = None
     """The calibration profile applied (None: none)."""
+    profile: ProfileApplication | None = None
+    """What the framework release's profile set (None: `--framework any`)."""
 
     @property
     def layouts(self) -> Layouts:
@@ -138,15 +149,36 @@ class Setting:
 def resolve(request: JobRequest) -> Job:
     """The Job the request describes (module docstring); a problem is one LlmscaleError naming it."""
     request = _with_saved(request) if request.from_plan is not None else request
-    model = resolve_model(request.model)
+    request, model, application = _with_profile(request, resolve_model(request.model))
     setting = resolve_setting(request)
     train, from_law = setting.train, False
     if request.batch is BatchDefault.CRITICAL and not _batch_given(request.train):
         law = critical_batch_sequences(model, train, setting.constants.search)
         train, from_law = train.model_copy(update={"global_batch": law}), True
-    job = _with_layout(request, model, replace(setting, train=train), from_law)
+    job = replace(_with_layout(request, model, replace(setting, train=train), from_law), profile=application)
     check_sha256(job.input_sha256, request.expect_sha256)
     return job
+
+
+def release_of(framework: str | ReleaseProfile | None) -> ReleaseProfile | None:
+    """The release profile a request names (None for `any`)."""
+    if isinstance(framework, ReleaseProfile):
+        return framework
+    if framework is not None and framework.strip() == ANY_FRAMEWORK:
+        return None
+    return find_release(framework)
+
+
+def _with_profile(request: JobRequest, model: ModelSpec) -> tuple[JobRequest, ModelSpec, ProfileApplication | None]:
+    """The request with its framework release's settings filled in where the user left them open."""
+    release = release_of(request.framework)
+    if release is None:
+        return request, model, None
+    cluster = resolve_cluster(request.cluster)
+    layout = given_fields(request.layout) if request.layout is not None else None
+    filled = fill(release, model, cluster, given_fields(request.train), layout, request.gpus)
+    return (replace(request, cluster=cluster, train=filled.train, layout=filled.layout), filled.model,
+            filled.application)
 
 
 def resolve_setting(request: JobRequest) -> Setting:
@@ -255,6 +287,9 @@ def _with_saved(request: JobRequest) -> JobRequest:
         conflicts.append("--gpus")
     if request.calibration is not None and isinstance(saved.model, ModelSpec):
         conflicts.append("--calibration")
+    if request.framework is not None and saved.framework is not None and _release_label(request.framework) != (
+            _release_label(saved.framework)):
+        conflicts.append("--framework")
     if conflicts:
         raise LlmscaleError(f"--from-plan {request.from_plan}: {', '.join(conflicts)} disagree(s) with the file, "
                             "which sets the model, cluster, GPUs, layout, run and calibration it was made with; drop "
@@ -265,7 +300,14 @@ def _with_saved(request: JobRequest) -> JobRequest:
                       force_calibration=request.force_calibration, allow_unsealed=request.allow_unsealed,
                       expect_sha256=request.expect_sha256,
                       batch=request.batch, constants=request.constants if request.constants is not None
-                      else saved.constants, origin=f"{request.from_plan}")
+                      else saved.constants, origin=f"{request.from_plan}",
+                      framework=request.framework if request.framework is not None else saved.framework)
+
+
+def _release_label(framework: str | ReleaseProfile) -> str:
+    """A framework as its resolved release (`megatron-bridge` → `megatron-bridge@26.08`), or `any`."""
+    release = release_of(framework)
+    return release.label if release is not None else ANY_FRAMEWORK
 
 
 def _layout_conflicts(request: JobRequest, saved: Mapping[str, Any]) -> list[str]:

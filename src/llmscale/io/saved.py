@@ -31,6 +31,8 @@ class SavedJob:
     layout: dict[str, Any]
     train: dict[str, Any] = field(default_factory=dict)
     constants: Constants | None = None
+    framework: str | None = None
+    """The framework release it was made under (`megatron-bridge@26.08`, `any`); None: the document names none."""
 
 
 def read_saved(path: Path) -> SavedJob:
@@ -54,7 +56,16 @@ def read_saved(path: Path) -> SavedJob:
     model, cluster, constants = _inputs(path, doc)
     inputs = _object(path, doc, "inputs", None)
     train = _object(path, inputs, "train", train) if inputs is not None else train
-    return SavedJob(model, cluster, gpus, layout, train, constants)
+    return SavedJob(model, cluster, gpus, layout, train, constants, _release(path, doc))
+
+
+def _release(path: Path, doc: dict[str, Any]) -> str | None:
+    """The `framework.release` a plan or explain document records."""
+    entry = _object(path, doc, "framework", {})
+    release = entry.get("release")
+    if release is not None and not isinstance(release, str):
+        raise InputFileError(f"{path}: 'framework.release' must be a text such as megatron-bridge@26.08")
+    return release
 
 
 def _object(path: Path, doc: dict[str, Any], key: str, absent: Any) -> Any:

@@ -35,6 +35,7 @@ import numpy as np
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.constraints import FieldRule, LayoutRules
+from llmscale.layout.profile import ReleaseLayouts
 from llmscale.layout.rules import Reason, check
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
@@ -74,6 +75,9 @@ class SpaceOptions:
     """ZeRO stages searched with pipelining (pp > 1): the target framework's (catalog/frameworks.yaml)."""
     zero_without_pp: tuple[int, ...] = (0, 1, 2, 3)
     """ZeRO stages searched without (pp = 1)."""
+    release: ReleaseLayouts | None = None
+    """The framework release whose layout settings (TP/EP overlap, CUDA graphs, sequence parallelism) each layout
+    takes where the user rules on none of them (layout.profile); None: the layout's own defaults."""
     given: frozenset[str] = frozenset()
     """The fields the user ruled on (a subset of `rules`): a finite set of values given for one of them replaces
     its default candidates (`--tp 16` on an 8-GPU NVLink domain is tried), and a field the space does not vary
@@ -162,6 +166,9 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
         flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
                  "recompute_moe_act": modules & model.is_moe}
     columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
+    if opts.release is not None:
+        sizes = {name: columns[name] for name in ("tp", "pp", "vpp", "cp", "ep", "dp", "zero")}
+        columns |= opts.release.columns(sizes, skip=opts.given | frozenset(columns))
     lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)

@@ -43,8 +43,22 @@ def job_header(job: Job) -> dict[str, Any]:
         "layout": job.resolved_layout.model_dump(mode="json"),
         "train": job.train.model_dump(mode="json"),
         "calibration": job.calibration.as_dict() if job.calibration is not None else None,
+        "framework": profile_entry(job),
         "inputs": job.inputs_document(),
     }
+
+
+def profile_entry(job: Job) -> dict[str, Any]:
+    """The framework release the job ran under and what its profile set (catalog/frameworks.yaml): each setting
+    with its value and the source it was read in; `kept`: settings it would set that the user gave."""
+    application = job.profile
+    if application is None:
+        return {"release": "any", "applied": [], "kept": []}
+    return {"release": application.release, "engine": application.profile.engine.value if
+            application.profile.engine is not None else None,
+            "applied": [{"setting": s.name, "value": getattr(s.value, "value", s.value), "source": s.source,
+                         "read": s.read} for s in application.applied],
+            "kept": list(application.kept)}
 
 
 def memory_document(job: Job, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:
@@ -114,13 +128,17 @@ def validation_document(report: ValidationReport) -> dict[str, Any]:
                 "error_pct": row.error_pct, "fits": row.fits, "memory_bytes": row.memory_bytes,
                 "capacity_bytes": row.capacity_bytes, "predicted_mfu": row.predicted_mfu,
                 "published_mfu": row.published_mfu, "best_published_mfu": row.best_published_mfu,
-                "above_published_mfu": row.above_published,
+                "above_published_mfu": row.above_published, "release": row.release, "family": row.family,
+                "chosen": row.chosen, "entries": list(row.entries),
             }
             for row in report.rows
         ],
+        "facts": report.facts.value,
         "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
         "groups": [{"framework": framework, "model_type": kind, **asdict(summary)}
                    for (framework, kind), summary in report.by_group().items()],
+        "families": [{"family": family, "model_type": kind, **asdict(summary)}
+                     for (family, kind), summary in report.by_family().items()],
         "summary": report.summary(),
         "calibration": report.calibration.as_dict() if report.calibration is not None else None,
     }
@@ -151,6 +169,7 @@ def _target_entry(result: PlanResult) -> dict[str, Any]:
     """What the search was bounded by: the framework and its checked commit, the user's rules, the memory cap."""
     target = result.target
     return {"name": target.framework.value, "checked": result.framework_label,
+            "release": target.release.release.label if target.release is not None else "any",
             "rules": {name: rule.text for name, rule in target.rules.rules.items()},
             "max_memory_fraction": target.max_memory_fraction}
 

@@ -84,6 +84,8 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
     attention = (" · unfused attention" if not train.flash_attention else
                  "" if kernel is AttentionKernel.FASTEST else f" · {kernel.value} attention")
     console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}{attention}")
+    for line in profile_lines(job):
+        console.print(escape(line))
     table = Table(title_justify="left")
     table.add_column("class")
     table.add_column("GiB", justify="right")
@@ -122,6 +124,27 @@ PART_LABELS = {"compute_s": "compute", "recompute_s": "recompute", "tp_exposed_s
                "dp_exposed_s": "DP exposed", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer",
                "overhead_s": "overhead", "offload_s": "offload (PCIe)"}
 """How the terminal names a step part; a part without a label is named after its field."""
+
+
+def profile_lines(job: Job) -> list[str]:
+    """`# framework megatron-bridge@25.09: tp overlap on, fp32 grads off (bridge-…), …` — what the release profile
+    set for this job, with the source of each; the settings the user's flags kept."""
+    application = job.profile
+    if application is None:
+        return ["# framework any: no release profile (settings as given, else llmscale's defaults)"]
+    applied = ", ".join(f"{s.name} {_setting_text(s.value)} ({s.source})" for s in application.applied)
+    lines = [f"# framework {application.release}: " + (applied or "no rule applies to this job")]
+    if application.kept:
+        lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
+    return lines
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(getattr(value, "value", value))
 
 
 def part_label(part: str) -> str:
@@ -164,15 +187,19 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | 
 
 
 def validation_table(report: ValidationReport) -> None:
-    console.print(f"# llmscale {__version__} validate · predicted vs published tokens/s per GPU")
+    reads = {"profile": "the published table and each row's framework release profile",
+             "recipe": "the published table, the release profile and each row's own recipe facts"}
+    console.print(f"# llmscale {__version__} validate · predicted vs published tokens/s per GPU · facts "
+                  f"{report.facts.value}: {reads[report.facts.value]}")
     table = Table(title_justify="left")
-    for column, justify in (("run", "left"), ("framework", "left"), ("gpu", "left"), ("type", "left"),
+    for column, justify in (("run", "left"), ("release", "left"), ("gpu", "left"), ("type", "left"),
                             ("GPUs", "right"), ("predicted", "right"), ("published", "right"), ("error", "right"),
                             ("fits", "left"), ("MFU", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in report.rows:
         mfu = f"{row.predicted_mfu:.1%}" + (" > published" if row.above_published else "")
-        table.add_row(row.name, row.framework, row.gpu, row.model_type, f"{row.num_gpus:,}",
+        table.add_row(row.name, row.release or f"{row.framework} (no profile)", row.gpu, row.model_type,
+                      f"{row.num_gpus:,}",
                       f"{row.predicted_tokens_per_s_per_gpu:,.0f}", f"{row.published_tokens_per_s_per_gpu:,.0f}",
                       f"{row.error_pct:+.1f}%", _fit_cell(row), mfu)
     console.print(table)
@@ -198,12 +225,14 @@ def _fit_cell(row: ValidationRow) -> str:
 
 
 def _group_table(report: ValidationReport) -> None:
-    table = Table(title="|error| by framework and model type", title_justify="left")
-    for column, justify in (("framework", "left"), ("type", "left"), ("rows", "right"), ("median", "right"),
-                            ("p90", "right"), ("max", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for (framework, kind), summary in report.by_group().items():
-        table.add_row(framework, kind, str(summary.rows), f"{summary.median_abs_error_pct:.1f}%",
-                      f"{summary.p90_abs_error_pct:.1f}%", f"{summary.max_abs_error_pct:.1f}%")
-    console.print(table)
+    for title, first, groups in (("framework and model type", "framework", report.by_group()),
+                                 ("model family", "family", report.by_family())):
+        table = Table(title=f"|error| by {title}", title_justify="left")
+        for column, justify in ((first, "left"), ("type", "left"), ("rows", "right"), ("median", "right"),
+                                ("p90", "right"), ("max", "right")):
+            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for (name, kind), summary in groups.items():
+            table.add_row(name, kind, str(summary.rows), f"{summary.median_abs_error_pct:.1f}%",
+                          f"{summary.p90_abs_error_pct:.1f}%", f"{summary.max_abs_error_pct:.1f}%")
+        console.print(table)
 

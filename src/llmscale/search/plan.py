@@ -325,8 +325,16 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
         concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
         floor=constants.search.scaling_floor,
-        framework_label=supports[target.framework].label if target.framework in supports else target.framework.value,
+        framework_label=_framework_label(target, supports),
     )
+
+
+def _framework_label(target: SearchTarget, supports: Supports) -> str:
+    """`megatron-bridge@26.08 on megatron-core @ d98e8a6`, `megatron-core @ d98e8a6`, or `any`."""
+    engine = supports[target.framework].label if target.framework in supports else target.framework.value
+    if target.release is None:
+        return engine
+    return f"{target.release.release.label} on {engine}"
 
 
 MAX_SEARCH_CANDIDATES = 100_000_000

@@ -13,6 +13,7 @@ import numpy as np
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.constraints import MOE_ONLY, FieldRule, LayoutRules, field_of, framework_rules
+from llmscale.layout.profile import ReleaseLayouts
 from llmscale.layout.space import SpaceOptions
 from llmscale.specs.framework import Framework, FrameworkSupport
 
@@ -29,6 +30,8 @@ class SearchTarget:
     """A layout fits when its most-loaded GPU needs at most this share of the GPU's memory."""
     space: SpaceOptions | None = None
     """The space to start from (None: layout.space's defaults with the framework's searched ZeRO stages)."""
+    release: ReleaseLayouts | None = None
+    """The framework release whose layout settings each layout takes (None: the layouts' own defaults)."""
 
     def check(self, supports: Supports, moe: bool = True) -> None:
         """Every value the user fixed must be one the framework runs and mean something for the model; a SpecError
@@ -68,7 +71,7 @@ class SearchTarget:
             without = tuple(sorted({z for s in supports.values() for z in s.zero_without_pipeline})) or (
                 base.zero_without_pp)
             return replace(base, zero=base.zero if self.space else zero, rules=self.rules, given=given,
-                           zero_with_pp=with_pp, zero_without_pp=without)
+                           zero_with_pp=with_pp, zero_without_pp=without, release=self.release)
         if self.framework not in supports:
             raise SpecError("--framework", self.framework.value, f"no catalog entry; known: "
                             f"{', '.join(f.value for f in supports)}, any")
@@ -76,7 +79,7 @@ class SearchTarget:
         rules = framework_rules(support, moe).merged(self.rules)
         zero = base.zero if self.space else tuple(support.searched_zero)
         return replace(base, zero=zero, rules=rules, given=given, zero_with_pp=tuple(support.zero_with_pipeline),
-                       zero_without_pp=tuple(support.zero_without_pipeline))
+                       zero_without_pp=tuple(support.zero_without_pipeline), release=self.release)
 
 
 def _empty(limit: FieldRule | None, rule: FieldRule) -> bool:

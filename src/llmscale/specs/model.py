@@ -80,6 +80,9 @@ class ModelSpec(Spec):
     """A decoder-only transformer. MoE when experts > 0."""
 
     name: str = Field(min_length=1)
+    family: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9.-]*$",
+                               description="model family a framework's recipes are written for (llama3, deepseek-v3, "
+                               "qwen3-moe, gpt-oss, …; release profiles condition on it); None: none known")
     layers: PositiveInt = Field(le=MAX_LAYERS, description="transformer blocks (bounds and reasons: specs.bounds)")
     hidden: PositiveInt = Field(le=MAX_HIDDEN, description="model width h")
     ffn_hidden: PositiveInt = Field(

@@ -258,12 +258,28 @@ def _take(run: PublishedRun, key: str, overrides: Mapping[str, Any]) -> Any:
     return value
 
 
+FAMILY_LABELS = (("LLAMA3", "llama3"), ("Llama 3", "llama3"), ("LLAMA2", "llama2"), ("DeepSeekV3", "deepseek-v3"),
+                 ("DeepSeek-V3", "deepseek-v3"), ("DeepSeek-V2", "deepseek-v2"), ("Qwen3", "qwen3"),
+                 ("GPT OSS", "gpt-oss"), ("Nemotron", "nemotron"), ("BLOOM", "bloom"), ("GPT", "gpt3"),
+                 ("Korthikanti 2022", "gpt3"), ("Megatron-Turing NLG", "gpt3"))
+"""The model family a row's name (the published table's model column) names, first match; Qwen3 with experts is
+qwen3-moe. GPT-3-style models of any size are the gpt3 family (Megatron's GPT recipes; Korthikanti et al. 2022
+trains GPT models of 22B to 1T, arXiv:2205.05198 Table 3)."""
+
+
+def family_of(run: PublishedRun) -> str | None:
+    """The row's model family (FAMILY_LABELS), None where its name names none."""
+    family = next((family for label, family in FAMILY_LABELS if label in run.name), None)
+    return f"{family}-moe" if family == "qwen3" and run.model_type is ModelType.MOE else family
+
+
 def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
     """The run's ModelSpec from its architecture keys (schema: docs/published-runs.md): MLA rows get DeepSeek's
     dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1. `overrides` sets ModelSpec fields the
     row leaves null or states differently (e.g. a key the caller's formula does not read)."""
     given = dict(overrides or {})
-    fields: dict[str, Any] = {"name": run.name, "source": run.source, "mtp_layers": _mtp_layers(run)}
+    fields: dict[str, Any] = {"name": run.name, "source": run.source, "mtp_layers": _mtp_layers(run),
+                              "family": family_of(run)}
     for key in ("layers", "hidden", "heads", "vocab", "gated_mlp"):
         fields[key] = _take(run, key, given)
     fields["kv_heads"] = run.raw.get("kv_heads")
@@ -302,16 +318,21 @@ def run_flops_per_token(run: PublishedRun, model: ModelSpec | None = None) -> fl
     """FLOPs per token under the run's own `flops_formula`, counted as its source counts (each FlopsFormula member names
     its paper or code; e.g. Megatron-Bridge `flop_utils.py`, PaLM App. B, arXiv:2204.02311): V padded to a multiple
     of 128·tp (Megatron-Bridge's DeepSeek-V3 provider: 1280·tp), PALM / Llama 3 with N = the row's active_params as
-    printed, MTP layers as the model has them (none for "w/o MTP" rows). `model` defaults to
-    `model_from_run(run)`."""
+    printed, MTP layers as the model has them (none for "w/o MTP" rows), GPT-OSS's MLP as Bridge counts it.
+    `model` defaults to `model_from_run(run)`."""
     where = f"published run {run.name!r}"
+    model = model if model is not None else model_from_run(run)
+    if run.flops_formula is FlopsFormula.BRIDGE2025 and model.family == "gpt-oss":
+        # Bridge counts 3/2 for a gated MLP only when its activation is SiLU; GPT-OSS's clamped SwiGLU is not
+        # (NVIDIA-NeMo/Megatron-Bridge@c810129341a8 src/megatron/bridge/training/utils/flop_utils.py L296-297).
+        model = model.model_copy(update={"gated_mlp": False})
     if run.flops_formula is None or run.flops_formula is FlopsFormula.UNSPECIFIED:
         raise SpecError("flops_formula", run.flops_formula, "the run names no FLOP-counting formula", where)
     if run.seq_len is None:
         raise SpecError("seq_len", None, "required to count FLOPs per token", where)
     return published_flops_per_token(
         run.flops_formula,
-        model if model is not None else model_from_run(run),
+        model,
         run.seq_len,
         tp=run.tp or 1,
         vocab_divisor=1280 if _is_deepseek_v3(run) else 128,

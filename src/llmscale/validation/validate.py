@@ -18,7 +18,7 @@ key, a layout that breaks a rule, a key outside the schema) is skipped with its 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from llmscale.search.plausibility import PublishedMfu, mfu_record
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.constants import Constants
 from llmscale.specs.train import Precision
-from llmscale.validation.jobs import job_from_run
+from llmscale.validation.jobs import Facts, release_for, row_job
 from llmscale.validation.runs import PublishedRun, run_from_row
 
 
@@ -60,6 +60,14 @@ class ValidationRow:
     predicted_mfu: float
     best_published_mfu: float | None
     """The best MFU a published run reached on this GPU generation and precision (None: no record)."""
+    release: str | None = None
+    """The framework release profile the row ran under (`megatron-bridge@25.09`; None: none known)."""
+    family: str | None = None
+    """The model family (ModelSpec.family)."""
+    chosen: dict[str, str] = field(default_factory=dict)
+    """Layout fields llmscale chose rather than read, and the rule (validation.jobs)."""
+    entries: tuple[str, ...] = ()
+    """The recipe entries applied (`--facts recipe`)."""
 
     @property
     def error_pct(self) -> float:
@@ -107,6 +115,8 @@ class ValidationReport:
     skipped: tuple[SkippedRow, ...]
     calibration: CalibrationRecord | None = None
     """The calibration profile applied to the runs on its GPU (None: none)."""
+    facts: Facts = Facts.PROFILE
+    """What the predictions read (validation.jobs.Facts)."""
 
     @property
     def median_abs_error_pct(self) -> float | None:
@@ -133,6 +143,14 @@ class ValidationReport:
             groups[("all", row.model_type)].append(row)
         return {key: ErrorSummary.of(rows) for key, rows in sorted(groups.items())}
 
+    def by_family(self) -> dict[tuple[str, str], ErrorSummary]:
+        """|error| per (model family, model type): MoE families apart (their kernels differ), dense as one."""
+        groups: dict[tuple[str, str], list[ValidationRow]] = defaultdict(list)
+        for row in self.rows:
+            family = (row.family or "unknown") if row.model_type == "moe" else "all dense"
+            groups[(family, row.model_type)].append(row)
+        return {key: ErrorSummary.of(rows) for key, rows in sorted(groups.items())}
+
     def summary(self) -> dict[str, Any]:
         """The statistics over all rows; a statistic without a value (no row evaluated) is null with a `_reason`
         key beside it, so the JSON stays strict (no NaN)."""
@@ -152,7 +170,8 @@ class ValidationReport:
 
 
 def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path | None = None,
-                  allow_unsealed: bool = False) -> ValidationReport:
+                  allow_unsealed: bool = False, facts: Facts = Facts.PROFILE,
+                  framework: str | None = None) -> ValidationReport:
     """Predict every row of a published-runs file; a row that cannot be read or evaluated (a wrong type, a
     missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash."""
     runs: list[PublishedRun] = []
@@ -162,29 +181,41 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path 
             runs.append(run_from_row(row, where))
         except LlmscaleError as exc:
             skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
+    if framework is not None:
+        runs = [run for run in runs if _of_framework(run, framework)]
     profile = load_profile(calibration, allow_unsealed) if calibration is not None else None
-    report = validate_runs(runs, load_constants(), profile)
+    report = validate_runs(runs, load_constants(), profile, facts)
     record = CalibrationRecord.of(profile) if profile is not None else None
-    return ValidationReport(report.rows, tuple(skipped) + report.skipped, record)
+    return ValidationReport(report.rows, tuple(skipped) + report.skipped, record, facts)
 
 
-def validate_runs(runs: list[PublishedRun], constants: Constants,
-                  calibration: CalibrationProfile | None = None) -> ValidationReport:
+def _of_framework(run: PublishedRun, framework: str) -> bool:
+    """`--framework NAME` keeps the rows of that framework, `NAME@RELEASE` those of that release."""
+    name, _, release = framework.partition("@")
+    if run.framework != name:
+        return False
+    found = release_for(run)
+    return not release or (found is not None and found.release == release)
+
+
+def validate_runs(runs: list[PublishedRun], constants: Constants, calibration: CalibrationProfile | None = None,
+                  facts: Facts = Facts.PROFILE) -> ValidationReport:
     """Predict every run; skip (with the reason) those that cannot be evaluated."""
     rows: list[ValidationRow] = []
     skipped: list[SkippedRow] = []
     record = load_published_mfu()
     for run in runs:
         try:
-            rows.append(_evaluate(run, constants, calibration, record))
+            rows.append(_evaluate(run, constants, calibration, record, facts))
         except LlmscaleError as exc:
             skipped.append(SkippedRow(run.name, str(exc)))
-    return ValidationReport(tuple(rows), tuple(skipped))
+    return ValidationReport(tuple(rows), tuple(skipped), facts=facts)
 
 
 def _evaluate(run: PublishedRun, constants: Constants, calibration: CalibrationProfile | None,
-              record: PublishedMfu) -> ValidationRow:
-    job = job_from_run(run, constants, calibration)
+              record: PublishedMfu, facts: Facts) -> ValidationRow:
+    built = row_job(run, constants, calibration, facts)
+    job = built.job
     step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
     best = mfu_record(record, job.cluster.gpu, job.train.precision)
     return ValidationRow(
@@ -196,4 +227,5 @@ def _evaluate(run: PublishedRun, constants: Constants, calibration: CalibrationP
         recompute=job.resolved_layout.recompute.value, fits=bool(step.memory.fits[0]),
         memory_bytes=float(step.memory.total_bytes[0]), capacity_bytes=float(step.memory.capacity_bytes),
         predicted_mfu=float(step.mfu[0]), best_published_mfu=best.mfu if best is not None else None,
+        release=built.release, family=job.model.family, chosen=built.chosen, entries=built.entries,
     )

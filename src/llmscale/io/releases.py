@@ -1,0 +1,224 @@
+"""Framework release profiles from the catalog (catalog/frameworks.yaml `releases`, `sources`), `--framework
+NAME[@RELEASE]`, and a profile applied to what a user gave: every setting the user left out that the release's rules
+set for this job is filled in, and the application records which rules set what (explain and memory print it).
+
+A setting the user gave always wins; the profile fills the rest; the specs' own defaults fill what neither sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from llmscale.errors import SpecError
+from llmscale.io.catalog import catalog_file, gpu_key
+from llmscale.io.files import parse_spec
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.framework import (
+    CHOICE_SETTINGS,
+    LAYOUT_SETTINGS,
+    LAYOUT_SIZES,
+    MODEL_SETTINGS,
+    TRAIN_SETTINGS,
+    ZERO3_ONLY,
+    JobFacts,
+    ProfileRule,
+    ReleaseProfile,
+    Source,
+    expand,
+    layout_holds,
+)
+from llmscale.specs.layout import Recompute
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Fp8Recipe, Precision
+
+DEFAULT_FRAMEWORK = "megatron-bridge"
+"""The framework a job runs under when it names none: its newest release (NVIDIA's recommended Megatron-Core trainer;
+its recipes set the overlaps and kernels a Megatron-Core job is run with)."""
+
+@cache
+def load_sources() -> dict[str, Source]:
+    """The sources table of catalog/frameworks.yaml, by id."""
+    table: dict[str, Any] = catalog_file("frameworks.yaml")["sources"]
+    return {key: parse_spec(Source, body, where=f"catalog frameworks.yaml sources.{key}")
+            for key, body in table.items()}
+
+
+@cache
+def load_releases() -> tuple[ReleaseProfile, ...]:
+    """Every release profile of catalog/frameworks.yaml, checked: each rule cites a known source, and a rule that
+    sets a run or model setting conditions only on the job (or on zero, for a ZeRO-3-only setting)."""
+    sources = load_sources()
+    releases = []
+    for i, body in enumerate(catalog_file("frameworks.yaml")["releases"]):
+        where = f"catalog frameworks.yaml releases[{i}]"
+        release = parse_spec(ReleaseProfile, body, where=where)
+        for j, rule in enumerate(release.rules):
+            _check_rule(rule, sources, f"{where} ({release.label}) rules[{j}]")
+        releases.append(release)
+    return tuple(releases)
+
+
+def _check_rule(rule: ProfileRule, sources: Mapping[str, Source], where: str) -> None:
+    if rule.source not in sources:
+        raise SpecError("source", rule.source, "an id of the sources table", where=where)
+    given = set(rule.set.given())
+    per_layout = {name for name in LAYOUT_SIZES if getattr(rule.when, name) is not None}
+    free = LAYOUT_SETTINGS | CHOICE_SETTINGS
+    if given - free and per_layout - ({"zero"} if given <= free | ZERO3_ONLY else set()):
+        raise SpecError("when", sorted(per_layout), "a rule that sets run or model settings may condition on the "
+                        "job only (a search shares one run among its layouts)", where=where)
+
+
+def frameworks() -> list[str]:
+    """The framework names that have releases."""
+    return sorted({r.framework for r in load_releases()})
+
+
+def find_release(text: str | None) -> ReleaseProfile:
+    """`NAME@RELEASE`, or `NAME` for its newest release (None: the default framework's newest)."""
+    name, _, release = (text or DEFAULT_FRAMEWORK).strip().partition("@")
+    candidates = [r for r in load_releases() if r.framework == name]
+    if not candidates:
+        raise SpecError("--framework", text, f"one of {', '.join(frameworks())} (optionally @RELEASE), or any")
+    if not release:
+        return max(candidates, key=lambda r: r.date)
+    for candidate in candidates:
+        if candidate.release == release:
+            return candidate
+    known = ", ".join(f"{name}@{r.release}" for r in sorted(candidates, key=lambda r: r.date))
+    raise SpecError("--framework", text, f"a release of {name}: {known}")
+
+
+@dataclass(frozen=True)
+class AppliedSetting:
+    """One setting a profile set for a job: its value and the rule that set it."""
+
+    name: str
+    value: Any
+    source: str
+    read: str
+
+
+@dataclass(frozen=True)
+class ProfileApplication:
+    """What a release profile did to one job."""
+
+    profile: ReleaseProfile
+    facts: JobFacts
+    """What its job conditions read (a search evaluates its layout settings per layout with them)."""
+    applied: tuple[AppliedSetting, ...]
+    """The settings it set (the user gave none of them)."""
+    kept: tuple[str, ...]
+    """Settings it would have set that the user gave (the user's value was kept)."""
+
+    @property
+    def release(self) -> str:
+        """`megatron-bridge@25.09`."""
+        return self.profile.label
+
+    def value(self, name: str) -> Any:
+        return next((s.value for s in self.applied if s.name == name), None)
+
+
+def job_facts(model: ModelSpec, cluster: ClusterSpec, precision: Precision, fp8_recipe: Fp8Recipe | None,
+              seq_len: int) -> JobFacts:
+    """What the profile's job conditions read, from the resolved model and cluster and the run's precision."""
+    return JobFacts(gpu=gpu_key(cluster.gpu) or "", generation=cluster.gpu.generation, precision=precision,
+                    fp8_recipe=fp8_recipe, moe=model.is_moe, family=model.family,
+                    dropless=model.capacity_factor is None, seq_len=seq_len)
+
+
+def layout_sizes(layout: Mapping[str, Any], num_gpus: int | None) -> dict[str, Any]:
+    """The layout sizes a rule reads, with the layout's defaults for what is not given (dp from the GPUs)."""
+    sizes = {name: layout.get(name) or 1 for name in ("tp", "pp", "vpp", "cp", "ep")}
+    sizes["zero"] = layout.get("zero", 1)
+    replica = sizes["tp"] * sizes["pp"] * sizes["cp"]
+    sizes["dp"] = layout.get("dp") or (max(num_gpus // replica, 1) if num_gpus else 1)
+    return sizes
+
+
+@dataclass(frozen=True)
+class Filled:
+    """A request's model, run and layout with a release profile's settings in place, and what it did."""
+
+    model: ModelSpec
+    train: dict[str, Any]
+    """The run's given fields (non-None), the profile's beside them."""
+    layout: dict[str, Any] | None
+    """The layout's given fields and the profile's; None for a search (its layouts get the layout settings one by
+    one: layout.profile)."""
+    application: ProfileApplication
+
+
+def given_fields(spec_or_mapping: Any) -> dict[str, Any]:
+    """The fields a user gave: a mapping's non-None values, or the fields a spec object was built with."""
+    if isinstance(spec_or_mapping, Mapping):
+        return {k: v for k, v in spec_or_mapping.items() if v is not None}
+    return {name: getattr(spec_or_mapping, name) for name in spec_or_mapping.model_fields_set}
+
+
+def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train: Mapping[str, Any],
+         layout: Mapping[str, Any] | None, num_gpus: int | None) -> Filled:
+    """The profile's settings for this job in every place the user left open (module docstring)."""
+    precision = Precision(train.get("precision", Precision.BF16))
+    facts = job_facts(model, cluster, precision, None, int(train.get("seq_len", 4096)))
+    sizes = layout_sizes(layout, num_gpus) if layout is not None else None
+    recipe = train.get("fp8_recipe") or _rule_value(release, facts, sizes, "fp8_recipe")
+    if precision is Precision.FP8 and recipe is None:
+        recipe = Fp8Recipe.MXFP8 if cluster.gpu.efficiency.gemm_mxfp8 is not None else Fp8Recipe.TENSORWISE
+    facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
+    chosen = _chosen(release, facts, sizes)
+    if precision is not Precision.FP8:
+        chosen.pop("fp8_recipe", None)  # a recipe scales FP8 tensors only
+    groups: dict[str, dict[str, Any]] = {"train": dict(train), "layout": dict(layout or {}), "model": {}}
+    applied, kept = [], []
+    for name, rule in chosen.items():
+        group = "train" if name in TRAIN_SETTINGS else "model" if name in MODEL_SETTINGS else (
+            "layout" if name in LAYOUT_SETTINGS and layout is not None else None)
+        if group is None:  # a layout setting of a search (set per layout), or a fact no spec holds: recorded
+            if name not in LAYOUT_SETTINGS:
+                applied.append(AppliedSetting(name, getattr(rule.set, name), rule.source, rule.read))
+            continue
+        value = getattr(rule.set, name)
+        if name == "recompute_modules" and _full(groups["layout"], chosen):
+            continue  # whole layers are recomputed: the module list is moot
+        fields = expand(name, value)
+        given = groups[group] if group != "model" else {}
+        if any(key in given for key in fields) or (group == "model" and _model_given(model, name)):
+            kept.append(name)
+            continue
+        groups[group] |= fields
+        applied.append(AppliedSetting(name, value, rule.source, rule.read))
+    new_model = model if not groups["model"] else parse_spec(
+        ModelSpec, model.model_dump() | groups["model"], where=f"model {model.name} under {release.label}")
+    return Filled(new_model, groups["train"], groups["layout"] if layout is not None else None,
+                  ProfileApplication(release, facts, tuple(applied), tuple(kept)))
+
+
+def _chosen(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None) -> dict[str, ProfileRule]:
+    """The winning rule per setting; for a search (no sizes) the run and model settings, whose layout conditions
+    (zero, for ZeRO-3-only settings) are taken as met: they are read only where they hold."""
+    chosen: dict[str, ProfileRule] = {}
+    for rule in release.rules:
+        if facts.holds(rule.when) and (sizes is None or bool(layout_holds(rule.when, dict(sizes)))):
+            chosen |= dict.fromkeys(rule.set.given(), rule)
+    return chosen
+
+
+def _rule_value(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None, name: str) -> Any:
+    rule = _chosen(release, facts, sizes).get(name)
+    return getattr(rule.set, name) if rule is not None else None
+
+
+def _full(layout: Mapping[str, Any], chosen: Mapping[str, ProfileRule]) -> bool:
+    """Whether the job recomputes whole layers (module recompute is then moot)."""
+    recompute = layout.get("recompute") or (chosen["recompute"].set.recompute if "recompute" in chosen else None)
+    return Recompute(recompute) is Recompute.FULL if recompute is not None else False
+
+
+def _model_given(model: ModelSpec, name: str) -> bool:
+    """A model setting the model's own definition states (its file or catalog entry set it)."""
+    return name in model.model_fields_set

@@ -1,0 +1,150 @@
+"""Framework release profiles (catalog/frameworks.yaml `releases`): loading, rule order, the user's flags over the
+release's, one meaning in explain and in a search, and validate's two readings (`--facts profile|recipe`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmscale.errors import LlmscaleError, SpecError
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.releases import fill, find_release, frameworks, load_releases, load_sources
+from llmscale.io.resolve import JobRequest, resolve
+from llmscale.layout.profile import SEARCH_FILLED, ReleaseLayouts
+from llmscale.specs.framework import ReleaseProfile
+from llmscale.validation.entries import recipe_entries
+from llmscale.validation.jobs import Facts, release_for, row_job
+from llmscale.validation.runs import load_runs
+
+RUNS = {run.name: run for run in load_runs()}
+
+
+def test_every_release_loads_and_every_rule_cites_a_known_source() -> None:
+    sources = load_sources()
+    releases = load_releases()
+    assert {"megatron-bridge", "nemo", "megatron-lm", "megatron-core", "torchtitan"} <= set(frameworks())
+    for release in releases:
+        assert release.rules, release.label
+        for rule in release.rules:
+            assert rule.source in sources, (release.label, rule.source)
+    # A code source names the commit it was read at; a paper its section.
+    assert all(s.commit is not None or s.repository.startswith("arXiv") for s in sources.values())
+
+
+def test_a_framework_without_a_release_is_its_newest_and_a_wrong_one_is_named() -> None:
+    bridge = [r for r in load_releases() if r.framework == "megatron-bridge"]
+    assert find_release("megatron-bridge") == max(bridge, key=lambda r: r.date)
+    assert find_release("megatron-bridge@25.09").label == "megatron-bridge@25.09"
+    with pytest.raises(SpecError, match="megatron-bridge@25.09"):
+        find_release("megatron-bridge@9.99")  # the message lists the releases there are
+    with pytest.raises(SpecError, match="megatron-bridge"):
+        find_release("megatron-brige")
+
+
+def _profile(*rules: dict) -> ReleaseProfile:
+    return ReleaseProfile.model_validate({"framework": "test", "release": "1", "date": "2026-01-01", "tag": "t",
+                                          "rules": list(rules)})
+
+
+def test_a_later_rule_overrides_an_earlier_one_where_both_hold() -> None:
+    release = _profile({"set": {"tp_comm_overlap": True}, "when": {"tp": ">1"}, "source": "s", "read": "r"},
+                       {"set": {"tp_comm_overlap": False}, "when": {"tp": ">4"}, "source": "s", "read": "r"})
+    model, cluster = load_model("llama3-70b"), load_cluster("eos-h100")
+    overlap = {tp: fill(release, model, cluster, {}, {"tp": tp}, 512).layout.get("tp_comm_overlap")
+               for tp in (1, 4, 8)}
+    assert overlap == {1: None, 4: True, 8: False}  # tp 1: no rule holds, the layout's default stays
+
+
+def test_the_users_flag_wins_and_the_job_says_which_settings_it_kept() -> None:
+    request = JobRequest(model="llama3-70b", cluster="eos-h100", gpus=512, layout={"tp": 8, "pp": 4},
+                         framework="megatron-bridge@26.04.01")
+    job = resolve(request)
+    assert job.layout is not None and job.layout.tp_comm_overlap  # the Llama recipes overlap TP (catalog source)
+    assert job.profile is not None and "tp_comm_overlap" in {s.name for s in job.profile.applied}
+    mine = resolve(JobRequest(**{**request.__dict__, "layout": {"tp": 8, "pp": 4, "tp_comm_overlap": False}}))
+    assert mine.layout is not None and not mine.layout.tp_comm_overlap
+    assert mine.profile is not None and "tp_comm_overlap" in mine.profile.kept
+
+
+@pytest.mark.parametrize("label", ["megatron-bridge@26.04.01", "megatron-bridge@25.11", "nemo@24.07"])
+def test_a_search_prices_each_layout_as_explaining_it_would(label: str) -> None:
+    # The settings a search fills per layout (layout.profile) are the ones `fill` gives the same layout alone.
+    release = find_release(label)
+    model, cluster = load_model("qwen3-235b-a22b"), load_cluster("eos-h100")
+    job = resolve(JobRequest(model=model, cluster=cluster, gpus=256, framework=release))
+    assert job.profile is not None
+    rng = np.random.default_rng(7)
+    sizes = {"tp": rng.choice([1, 2, 4, 8], 40), "pp": rng.choice([1, 2, 4], 40), "vpp": np.ones(40, int),
+             "cp": np.ones(40, int), "ep": rng.choice([1, 8, 16], 40), "dp": np.full(40, 8), "zero": rng.choice([1, 3], 40)}
+    columns = ReleaseLayouts(release, job.profile.facts).columns(sizes)
+    for i in range(40):
+        one = {name: int(values[i]) for name, values in sizes.items()}
+        filled = fill(release, model, cluster, {}, one, 256).layout or {}
+        for name in SEARCH_FILLED:
+            expected = filled.get(name, one["tp"] > 1 if name == "sp" else False)
+            assert bool(columns.get(name, np.full(40, expected))[i]) == bool(expected), (name, one)
+
+
+def test_every_published_row_of_a_profiled_framework_finds_its_release() -> None:
+    known = set(frameworks())
+    missing = [name for name, run in RUNS.items() if run.framework in known and release_for(run) is None]
+    assert not missing
+
+
+def test_recipe_entries_name_real_rows_and_none_restates_the_profile() -> None:
+    # An entry records what a row's own recipe adds to (or changes in) its release profile: one that gives a row
+    # what its profile and table already give it would be a fact filed under a name for nothing (DESIGN principle 11).
+    restated = []
+    for entry in recipe_entries():
+        assert entry.run in RUNS, entry.id
+        try:
+            built = row_job(RUNS[entry.run], _constants(), facts=Facts.PROFILE)
+        except LlmscaleError:
+            continue  # a row validate skips (its reason printed there)
+        job = built.job
+        assert job.layout is not None and job.profile is not None
+        profile_kernels = {s.name: s.value for s in job.profile.applied}
+        chosen = {{"mbs": "micro_batch", "vpp": "vp"}.get(k, k) for k in built.chosen}
+        for name, value in entry.set.given().items():
+            if name in chosen:
+                continue  # llmscale chose it without the entry: the entry says what was run (the same or not)
+            current = _current(job, name, profile_kernels)
+            if current == value or (isinstance(value, list) and current == sorted(value)):
+                restated.append(f"{entry.id}: {name} {value!r}")
+    assert not restated, restated
+
+
+def _constants():  # type: ignore[no-untyped-def]
+    from llmscale.io.catalog import load_constants
+
+    return load_constants()
+
+
+def _current(job, name: str, kernels: dict):  # type: ignore[no-untyped-def]
+    """The value a profile-mode job has for an entry's setting."""
+    names = {"micro_batch": "mbs", "vp": "vpp"}
+    for spec in (job.layout, job.train, job.model):
+        field = names.get(name, name)
+        if field in type(spec).model_fields:
+            return getattr(spec, field)
+    if name == "recompute_modules":
+        flags = {"layernorm": "recompute_norm", "mla_up_proj": "recompute_mla_up", "moe_act": "recompute_moe_act",
+                 "mlp": "recompute_mlp"}
+        return sorted(m for m, flag in flags.items() if getattr(job.layout, flag)) + (
+            ["core_attn"] if job.layout.recompute.value == "selective" else [])
+    return kernels.get(name)
+
+
+def test_the_two_readings_differ_only_on_rows_with_recipe_entries() -> None:
+    from llmscale.validation.validate import validate_runs
+
+    with_entries = {e.run for e in recipe_entries()}
+    runs = [RUNS[name] for name in sorted(RUNS) if RUNS[name].framework == "nemo"]
+    profile = {r.name: r.predicted_tokens_per_s_per_gpu for r in validate_runs(runs, _constants()).rows}
+    recipe = {r.name: r.predicted_tokens_per_s_per_gpu
+              for r in validate_runs(runs, _constants(), facts=Facts.RECIPE).rows}
+    assert profile.keys() == recipe.keys() and len(profile) == 12
+    for name in profile:
+        if name not in with_entries:
+            assert profile[name] == recipe[name], name
+    assert any(profile[n] != recipe[n] for n in profile if n in with_entries)
