@@ -60,7 +60,8 @@ VERIFIED_MEGATRON_FLAGS = frozenset({
 
 # GPT-3 175B on Selene as Narayanan et al. 2021 (arXiv:2104.04473) ran it: tp 8, pp 8, batch 1536 × 2048.
 GPT3 = ["--model", "gpt3-175b", "--cluster", "selene", "--tp", "8", "--pp", "8", "--dp", "24", "--vpp", "4",
-        "--gbs", "1536", "--seq-len", "2048", "--recompute", "selective"]
+        "--gbs", "1536", "--seq-len", "2048", "--recompute", "selective",
+        "--framework", "any"]  # no release profile: exactly these settings (a release's reach the flags too, below)
 GPT3_MEGATRON = [
     "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "8",
     "--num-virtual-stages-per-pipeline-rank", "4", "--context-parallel-size", "1", "--sequence-parallel",
@@ -83,7 +84,7 @@ def job(model: str = "gpt3-175b", cluster: str = "selene", train: dict[str, Any]
         **layout: Any) -> Job:
     base = {"tp": 8, "pp": 8, "dp": 24, "vpp": 4, "recompute": "selective"} if model == "gpt3-175b" else {}
     train = train or ({"global_batch": 1536, "seq_len": 2048} if model == "gpt3-175b" else {})
-    return resolve(JobRequest(model=model, cluster=cluster, train=train, layout={**base, **layout}))
+    return resolve(JobRequest(model=model, cluster=cluster, train=train, layout={**base, **layout}, framework="any"))
 
 
 def dsv3(**layout: Any) -> Job:
@@ -235,12 +236,23 @@ def test_from_plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
                                                   "schedule": "interleaved"}}]}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan), encoding="utf-8")
-    code, out, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path))
+    code, out, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--framework", "any")
     assert code == 0
     assert body(out).replace(" \\\n", " ").split() == GPT3_MEGATRON
     # A layout flag that contradicts the file would be silently overridden by one of them: it is an error.
     code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path), "--tp", "4")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--tp" in err
+
+
+def test_a_release_profiles_settings_reach_the_flags() -> None:
+    # Megatron-Bridge 26.04.01's Llama 3 recipes overlap TP and reduce gradients in 16 bits (catalog/frameworks.yaml,
+    # bridge-v0.4.2-llama-recipe / -llama3-perf): a job under that release exports those settings as flags.
+    release = resolve(JobRequest(model="llama3-70b", cluster="eos-h100", gpus=512, layout={"tp": 8, "pp": 4},
+                                 framework="megatron-bridge@26.04.01"))
+    plain = resolve(JobRequest(model="llama3-70b", cluster="eos-h100", gpus=512, layout={"tp": 8, "pp": 4},
+                               framework="any"))
+    added = set(megatron_args(release)) - set(megatron_args(plain))
+    assert {"--tp-comm-overlap", "--grad-reduce-in-bf16"} <= added
 
 
 def test_bad_format_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,9 @@ from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.rules import Reason, check
 from llmscale.layout.space import Space, SpaceOptions, generate
 from llmscale.search.plan import Objective, critical_batch_sequences, plan, search_job_size
+from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.framework import Framework
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
@@ -99,7 +101,8 @@ def test_tiny_space_matches_hand_enumeration() -> None:
 def test_best_layout_has_the_most_tokens_per_s_among_feasible() -> None:
     model, cluster = gpt3()
     result = search_job_size(model, cluster, GPT3_TRAIN, 1536, Objective.THROUGHPUT, 5, CONSTANTS)
-    step = estimate_step(model, cluster, GPT3_TRAIN, generate(model, cluster, GPT3_TRAIN, 1536).layouts, CONSTANTS)
+    space = generate(model, cluster, GPT3_TRAIN, 1536, SearchTarget(Framework.ANY).space_options({}, model.is_moe))
+    step = estimate_step(model, cluster, GPT3_TRAIN, space.layouts, CONSTANTS)
     fastest = float(step.tokens_per_s_per_gpu[step.memory.fits].max())
     rates = [float(c.step.tokens_per_s_per_gpu[c.layout_index]) for c in result.top]
     assert rates[0] == pytest.approx(fastest, rel=1e-12)

@@ -165,7 +165,9 @@ def test_objective_time_picks_the_size_that_trains_one_model_soonest() -> None:
 def test_plan_cli_rules_framework_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_cli_json(capsys, "plan", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "256", "--gbs",
                        "512", "--tp", "8", "--pp", "2..8", "--framework", "megatron-core")
-    assert doc["framework"]["name"] == "megatron-core" and doc["framework"]["checked"].startswith("megatron-core @")
+    # `--framework megatron-core` is Megatron-LM's own defaults (its newest catalogued release) on its engine.
+    assert doc["framework"]["name"] == "megatron-core" and doc["framework"]["release"].startswith("megatron-core@")
+    assert doc["framework"]["checked"].endswith("on megatron-core @ d98e8a6")
     assert doc["framework"]["rules"] == {"tp": "8", "pp": "2..8"}
     for entry in doc["top"]:
         assert entry["layout"]["tp"] == 8 and 2 <= entry["layout"]["pp"] <= 8

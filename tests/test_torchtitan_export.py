@@ -25,6 +25,11 @@ from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
 from llmscale.launch.document import ExportFormat, export_text
 from llmscale.launch.torchtitan import TORCHTITAN_KEYS, torchtitan_recipe
 
+
+def TitanRequest(**given: Any) -> JobRequest:
+    """A request under torchtitan's release profile: what a torchtitan recipe's run gets by default."""
+    return JobRequest(**{"framework": "torchtitan", **given})
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Every name below is defined in pytorch/torchtitan at commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a, extracted with
@@ -121,22 +126,22 @@ def read_back(text: str, job: Job) -> Job:
 
 CASES: dict[str, JobRequest] = {
     # Llama 3 70B with FSDP (ZeRO-3) × TP 8 × interleaved PP 4 × 5 virtual stages, full recompute.
-    "a-dense-fsdp-tp-pp-interleaved": JobRequest(
+    "a-dense-fsdp-tp-pp-interleaved": TitanRequest(
         model="llama3-70b", cluster="eos-h100", gpus=512, train={"global_batch": 512, "seq_len": 8192},
         layout={"tp": 8, "pp": 4, "vpp": 5, "zero": 3, "recompute": "full"}),
     # Llama 3.1 405B in FP8 (rowwise float8 converters), ZeRO-2, async TP, selective recompute, 126 layers on 16 × 4.
-    "b-fp8": JobRequest(
+    "b-fp8": TitanRequest(
         model="llama3-405b", cluster="eos-h100", gpus=8192,
         train={"global_batch": 2048, "seq_len": 8192, "precision": "fp8"},
         layout={"tp": 8, "pp": 16, "vpp": 4, "zero": 2, "tp_comm_overlap": True, "recompute": "selective"}),
     # Qwen3-235B-A22B: 128 experts over EP 16, 94 layers on PP 4 (23/24/24/23: first/last one layer short); etp 1,
     # torchtitan's expert layout (experts shard over efsdp × ep, no expert TP: configs.py expert_parallel_degree).
-    "c-moe-ep": JobRequest(
+    "c-moe-ep": TitanRequest(
         model="qwen3-235b-a22b", cluster="eos-h100", gpus=1024,
         train={"global_batch": 1024, "seq_len": 4096, "routing": "loss-free"},
         layout={"tp": 2, "pp": 4, "ep": 16, "etp": 1, "zero": 3, "recompute": "full"}),
     # DeepSeek-V3 in FP8 with MTP, forced balancing, bf16 Adam moments, ZeRO-0 (DDP).
-    "d-moe-fp8-forced": JobRequest(
+    "d-moe-fp8-forced": TitanRequest(
         model="deepseek-v3", cluster="deepseek-v3-h800", gpus=2048,
         train={"global_batch": 15360, "seq_len": 4096, "precision": "fp8", "routing": "forced", "bf16_moments": True},
         layout={"pp": 2, "ep": 64, "zero": 0, "recompute": "full"}),
@@ -195,13 +200,14 @@ def test_a_dropped_field_fails_the_round_trip(case: str, name: str) -> None:
 
 
 MAKES: list[JobRequest] = [*CASES.values(),
-    JobRequest(model="gpt3-175b", cluster="selene", train={"global_batch": 1536, "seq_len": 2048},
+    TitanRequest(model="gpt3-175b", cluster="selene", train={"global_batch": 1536, "seq_len": 2048},
                layout={"tp": 8, "pp": 8, "dp": 24, "vpp": 4, "recompute": "selective", "offload_optimizer": True}),
-    JobRequest(model="llama3-8b", cluster="dgx-b200", gpus=64, train={"global_batch": 256, "precision": "fp4"},
+    TitanRequest(model="llama3-8b", cluster="dgx-b200", gpus=64, train={"global_batch": 256, "precision": "fp4"},
                layout={"tp": 1, "dp": 64, "cuda_graphs": True}),
-    JobRequest(model="qwen3-235b-a22b", cluster="gb200-nvl72", gpus=1152, train={"global_batch": 1152,
-               "precision": "fp8"}, layout={"tp": 1, "pp": 8, "ep": 16, "zero": 3}),  # MXFP8 on Blackwell
-    JobRequest(model="deepseek-v3", cluster="deepseek-v3-h800", gpus=2048,
+    TitanRequest(model="qwen3-235b-a22b", cluster="gb200-nvl72", gpus=1152, train={"global_batch": 1152,
+               "precision": "fp8", "fp8_recipe": "mxfp8"},  # torchtitan's own default is rowwise Float8
+               layout={"tp": 1, "pp": 8, "ep": 16, "zero": 3}),
+    TitanRequest(model="deepseek-v3", cluster="deepseek-v3-h800", gpus=2048,
                train={"global_batch": 15360, "seq_len": 4096, "precision": "fp8"},
                layout={"pp": 16, "dp": 128, "ep": 64, "schedule": "dualpipe"}),
 ]  # fmt: skip
@@ -250,24 +256,24 @@ def test_fp8_on_blackwell_is_mxfp8() -> None:
 
 def test_zero_stages_map_to_ddp_and_fsdp() -> None:
     base = {"model": "gpt3-175b", "cluster": "selene", "train": {"global_batch": 1536, "seq_len": 2048}}
-    zero0 = torchtitan_recipe(resolve(JobRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24, "zero": 0})))
+    zero0 = torchtitan_recipe(resolve(TitanRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24, "zero": 0})))
     assert "data_parallel_replicate_degree=24" in zero0 and "data_parallel_shard_degree=1," in zero0
     # With a pipeline, FSDP2 runs as ZeRO-1 (torch 2.13 pipelining/stage.py keeps weights and gradients unsharded
     # across micro-batches): 'default', no note; it reads back as zero 1.
-    zero1 = export_text(resolve(JobRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24})), ExportFormat.TORCHTITAN)
+    zero1 = export_text(resolve(TitanRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24})), ExportFormat.TORCHTITAN)
     assert 'fsdp_reshard_after_forward="default"' in zero1 and "no torchtitan equivalent" not in zero1
     assert parse_torchtitan_recipe(zero1).layout["zero"] == 1
     # Without one there is no optimizer-only sharding: ZeRO-2's setting and a note.
-    flat = export_text(resolve(JobRequest(**base, layout={"tp": 8, "pp": 1, "dp": 192})), ExportFormat.TORCHTITAN)
+    flat = export_text(resolve(TitanRequest(**base, layout={"tp": 8, "pp": 1, "dp": 192})), ExportFormat.TORCHTITAN)
     assert 'fsdp_reshard_after_forward="never"' in flat and "# note: zero 1 has no torchtitan equivalent" in flat
-    zero3 = export_text(resolve(JobRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24, "zero": 3})),
+    zero3 = export_text(resolve(TitanRequest(**base, layout={"tp": 8, "pp": 8, "dp": 24, "zero": 3})),
                         ExportFormat.TORCHTITAN)
     assert "plan it as zero 1" in zero3
 
 
 def test_without_pipeline_the_step_accumulates_micro_batches() -> None:
     # No PP: 2 sequences per micro-batch, 1536 per step over dp 192: torchtitan accumulates 4 micro-batches.
-    text = torchtitan_recipe(resolve(JobRequest(model="gpt3-175b", cluster="selene", train={
+    text = torchtitan_recipe(resolve(TitanRequest(model="gpt3-175b", cluster="selene", train={
         "global_batch": 1536, "seq_len": 2048}, layout={"tp": 8, "dp": 192, "mbs": 2})))
     assert "num_tokens_per_microbatch_per_dp_rank=4096" in text and "num_tokens_per_train_step=3145728" in text
     assert "num_pp_microbatches" not in text and "pipeline_parallel_schedule" not in text
@@ -282,7 +288,7 @@ def test_deepseek_dualpipe_is_dualpipev_with_notes() -> None:
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb-h1", "zbv", "dualpipe"])
 def test_schedule_names_are_torch_schedules(schedule: str) -> None:
-    job = resolve(JobRequest(model="gpt3-175b", cluster="selene", train={"global_batch": 1536, "seq_len": 2048},
+    job = resolve(TitanRequest(model="gpt3-175b", cluster="selene", train={"global_batch": 1536, "seq_len": 2048},
                              layout={"tp": 8, "pp": 8, "dp": 24, "vpp": 2 if schedule == "interleaved" else 1,
                                      "schedule": schedule}))
     (value,) = [k.value for n in ast.walk(ast.parse(torchtitan_recipe(job))) if isinstance(n, ast.Call)
@@ -291,7 +297,7 @@ def test_schedule_names_are_torch_schedules(schedule: str) -> None:
 
 
 def test_a_model_without_flavor_is_a_note_and_read_back_by_name(tmp_path: Path) -> None:
-    job = resolve(JobRequest(model="mixtral-8x7b", cluster="eos-h100", gpus=64,
+    job = resolve(TitanRequest(model="mixtral-8x7b", cluster="eos-h100", gpus=64,
                              train={"global_batch": 256, "routing": "loss-free"},
                              layout={"dp": 64, "ep": 8, "zero": 3}))
     text = export_text(job, ExportFormat.TORCHTITAN)
@@ -344,13 +350,13 @@ def test_fsdp_memory_settings_without_a_torchtitan_field_are_notes() -> None:
     # cross_entropy_loss casts the logits to float32 (components/loss.py `pred.float()`).
     train = {"global_batch": 128, "seq_len": 8192, "precision": "fp8", "zero3_gather": "module", "fp8_params": True,
              "fsdp_double_buffer": True, "fused_cross_entropy": True, "zero3_synchronous": True}
-    job = resolve(JobRequest(model="llama3-70b", cluster="gb200-nvl72", gpus=64, train=train,
+    job = resolve(TitanRequest(model="llama3-70b", cluster="gb200-nvl72", gpus=64, train=train,
                              layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3}))
     text = export_text(job, ExportFormat.TORCHTITAN)
     for field in ("zero3_gather module", "zero3_synchronous", "fp8_params", "fsdp_double_buffer",
                   "fused_cross_entropy"):
         assert f"# note: {field}" in text and "torchtitan" in text.split(f"# note: {field}")[1].splitlines()[0]
-    plain = export_text(resolve(JobRequest(model="llama3-70b", cluster="gb200-nvl72", gpus=64,
+    plain = export_text(resolve(TitanRequest(model="llama3-70b", cluster="gb200-nvl72", gpus=64,
                                            train={"global_batch": 128, "seq_len": 8192, "precision": "fp8"},
                                            layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3})), ExportFormat.TORCHTITAN)
     assert not any(f"# note: {f}" in plain for f in ("zero3_", "fp8_params", "fsdp_double", "fused_cross"))

@@ -176,4 +176,6 @@ def export_job(request: JobRequest, fmt: ExportFormat) -> str:
     if not request.layout and request.from_plan is None:
         raise SpecError("layout", "none given", "export writes one planned layout: give layout flags (--tp 8 --pp 16 "
                         "…) or --from-plan FILE from `llmscale plan --json`")
+    if fmt is ExportFormat.TORCHTITAN and request.framework is None and request.from_plan is None:
+        request = replace(request, framework="torchtitan")  # a torchtitan recipe runs torchtitan's defaults
     return export_text(resolve(request), fmt)

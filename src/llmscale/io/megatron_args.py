@@ -102,12 +102,15 @@ class ParsedLaunch:
     inert: tuple[str, ...]
     origin: ClassVar[str] = WHERE
     """What the error messages of its job name it (the torchtitan reader's subclass names a recipe)."""
+    framework: ClassVar[str] = "megatron-core"
+    """The release whose defaults stand for what the launch leaves out: a flag not given is Megatron-LM's default
+    (catalog/frameworks.yaml megatron-core, its arguments.py); a torchtitan recipe's field not given is torchtitan's."""
 
     def request(self, cluster: Any = None, gpus: int | None = None) -> JobRequest:
         """The JobRequest of this launch on `cluster` (default: the one the export preamble names)."""
         return JobRequest(model=self.model, cluster=cluster if cluster is not None else self.cluster,
                           gpus=gpus if gpus is not None else self.num_gpus, train=self.train, layout=self.layout,
-                          origin=self.origin)
+                          origin=self.origin, framework=self.framework)
 
 
 def tokens(text: str) -> tuple[list[str], dict[str, str]]:

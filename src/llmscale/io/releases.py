@@ -170,24 +170,22 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
     if precision is Precision.FP8 and recipe is None:
         recipe = Fp8Recipe.MXFP8 if cluster.gpu.efficiency.gemm_mxfp8 is not None else Fp8Recipe.TENSORWISE
     facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
-    chosen = _chosen(release, facts, sizes)
+    chosen = _moot_dropped(_chosen(release, facts, sizes), layout or {})
     if precision is not Precision.FP8:
         chosen.pop("fp8_recipe", None)  # a recipe scales FP8 tensors only
+    user = {"train": dict(train), "layout": dict(layout or {}), "model": {}}
     groups: dict[str, dict[str, Any]] = {"train": dict(train), "layout": dict(layout or {}), "model": {}}
     applied, kept = [], []
     for name, rule in chosen.items():
         group = "train" if name in TRAIN_SETTINGS else "model" if name in MODEL_SETTINGS else (
             "layout" if name in LAYOUT_SETTINGS and layout is not None else None)
+        value = getattr(rule.set, name)
         if group is None:  # a layout setting of a search (set per layout), or a fact no spec holds: recorded
             if name not in LAYOUT_SETTINGS:
-                applied.append(AppliedSetting(name, getattr(rule.set, name), rule.source, rule.read))
+                applied.append(AppliedSetting(name, value, rule.source, rule.read))
             continue
-        value = getattr(rule.set, name)
-        if name == "recompute_modules" and _full(groups["layout"], chosen):
-            continue  # whole layers are recomputed: the module list is moot
         fields = expand(name, value)
-        given = groups[group] if group != "model" else {}
-        if any(key in given for key in fields) or (group == "model" and _model_given(model, name)):
+        if any(key in user[group] for key in fields) or (group == "model" and _model_given(model, name)):
             kept.append(name)
             continue
         groups[group] |= fields
@@ -196,6 +194,17 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
         ModelSpec, model.model_dump() | groups["model"], where=f"model {model.name} under {release.label}")
     return Filled(new_model, groups["train"], groups["layout"] if layout is not None else None,
                   ProfileApplication(release, facts, tuple(applied), tuple(kept)))
+
+
+def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> dict[str, ProfileRule]:
+    """Megatron's recompute: a module list decides what a selective recompute re-runs (core_attn only when listed),
+    so it replaces the granularity beside it; under full recompute (the release's or the user's) it is moot."""
+    if "recompute_modules" not in chosen:
+        return chosen
+    recompute = layout.get("recompute") or (chosen["recompute"].set.recompute if "recompute" in chosen else None)
+    if recompute is not None and Recompute(recompute) is Recompute.FULL:
+        return {k: v for k, v in chosen.items() if k != "recompute_modules"}
+    return {k: v for k, v in chosen.items() if k != "recompute"}
 
 
 def _chosen(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None) -> dict[str, ProfileRule]:
@@ -211,12 +220,6 @@ def _chosen(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] |
 def _rule_value(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None, name: str) -> Any:
     rule = _chosen(release, facts, sizes).get(name)
     return getattr(rule.set, name) if rule is not None else None
-
-
-def _full(layout: Mapping[str, Any], chosen: Mapping[str, ProfileRule]) -> bool:
-    """Whether the job recomputes whole layers (module recompute is then moot)."""
-    recompute = layout.get("recompute") or (chosen["recompute"].set.recompute if "recompute" in chosen else None)
-    return Recompute(recompute) is Recompute.FULL if recompute is not None else False
 
 
 def _model_given(model: ModelSpec, name: str) -> bool:

@@ -57,6 +57,7 @@ class ParsedRecipe(ParsedLaunch):
 
     function: str = ""
     origin: ClassVar[str] = WHERE
+    framework: ClassVar[str] = "torchtitan"
 
 
 def _kwargs(value: Any, cls: str, name: str) -> dict[str, Any]:

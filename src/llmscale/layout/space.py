@@ -78,6 +78,9 @@ class SpaceOptions:
     release: ReleaseLayouts | None = None
     """The framework release whose layout settings (TP/EP overlap, CUDA graphs, sequence parallelism) each layout
     takes where the user rules on none of them (layout.profile); None: the layout's own defaults."""
+    search_on: frozenset[str] = frozenset()
+    """Overlaps the search turns on wherever they can act (layout.profile.SEARCHED_ON): those the target engine
+    runs and the user rules on none of."""
     given: frozenset[str] = frozenset()
     """The fields the user ruled on (a subset of `rules`): a finite set of values given for one of them replaces
     its default candidates (`--tp 16` on an 8-GPU NVLink domain is tried), and a field the space does not vary
@@ -166,9 +169,10 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
         flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
                  "recompute_moe_act": modules & model.is_moe}
     columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
-    if opts.release is not None:
+    if opts.release is not None or opts.search_on:
         sizes = {name: columns[name] for name in ("tp", "pp", "vpp", "cp", "ep", "dp", "zero")}
-        columns |= opts.release.columns(sizes, skip=opts.given | frozenset(columns))
+        release = opts.release or ReleaseLayouts(None, None)
+        columns |= release.columns(sizes, skip=opts.given | frozenset(columns), search_on=opts.search_on)
     lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)

@@ -169,7 +169,7 @@ def _target_entry(result: PlanResult) -> dict[str, Any]:
     """What the search was bounded by: the framework and its checked commit, the user's rules, the memory cap."""
     target = result.target
     return {"name": target.framework.value, "checked": result.framework_label,
-            "release": target.release.release.label if target.release is not None else "any",
+            "release": target.release.release.label if target.release and target.release.release else "any",
             "rules": {name: rule.text for name, rule in target.rules.rules.items()},
             "max_memory_fraction": target.max_memory_fraction}
 

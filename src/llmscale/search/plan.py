@@ -332,7 +332,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
 def _framework_label(target: SearchTarget, supports: Supports) -> str:
     """`megatron-bridge@26.08 on megatron-core @ d98e8a6`, `megatron-core @ d98e8a6`, or `any`."""
     engine = supports[target.framework].label if target.framework in supports else target.framework.value
-    if target.release is None:
+    if target.release is None or target.release.release is None:
         return engine
     return f"{target.release.release.label} on {engine}"
 

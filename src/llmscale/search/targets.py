@@ -13,7 +13,7 @@ import numpy as np
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.constraints import MOE_ONLY, FieldRule, LayoutRules, field_of, framework_rules
-from llmscale.layout.profile import ReleaseLayouts
+from llmscale.layout.profile import SEARCHED_ON, ReleaseLayouts
 from llmscale.layout.space import SpaceOptions
 from llmscale.specs.framework import Framework, FrameworkSupport
 
@@ -60,11 +60,17 @@ class SearchTarget:
         raise SpecError(flag, rule.text, f"{support.label} runs only {limit.text} (catalog/frameworks.yaml says where "
                         f"its source shows it); use --framework {others or 'any'}" + (" or any" if others else ""))
 
+    def _search_on(self, supports: Supports, moe: bool, given: frozenset[str]) -> frozenset[str]:
+        """The overlaps the search turns on where they act: those the engine runs and the user rules on none of."""
+        support = supports.get(self.framework)
+        return frozenset(name for name in SEARCHED_ON if name not in given and (moe or name != "ep_comm_overlap")
+                         and _search_on_rule(support, moe, name))
+
     def space_options(self, supports: Supports, moe: bool = True) -> SpaceOptions:
         """The space's options: the framework's features and searched ZeRO stages, narrowed by the user's rules
         (`moe`: whether the model has experts, so that expert-only features bound it)."""
         given = frozenset(self.rules.rules)
-        base = self.space or SpaceOptions()
+        base = replace(self.space or SpaceOptions(), search_on=self._search_on(supports, moe, given))
         if self.framework is Framework.ANY:
             zero = tuple(sorted({z for s in supports.values() for z in s.searched_zero})) or base.zero
             with_pp = tuple(sorted({z for s in supports.values() for z in s.zero_with_pipeline})) or base.zero_with_pp
@@ -80,6 +86,14 @@ class SearchTarget:
         zero = base.zero if self.space else tuple(support.searched_zero)
         return replace(base, zero=zero, rules=rules, given=given, zero_with_pp=tuple(support.zero_with_pipeline),
                        zero_without_pp=tuple(support.zero_without_pipeline), release=self.release)
+
+
+def _search_on_rule(support: FrameworkSupport | None, moe: bool, name: str) -> bool:
+    """Whether the engine (None: any) runs `name` on."""
+    if support is None:
+        return True
+    limit = framework_rules(support, moe).get(name)
+    return limit is None or limit.allows(True)
 
 
 def _empty(limit: FieldRule | None, rule: FieldRule) -> bool:

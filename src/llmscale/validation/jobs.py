@@ -35,7 +35,7 @@ from llmscale.io.resolve import ANY_FRAMEWORK, Job, JobRequest, resolve
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import Generation
 from llmscale.specs.constants import Constants
-from llmscale.specs.framework import MODEL_SETTINGS, TRAIN_SETTINGS, ReleaseProfile, expand
+from llmscale.specs.framework import LAYOUT_SETTINGS, MODEL_SETTINGS, TRAIN_SETTINGS, ReleaseProfile, expand
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Fp8Recipe, Precision
@@ -119,11 +119,14 @@ def _table_layout(run: PublishedRun, model: ModelSpec, settings: dict[str, Any])
         layout["sp"] = run.sequence_parallel
     if run.recompute is not None:
         layout["recompute"] = run.recompute
+    full = Recompute(layout.get("recompute", settings.get("recompute", "none"))) is Recompute.FULL
     for name, value in settings.items():
-        if name in ("micro_batch", "vp", "interleave") or name in TRAIN_SETTINGS or name in MODEL_SETTINGS:
+        if name not in LAYOUT_SETTINGS or name in layout:
             continue
-        if name not in layout and not name.startswith("moe_"):
-            layout |= expand(name, value)
+        if (name == "recompute" and "recompute_modules" in settings and not full) or (
+                name == "recompute_modules" and full):
+            continue  # a module list decides a selective recompute; full recompute makes it moot (io.releases)
+        layout |= expand(name, value)
     return layout, chosen
 
 
