@@ -12,6 +12,7 @@ from llmscale.io.releases import fill, find_release, frameworks, load_releases, 
 from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.profile import SEARCH_FILLED, ReleaseLayouts
 from llmscale.specs.framework import ReleaseProfile
+from llmscale.specs.layout import Schedule
 from llmscale.validation.entries import recipe_entries
 from llmscale.validation.jobs import Facts, release_for, row_job
 from llmscale.validation.runs import load_runs
@@ -76,10 +77,12 @@ def test_a_search_prices_each_layout_as_explaining_it_would(label: str) -> None:
     rng = np.random.default_rng(7)
     sizes = {"tp": rng.choice([1, 2, 4, 8], 40), "pp": rng.choice([1, 2, 4], 40), "vpp": np.ones(40, int),
              "cp": np.ones(40, int), "ep": rng.choice([1, 8, 16], 40), "dp": np.full(40, 8),
-             "zero": rng.choice([1, 3], 40)}
+             "zero": rng.choice([1, 3], 40), "recompute": np.zeros(40, int)}
+    sizes["vpp"] = np.where(rng.random(40) < 0.5, 2, 1) * (sizes["pp"] > 1) + (sizes["pp"] == 1)
+    sizes["schedule"] = np.where(sizes["vpp"] > 1, Schedule.INTERLEAVED.code, Schedule.ONE_F_ONE_B.code)
     columns = ReleaseLayouts(release, job.profile.facts).columns(sizes)
     for i in range(40):
-        one = {name: int(values[i]) for name, values in sizes.items()}
+        one = {name: int(values[i]) for name, values in sizes.items() if name not in ("schedule", "recompute")}
         filled = fill(release, model, cluster, {}, one, 256).layout or {}
         for name in SEARCH_FILLED:
             expected = filled.get(name, one["tp"] > 1 if name == "sp" else False)

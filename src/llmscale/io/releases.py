@@ -113,6 +113,9 @@ class ProfileApplication:
     """The settings it set (the user gave none of them)."""
     kept: tuple[str, ...]
     """Settings it would have set that the user gave (the user's value was kept)."""
+    dropped: tuple[str, ...] = ()
+    """Overlaps it would have turned on that cannot run in this layout (as the release drops them: TP overlap
+    without sequence parallelism, EP overlap outside what Megatron's combined 1F1B takes; layout.rules)."""
 
     @property
     def release(self) -> str:
@@ -190,10 +193,25 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
             continue
         groups[group] |= fields
         applied.append(AppliedSetting(name, value, rule.source, rule.read))
+    dropped = _unrunnable(groups["layout"], user["layout"]) if layout is not None else []
+    groups["layout"] = {k: v for k, v in groups["layout"].items() if k not in dropped}
+    applied = [s for s in applied if s.name not in dropped]
     new_model = model if not groups["model"] else parse_spec(
         ModelSpec, model.model_dump() | groups["model"], where=f"model {model.name} under {release.label}")
     return Filled(new_model, groups["train"], groups["layout"] if layout is not None else None,
-                  ProfileApplication(release, facts, tuple(applied), tuple(kept)))
+                  ProfileApplication(release, facts, tuple(applied), tuple(kept), tuple(dropped)))
+
+
+def _unrunnable(layout: Mapping[str, Any], user: Mapping[str, Any]) -> list[str]:
+    """The overlaps the profile turned on (the user gave neither) that this layout cannot run (layout.rules)."""
+    tp, ep, pp, vpp = (int(layout.get(k) or 1) for k in ("tp", "ep", "pp", "vpp"))
+    sp = layout.get("sp", tp > 1)
+    schedule = layout.get("schedule") or ("interleaved" if vpp > 1 else "1f1b")
+    recompute = layout.get("recompute") or "none"
+    runs = {"tp_comm_overlap": tp > 1 and bool(sp),
+            "ep_comm_overlap": ep > 1 and (pp == 1 or str(getattr(schedule, "value", schedule)) in (
+                "interleaved", "dualpipe")) and str(getattr(recompute, "value", recompute)) != "full"}
+    return [name for name, ok in runs.items() if layout.get(name) and name not in user and not ok]
 
 
 def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> dict[str, ProfileRule]:

@@ -3,10 +3,10 @@ others (TP overlap where tp > 1, EP all-to-all overlap, CUDA graphs on some GPUs
 `np.where`, so that a search prices each candidate as the release runs it (specs.framework).
 
 Only settings the search does not choose itself are filled: recompute, offload, schedule and rank order stay search
-dimensions. Of the filled ones, the overlaps only ever shorten a step in the cost model (they hold no memory), so a
-search turns them on wherever they can act (`SEARCHED_ON`) — the engine runs both values and a plan recommends how to
-run — except where a rule with a condition sets them off: that is the release saying they do not work there (e.g.
-no TP overlap under NVFP4). A release's unconditioned default off is only a default.
+dimensions. Of the filled ones, sequence parallelism and the overlaps never slow a step in the cost model (they
+hold no memory), so a search turns them on wherever they can run (`SEARCHED_ON`; the engine runs both values and a
+plan recommends how to run), except where a rule with a condition sets them off: that is the release saying they
+do not work there (e.g. no TP overlap under NVFP4). A release's unconditioned default off is only a default.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.specs.framework import JobFacts, ReleaseProfile, RuleCondition, layout_holds
+from llmscale.layout.rules import ep_overlap_runs
+from llmscale.specs.framework import JobFacts, ProfileRule, ReleaseProfile, RuleCondition, layout_holds
 
 SEARCH_FILLED = ("sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_graphs")
 """The release settings a search takes as the release sets them (the others it searches)."""
-SEARCHED_ON = {"tp_comm_overlap": "tp", "ep_comm_overlap": "ep"}
-"""Overlaps a search turns on where their group has more than one rank (module docstring), by the size they need."""
+SEARCHED_ON = ("sp", "tp_comm_overlap", "ep_comm_overlap")
+"""Settings a search turns on wherever they can run (module docstring): sequence parallelism (it only saves memory
+and TP overlap needs it) and the TP and EP overlaps (layout.rules Reason.TP_OVERLAP, Reason.EP_OVERLAP)."""
 
 
 @dataclass(frozen=True)
@@ -32,41 +34,72 @@ class ReleaseLayouts:
     release: ReleaseProfile | None
     facts: JobFacts | None
 
-    def columns(self, sizes: Mapping[str, np.ndarray], skip: frozenset[str] = frozenset(),
+    @property
+    def rules(self) -> list[ProfileRule]:
+        """The release's rules whose job conditions hold."""
+        if self.release is None or self.facts is None:
+            return []
+        facts = self.facts
+        return [r for r in self.release.rules if facts.holds(r.when)]
+
+    def value(self, name: str) -> Any:
+        """The job-level value of `name` (the last matching rule without a layout condition; None: none sets it)."""
+        values = [getattr(r.set, name) for r in self.rules if getattr(r.set, name) is not None and not r.when.on_layout]
+        return values[-1] if values else None
+
+    def columns(self, cols: Mapping[str, np.ndarray], skip: frozenset[str] = frozenset(),
                 search_on: frozenset[str] = frozenset()) -> dict[str, Any]:
         """For each setting of SEARCH_FILLED not in `skip` that a rule sets or the search turns on (`search_on`):
-        its column over the layouts whose sizes (tp, pp, vpp, cp, ep, dp, zero arrays) are given."""
-        rules = [r for r in (self.release.rules if self.release else ()) if self.facts and self.facts.holds(r.when)]
+        its column over the layouts whose columns (tp, pp, vpp, cp, ep, dp, zero, recompute, schedule) are given."""
+        rules = self.rules
         out: dict[str, Any] = {}
         for name in SEARCH_FILLED:
             if name in skip:
                 continue
-            column, forced_off = _release_column(name, rules, sizes)
+            column, forced_off = _release_column(name, rules, cols)
+            runs = _runs(name, {**cols, **out})
             if name in search_on:
-                helps = np.asarray(sizes[SEARCHED_ON[name]]) > 1
-                column = (column if column is not None else False) | (helps & ~forced_off)
+                column = (column if column is not None else False) | (runs & ~forced_off)
+            if column is not None and name in OVERLAPS:
+                column = column & runs  # the release drops an overlap the layout cannot run (io.releases.fill)
             if column is not None:
-                out[name] = np.broadcast_to(column, np.shape(sizes["tp"]))
+                out[name] = np.broadcast_to(column, np.shape(cols["tp"]))
         return out
 
 
-def _release_column(name: str, rules: list[Any], sizes: Mapping[str, np.ndarray]) -> tuple[Any, np.ndarray]:
+OVERLAPS = ("tp_comm_overlap", "ep_comm_overlap")
+
+
+def _runs(name: str, cols: Mapping[str, Any]) -> np.ndarray:
+    """Where a setting can run (layout.rules): sp and TP overlap need tp > 1 (TP overlap also sp), CUDA graphs
+    anywhere the layout rules allow them."""
+    if name == "cuda_graphs":
+        return np.ones(np.shape(cols["tp"]), dtype=bool)
+    if name == "ep_comm_overlap":
+        return ep_overlap_runs(dict(cols))
+    runs: np.ndarray = np.asarray(cols["tp"]) > 1
+    if name == "tp_comm_overlap":
+        runs = runs & np.asarray(cols.get("sp", runs))
+    return runs
+
+
+def _release_column(name: str, rules: list[ProfileRule], cols: Mapping[str, np.ndarray]) -> tuple[Any, np.ndarray]:
     """The last matching rule's value per layout (the layout's default where none matches; None: no rule sets it),
     and where that rule is a conditioned off."""
-    shape = np.shape(sizes["tp"])
+    shape = np.shape(cols["tp"])
     column: Any = None
     forced_off = np.zeros(shape, dtype=bool)
     for rule in rules:
         value = getattr(rule.set, name)
         if value is None:
             continue
-        held = np.broadcast_to(layout_holds(rule.when, dict(sizes)), shape)
-        column = np.where(held, value, _default(name, sizes) if column is None else column)
+        held = np.broadcast_to(layout_holds(rule.when, dict(cols)), shape)
+        column = np.where(held, value, _default(name, cols) if column is None else column)
         forced_off = np.where(held, (not value) and rule.when != RuleCondition(), forced_off)
     return column, forced_off
 
 
-def _default(name: str, sizes: Mapping[str, np.ndarray]) -> np.ndarray:
+def _default(name: str, cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """The layout's own value of a setting no rule sets (specs.layout: sp on when tp > 1, the switches off)."""
-    tp = np.asarray(sizes["tp"])
+    tp = np.asarray(cols["tp"])
     return tp > 1 if name == "sp" else np.zeros(tp.shape, dtype=bool)

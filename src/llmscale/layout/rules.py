@@ -37,6 +37,8 @@ class Reason(IntEnum):
     CUDA_GRAPHS = 13
     OUT_OF_MEMORY = 14
     EXCLUDED = 15
+    TP_OVERLAP = 16
+    EP_OVERLAP = 17
 
     @property
     def meaning(self) -> str:
@@ -68,6 +70,10 @@ _MEANING: dict[Reason, str] = {
                                 "raises on each)",
     Reason.CUDA_GRAPHS: "CUDA graphs need no full recompute (Megatron's validate_args asserts it, "
                         "NVIDIA/Megatron-LM@000c4ac24f61 megatron/training/arguments.py)",
+    Reason.TP_OVERLAP: "TP communication overlap needs tp > 1 and sequence parallelism (Megatron-Bridge drops "
+                       "it otherwise: NVIDIA-NeMo/Megatron-Bridge@51885cf132b2 training/comm_overlap.py)",
+    Reason.EP_OVERLAP: "EP all-to-all overlap needs ep > 1, an interleaved (or DualPipe) schedule when pp > 1 and no "
+                       "full recompute (NVIDIA/Megatron-LM@cd4afffa648 transformer_config.py asserts each)",
     Reason.OUT_OF_MEMORY: "the most-loaded GPU needs more memory than it has, or than --max-memory-fraction of it "
                           "(set by the memory model, not by `check`)",
     Reason.EXCLUDED: "outside what the user fixed or bounded on `plan` (--tp 8, --pp 4..16) or what the target "
@@ -102,11 +108,22 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
             (lay.pp > 1) | (lay.recompute != Recompute.NONE.code) | _any_module_recompute(lay)
             | (lay.offload_activations >= model.layers))),
         (Reason.CUDA_GRAPHS, lay.cuda_graphs & (lay.recompute == Recompute.FULL.code)),
+        (Reason.TP_OVERLAP, lay.tp_comm_overlap & ((lay.tp == 1) | ~lay.sp)),
+        (Reason.EP_OVERLAP, lay.ep_comm_overlap & ~ep_overlap_runs(lay)),
     ]
     reason = np.zeros(lay.size, dtype=np.int8)
     for code, failed in reversed(conditions):
         reason = np.where(failed, np.int8(code), reason)
     return reason
+
+
+def ep_overlap_runs(lay: Layouts | dict[str, np.ndarray]) -> np.ndarray:
+    """Where the EP all-to-all overlap can run: ep > 1, pp = 1 or interleaved (Megatron's combined 1F1B) or DualPipe
+    (DeepSeek-V3 §3.2.1), no full recompute (Reason.EP_OVERLAP)."""
+    get = (lambda name: lay[name]) if isinstance(lay, dict) else lay.column
+    pipelined_ok = (get("pp") == 1) | np.isin(get("schedule"), (Schedule.INTERLEAVED.code, Schedule.DUALPIPE.code))
+    result: np.ndarray = (get("ep") > 1) & pipelined_ok & (get("recompute") != Recompute.FULL.code)
+    return result
 
 
 def _any_module_recompute(lay: Layouts) -> np.ndarray:
@@ -172,6 +189,9 @@ def explain_rejection(
         ),
         Reason.CUDA_GRAPHS: ("cuda_graphs", True, "CUDA graphs cannot capture full recompute (Megatron asserts "
                                                   "recompute_granularity != full with --cuda-graph-impl)"),
+        Reason.TP_OVERLAP: ("tp_comm_overlap", True, f"needs tp > 1 (tp {tp}) and sequence parallelism (--sp)"),
+        Reason.EP_OVERLAP: ("ep_comm_overlap", True, f"needs ep > 1 (ep {ep}), the interleaved schedule when pp > 1 "
+                            f"(pp {pp}, schedule {schedule}) and no full recompute (Megatron's combined 1F1B)"),
     }
     field, value, allowed = messages[reason]
     return SpecError(field, value, allowed, where="layout")

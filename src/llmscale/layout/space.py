@@ -170,9 +170,8 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
                  "recompute_moe_act": modules & model.is_moe}
     columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
     if opts.release is not None or opts.search_on:
-        sizes = {name: columns[name] for name in ("tp", "pp", "vpp", "cp", "ep", "dp", "zero")}
         release = opts.release or ReleaseLayouts(None, None)
-        columns |= release.columns(sizes, skip=opts.given | frozenset(columns), search_on=opts.search_on)
+        columns |= release.columns(columns, skip=opts.given | frozenset(columns), search_on=opts.search_on)
     lay = Layouts.from_columns(**columns)
     reasons = check(model, train, num_gpus, lay)
     extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)

@@ -53,12 +53,12 @@ def profile_entry(job: Job) -> dict[str, Any]:
     with its value and the source it was read in; `kept`: settings it would set that the user gave."""
     application = job.profile
     if application is None:
-        return {"release": "any", "applied": [], "kept": []}
+        return {"release": "any", "applied": [], "kept": [], "dropped": []}
     return {"release": application.release, "engine": application.profile.engine.value if
             application.profile.engine is not None else None,
             "applied": [{"setting": s.name, "value": getattr(s.value, "value", s.value), "source": s.source,
                          "read": s.read} for s in application.applied],
-            "kept": list(application.kept)}
+            "kept": list(application.kept), "dropped": list(application.dropped)}
 
 
 def memory_document(job: Job, result: MemoryBreakdown, i: int = 0) -> dict[str, Any]:

@@ -136,6 +136,9 @@ def profile_lines(job: Job) -> list[str]:
     lines = [f"# framework {application.release}: " + (applied or "no rule applies to this job")]
     if application.kept:
         lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
+    if application.dropped:
+        lines.append(f"# not turned on (this layout cannot run them, as the release drops them): "
+                     f"{', '.join(application.dropped)}")
     return lines
 
 

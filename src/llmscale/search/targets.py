@@ -63,7 +63,9 @@ class SearchTarget:
     def _search_on(self, supports: Supports, moe: bool, given: frozenset[str]) -> frozenset[str]:
         """The overlaps the search turns on where they act: those the engine runs and the user rules on none of."""
         support = supports.get(self.framework)
-        return frozenset(name for name in SEARCHED_ON if name not in given and (moe or name != "ep_comm_overlap")
+        dispatcher = self.release.value("moe_dispatcher") if self.release is not None else None
+        ep_ok = moe and dispatcher != "allgather"  # Megatron's EP overlap needs the alltoall or flex dispatcher
+        return frozenset(name for name in SEARCHED_ON if name not in given and (ep_ok or name != "ep_comm_overlap")
                          and _search_on_rule(support, moe, name))
 
     def space_options(self, supports: Supports, moe: bool = True) -> SpaceOptions:

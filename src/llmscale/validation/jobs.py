@@ -30,10 +30,10 @@ from typing import Any
 from llmscale.cost.calibrate import calibrates
 from llmscale.cost.memory import memory_breakdown
 from llmscale.errors import LlmscaleError
-from llmscale.io.releases import load_releases
+from llmscale.io.releases import fill, load_releases
 from llmscale.io.resolve import ANY_FRAMEWORK, Job, JobRequest, resolve
 from llmscale.specs.calibration import CalibrationProfile
-from llmscale.specs.cluster import Generation
+from llmscale.specs.cluster import ClusterSpec, Generation
 from llmscale.specs.constants import Constants
 from llmscale.specs.framework import LAYOUT_SETTINGS, MODEL_SETTINGS, TRAIN_SETTINGS, ReleaseProfile, expand
 from llmscale.specs.layout import Recompute
@@ -193,12 +193,14 @@ def _check_row(run: PublishedRun) -> None:
 
 
 def _release_interleaves(release: ReleaseProfile | None, request: JobRequest) -> bool:
-    """Whether the release's rules say it interleaves its pipeline for this job."""
+    """Whether the release's rules say it interleaves its pipeline for this job (io.releases.fill, before the
+    layout is complete)."""
     if release is None:
         return False
-    job = resolve(request)
-    assert job.profile is not None
-    return any(s.name == "interleave" and s.value for s in job.profile.applied)
+    assert isinstance(request.model, ModelSpec) and isinstance(request.cluster, ClusterSpec)
+    assert isinstance(request.train, dict)
+    filled = fill(release, request.model, request.cluster, request.train, dict(request.layout or {}), request.gpus)
+    return bool(filled.application.value("interleave"))
 
 
 def _fits(job: Job) -> bool:
