@@ -59,13 +59,17 @@ def _explain(capsys: pytest.CaptureFixture[str], *layout: str) -> dict[str, Any]
 def test_explain_names_the_terms_above_the_record(capsys: pytest.CaptureFixture[str]) -> None:
     # A no-recompute ZB-V layout at a 20k-sequence batch: no published A100 run reached its predicted MFU
     # (record 56.3 %, Korthikanti et al. 2022 Table 5, 1T on 512 A100), and what it gains over that run's own
-    # layout is the bubble (ZB-V at 1,280 micro-batches) and the recompute it no longer pays.
+    # layout is the bubble (ZB-V at 640 micro-batches: 20,480 over dp 32) and the recompute it no longer pays.
     above = _explain(capsys, "--tp", "4", "--pp", "12", "--mbs", "1", "--recompute", "none", "--schedule", "zbv",
                      "--gbs", "20480")["above_published_mfu"]
     assert above is not None and above["best_published_mfu"] == 0.563
     terms = {t["term"]: t for t in above["terms"]}
     assert "bubble_s" in terms and terms["bubble_s"]["value"] < terms["bubble_s"]["record_value"]
     assert "Korthikanti 2022 1T" in above["note"] and "bubble" in above["note"]
+    # Each term names what this layout has that the record run lacked: here its schedule and micro-batches
+    # (Korthikanti et al. ran 1F1B on pp 64) and no recompute (they recomputed selectively).
+    assert terms["bubble_s"]["feature"].startswith("zbv v1 over 640 micro-batches, pp 12 vs the record's 1f1b")
+    assert all(t["feature"] for t in above["terms"])
 
 
 def test_a_published_layout_below_the_record_is_not_flagged(capsys: pytest.CaptureFixture[str]) -> None:

@@ -85,7 +85,8 @@ def excess_entry(excess: MfuExcess | None) -> dict[str, Any] | None:
         return None
     return {"best_published_mfu": excess.record.mfu, "record_run": excess.record.run,
             "record_run_predicted_mfu": excess.record_predicted_mfu,
-            "terms": [asdict(t) for t in excess.terms], "note": excess.text()}
+            "terms": [asdict(t) | {"feature": f} for t, f in zip(excess.terms, excess.features, strict=True)],
+            "note": excess.text()}
 
 
 def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any]:
@@ -152,7 +153,7 @@ def top_entry(c: Candidate, check: RecordCheck) -> dict[str, Any]:
         "num_gpus": c.num_gpus,
         "step_time_s": float(c.step.step_time_s[i]),
         "mfu": float(c.step.mfu[i]),
-        "above_published_mfu": excess_entry(check(c.step, i)),
+        "above_published_mfu": excess_entry(check(c.step, i, c.layouts.row(i))),
         "tokens_per_s_per_gpu": float(c.step.tokens_per_s_per_gpu[i]),
         "memory_bytes": float(c.step.memory.total_bytes[i]),
         "memory_fraction": c.memory_fraction,

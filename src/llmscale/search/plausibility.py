@@ -54,18 +54,22 @@ class MfuExcess:
     record_predicted_mfu: float
     """The record run's own layout through the same model (the reference the terms are compared with)."""
     terms: tuple[TermShift, ...]
+    features: tuple[str, ...] = ()
+    """Per term, what this job has that the record run did not (validation.record names it; '' where unknown)."""
 
     def text(self) -> str:
-        """One line: the record, then the terms that carry the gain."""
+        """One line: the record, then the terms that carry the gain and the feature behind each."""
         named = []
-        for t in self.terms:
+        for i, t in enumerate(self.terms):
             if t.term == KERNELS:
-                named.append(f"kernels at {t.value:.0%} of peak vs {t.record_value:.0%}")
+                text = f"kernels at {t.value:.0%} of peak vs {t.record_value:.0%}"
             else:
-                named.append(f"{t.term.removesuffix('_s').replace('_', ' ')} {t.value:.1%} of the step vs "
-                             f"{t.record_value:.1%}")
+                part = t.term.removesuffix("_s").replace("_", " ")
+                text = f"{part} {t.value:.1%} of the step vs {t.record_value:.1%}"
+            feature = self.features[i] if i < len(self.features) else ""
+            named.append(f"{text} ({feature})" if feature else text)
         return (f"above the best published {self.record.mfu:.1%} on {self.record.generation.value} "
-                f"{self.record.precision.value} ({self.record.run}); against that run's own layout: "
+                f"{self.record.precision.value} ({self.record.run}); what this job has that run lacked: "
                 + ("; ".join(named) or "no single term"))
 
 
