@@ -169,7 +169,7 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
     precision = Precision(train.get("precision", Precision.BF16))
     facts = job_facts(model, cluster, precision, None, int(train.get("seq_len", 4096)))
     sizes = layout_sizes(layout, num_gpus) if layout is not None else None
-    recipe = train.get("fp8_recipe") or _rule_value(release, facts, sizes, "fp8_recipe")
+    recipe = train.get("fp8_recipe") or rule_value(release, facts, sizes, "fp8_recipe")
     if precision is Precision.FP8 and recipe is None:
         recipe = Fp8Recipe.MXFP8 if cluster.gpu.efficiency.gemm_mxfp8 is not None else Fp8Recipe.TENSORWISE
     facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
@@ -235,7 +235,8 @@ def _chosen(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] |
     return chosen
 
 
-def _rule_value(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None, name: str) -> Any:
+def rule_value(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None, name: str) -> Any:
+    """The value the release's winning rule gives `name` for this job (None: no rule sets it)."""
     rule = _chosen(release, facts, sizes).get(name)
     return getattr(rule.set, name) if rule is not None else None
 

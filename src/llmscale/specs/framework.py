@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 from llmscale.specs.base import Spec
 from llmscale.specs.cluster import Generation
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
-from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision, Routing, Zero3Gather
+from llmscale.specs.train import AttentionKernel, Fp8Cache, Fp8Recipe, Precision, Routing, Zero3Gather
 
 
 class Framework(str, Enum):
@@ -163,6 +163,7 @@ class ProfileSettings(Spec):
     fp32_grads: bool | None = None
     bf16_moments: bool | None = None
     fp8_recipe: Fp8Recipe | None = None
+    fp8_cache: Fp8Cache | None = None
     fp8_params: bool | None = None
     fsdp_double_buffer: bool | None = None
     fused_cross_entropy: bool | None = None
@@ -269,7 +270,7 @@ def layout_holds(when: RuleCondition, sizes: dict[str, Any]) -> Any:
 
 LAYOUT_SETTINGS = frozenset({"sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_graphs", "recompute",
                              "recompute_modules", "offload_activations", "schedule", "rank_order"})
-TRAIN_SETTINGS = frozenset({"fp32_grads", "bf16_moments", "fp8_recipe", "fp8_params", "fsdp_double_buffer",
+TRAIN_SETTINGS = frozenset({"fp32_grads", "bf16_moments", "fp8_recipe", "fp8_cache", "fp8_params", "fsdp_double_buffer",
                             "fused_cross_entropy", "flash_attention", "attention_kernel", "routing", "fp8_dispatch",
                             "zero3_gather", "zero3_synchronous"})
 MODEL_SETTINGS = frozenset({"dropout", "tied_embeddings", "capacity_factor", "pad_to_capacity"})

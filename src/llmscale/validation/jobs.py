@@ -30,7 +30,7 @@ from typing import Any
 from llmscale.cost.calibrate import calibrates
 from llmscale.cost.memory import memory_breakdown
 from llmscale.errors import LlmscaleError
-from llmscale.io.releases import fill, load_releases
+from llmscale.io.releases import fill, job_facts, load_releases, rule_value
 from llmscale.io.resolve import ANY_FRAMEWORK, Job, JobRequest, resolve
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec, Generation
@@ -41,7 +41,7 @@ from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Fp8Recipe, Precision
 from llmscale.validation.clusters import reference_cluster
 from llmscale.validation.entries import row_settings
-from llmscale.validation.runs import PublishedRun, model_from_run
+from llmscale.validation.runs import ModelType, PublishedRun, model_from_run
 
 
 class Facts(str, Enum):
@@ -153,15 +153,17 @@ def row_job(run: PublishedRun, constants: Constants, calibration: CalibrationPro
     _check_row(run)
     release = release_for(run)
     settings, ids = row_settings(run.name) if facts is Facts.RECIPE else ({}, ())
-    model = model_from_run(run, {k: v for k, v in settings.items() if k in MODEL_SETTINGS})
     cluster = reference_cluster(run)
     precision = run.precision or Precision.BF16
+    dropping, chosen_factor = _token_dropping(run, release, cluster, precision, settings)
+    model = model_from_run(run, {k: v for k, v in settings.items() if k in MODEL_SETTINGS} | dropping)
     train: dict[str, Any] = {"seq_len": run.seq_len, "global_batch": run.global_batch, "precision": precision,
                              "fp8_recipe": table_fp8_recipe(run, cluster.gpu.generation)}
     train |= {k: v for k, v in settings.items() if k in TRAIN_SETTINGS}
     if precision is not Precision.FP8:
         train.pop("fp8_recipe", None)  # a recipe fact of a release's rows describes its FP8 runs only
     layout, chosen = _table_layout(run, model, settings)
+    chosen |= chosen_factor
     request = JobRequest(model=model, cluster=cluster, gpus=run.num_gpus, train=train, layout=layout,
                          calibration=calibration if calibration is not None and calibrates(calibration, run.gpu)
                          else None, force_calibration=True,  # validate picks the runs a profile applies to itself
@@ -182,6 +184,22 @@ def job_from_run(run: PublishedRun, constants: Constants, calibration: Calibrati
                  facts: Facts = Facts.PROFILE) -> Job:
     """`row_job`'s job."""
     return row_job(run, constants, calibration, facts).job
+
+
+def _token_dropping(run: PublishedRun, release: ReleaseProfile | None, cluster: ClusterSpec, precision: Precision,
+                    settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A row that drops tokens (moe_dropless false) runs at its release's capacity factor and padding (Megatron-
+    Bridge's apply_moe_token_drop: 1.0, padded); where neither the release nor an entry names one, llmscale takes
+    1.0 and says so."""
+    if run.model_type is not ModelType.MOE or run.moe_dropless is not False or "capacity_factor" in settings:
+        return {}, {}
+    model = model_from_run(run)
+    facts = replace(job_facts(model, cluster, precision, None, run.seq_len or 4096), dropless=False)
+    values = {name: rule_value(release, facts, None, name) if release is not None else None
+              for name in ("capacity_factor", "pad_to_capacity")}
+    if values["capacity_factor"] is None:
+        return {"capacity_factor": 1.0}, {"capacity_factor": "1.0: the row drops tokens, its release names no factor"}
+    return {k: v for k, v in values.items() if v is not None}, {}
 
 
 def _check_row(run: PublishedRun) -> None:
