@@ -152,3 +152,31 @@ def test_the_two_readings_differ_only_on_rows_with_recipe_entries() -> None:
         if name not in with_entries:
             assert profile[name] == recipe[name], name
     assert any(profile[n] != recipe[n] for n in profile if n in with_entries)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["explain", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "8", "--framework", "nope"],
+     "--framework = 'nope' is invalid: one of"),
+    (["explain", "--model", "llama3-8b", "--cluster", "eos-h100", "--gpus", "8", "--framework", "megatron-bridge@1.0"],
+     "megatron-bridge@26.08"),  # the releases there are
+    (["validate", "--facts", "recipes"], "--facts = 'recipes' is invalid: one of profile, recipe"),
+])
+def test_a_wrong_framework_or_facts_is_one_line_and_exit_2(args: list[str], needle: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from llmscale.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and needle in err[0]
+
+
+def test_explain_prints_which_release_rules_applied(capsys: pytest.CaptureFixture[str]) -> None:
+    from llmscale.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "512", "--tp", "8", "--pp", "4",
+              "--framework", "megatron-bridge@26.04.01", "--no-tp-comm-overlap"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "# framework megatron-bridge@26.04.01: " in out and "fp32_grads off (" in out
+    assert "kept as given (the release would set them): tp_comm_overlap" in out

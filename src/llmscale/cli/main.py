@@ -157,11 +157,13 @@ def validate(
         "--framework", metavar="NAME[@RELEASE]", help="only the rows of this framework (or release)")] = None,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (exit 4: no row evaluated)."""
+    from llmscale.api.jobs import choice
     from llmscale.api.runs import validate_report
     from llmscale.report.documents import validation_document
     from llmscale.report.tables import validation_table
+    from llmscale.validation.jobs import Facts
 
-    report = validate_report(runs, calibration, allow_unsealed, facts, framework)
+    report = validate_report(runs, calibration, allow_unsealed, choice(Facts, facts, "--facts"), framework)
     if as_json:
         typer.echo(strict_dumps(validation_document(report)))
     else:
