@@ -3,6 +3,9 @@ release's, one meaning in explain and in a search, and validate's two readings (
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -178,5 +181,33 @@ def test_explain_prints_which_release_rules_applied(capsys: pytest.CaptureFixtur
         main(["explain", "--model", "llama3-70b", "--cluster", "eos-h100", "--gpus", "512", "--tp", "8", "--pp", "4",
               "--framework", "megatron-bridge@26.04.01", "--no-tp-comm-overlap"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "# framework megatron-bridge@26.04.01: " in out and "fp32_grads off (" in out
+    assert "# framework megatron-bridge@26.04.01 (model family llama3): " in out and "fp32_grads off (" in out
     assert "kept as given (the release would set them): tp_comm_overlap" in out
+
+
+def test_a_switch_the_layout_cannot_run_is_dropped_not_refused() -> None:
+    # Megatron-Bridge 26.04.01's Qwen3 presets capture CUDA graphs on GB200; CUDA graphs cannot capture full
+    # recompute (layout.rules Reason.CUDA_GRAPHS): a user asking for full recompute gets the job without them, said.
+    job = resolve(JobRequest(model="qwen3-235b-a22b", cluster="gb200-nvl72", gpus=256,
+                             layout={"tp": 2, "pp": 4, "ep": 16, "recompute": "full"},
+                             framework="megatron-bridge@26.04.01"))
+    assert job.layout is not None and not job.layout.cuda_graphs
+    assert job.profile is not None and "cuda_graphs" in job.profile.dropped
+
+
+def test_a_saved_document_without_a_release_replays_without_one(tmp_path: Path) -> None:
+    # Plans written before release profiles name none: they were priced at the specs' own defaults.
+    document = {"model": "gpt3-175b", "cluster": "selene", "train": {"global_batch": 1536, "seq_len": 2048},
+                "num_gpus": 1536, "layout": {"tp": 8, "pp": 8, "dp": 24}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    job = resolve(JobRequest(from_plan=path))
+    assert job.profile is None and job.train.fp32_grads  # the spec default, not a release's bf16 reduction
+
+
+def test_validate_refuses_a_framework_it_does_not_know(capsys: pytest.CaptureFixture[str]) -> None:
+    from llmscale.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "--framework", "nope"])
+    assert info.value.code == 2 and "--framework = 'nope'" in capsys.readouterr().err

@@ -87,9 +87,10 @@ PrecisionOpt = Annotated[Precision | None, typer.Option(TRAIN_FLAGS["precision"]
                                                         help="GEMM precision" + escape(" [default: bf16]"))]
 FlashOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["flash_attention"] + "/--no-flash-attention", metavar="",
                                                help="fused attention (off: unfused s×s scores, as before 2022; "
-                                                    "default: on)")]
+                                                    "default: the framework release's, else on)")]
 MomentsOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["bf16_moments"] + "/--fp32-moments", metavar="",
-                                                 help="Adam moments in bf16 (default: fp32)")]
+                                                 help="Adam moments in bf16 (default: the framework release's, "
+                                                 "else fp32)")]
 Fp8CacheOpt = Annotated[Fp8Cache | None, typer.Option(TRAIN_FLAGS["fp8_cache"], case_sensitive=False,
                                                       help="which saved activations an FP8 run keeps in FP8"
                                                       + escape(" [default: linear-inputs]"))]
@@ -101,8 +102,9 @@ Fp8DispatchOpt = Annotated[bool | None, typer.Option(TRAIN_FLAGS["fp8_dispatch"]
                                                           "(default: 16-bit)")]
 Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(TRAIN_FLAGS["fp8_recipe"], case_sensitive=False,
                                                         help="how an FP8 run scales its tensors (Megatron "
-                                                        "--fp8-recipe)" + escape(" [default: mxfp8 on Blackwell, "
-                                                                                  "else tensorwise]"))]
+                                                        "--fp8-recipe)" + escape(" [default: the framework release's, "
+                                                                                  "else mxfp8 on Blackwell, tensorwise "
+                                                                                  "before]"))]
 AttentionKernelOpt = Annotated[AttentionKernel | None, typer.Option(
     TRAIN_FLAGS["attention_kernel"], case_sensitive=False,
     help="which fused attention kernel runs: the fastest the catalog measured on the GPU, or FlashAttention-2 "

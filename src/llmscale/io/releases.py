@@ -8,13 +8,17 @@ A setting the user gave always wins; the profile fills the rest; the specs' own 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+from pydantic import ValidationError
+
 from llmscale.errors import SpecError
-from llmscale.io.catalog import catalog_file, gpu_key
+from llmscale.io.catalog import Kind, catalog_file, gpu_key, names
 from llmscale.io.files import parse_spec
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.rules import RELEASE_SWITCHES, switch_runs
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.framework import (
     CHOICE_SETTINGS,
@@ -30,9 +34,9 @@ from llmscale.specs.framework import (
     expand,
     layout_holds,
 )
-from llmscale.specs.layout import Recompute
+from llmscale.specs.layout import Layout, Recompute
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Recipe, Precision
+from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
 
 DEFAULT_FRAMEWORK = "megatron-bridge"
 """The framework a job runs under when it names none: its newest release (NVIDIA's recommended Megatron-Core trainer;
@@ -64,6 +68,9 @@ def load_releases() -> tuple[ReleaseProfile, ...]:
 def _check_rule(rule: ProfileRule, sources: Mapping[str, Source], where: str) -> None:
     if rule.source not in sources:
         raise SpecError("source", rule.source, "an id of the sources table", where=where)
+    unknown = sorted(set(rule.when.gpu or ()) - set(names(Kind.GPUS)))
+    if unknown:
+        raise SpecError("when.gpu", unknown, f"catalog GPU names: {', '.join(names(Kind.GPUS))}", where=where)
     given = set(rule.set.given())
     per_layout = {name for name in LAYOUT_SIZES if getattr(rule.when, name) is not None}
     free = LAYOUT_SETTINGS | CHOICE_SETTINGS
@@ -79,7 +86,9 @@ def frameworks() -> list[str]:
 
 def find_release(text: str | None) -> ReleaseProfile:
     """`NAME@RELEASE`, or `NAME` for its newest release (None: the default framework's newest)."""
-    name, _, release = (text or DEFAULT_FRAMEWORK).strip().partition("@")
+    name, at, release = (text or DEFAULT_FRAMEWORK).strip().partition("@")
+    if at and not release:
+        raise SpecError("--framework", text, f"NAME@RELEASE with a release after the @, or {name} for its newest")
     candidates = [r for r in load_releases() if r.framework == name]
     if not candidates:
         raise SpecError("--framework", text, f"one of {', '.join(frameworks())} (optionally @RELEASE), or any")
@@ -113,6 +122,8 @@ class ProfileApplication:
     """The settings it set (the user gave none of them)."""
     kept: tuple[str, ...]
     """Settings it would have set that the user gave (the user's value was kept)."""
+    recorded: bool = False
+    """The job came whole from a saved document made under this release: nothing was filled."""
     dropped: tuple[str, ...] = ()
     """Overlaps it would have turned on that cannot run in this layout (as the release drops them: TP overlap
     without sequence parallelism, EP overlap outside what Megatron's combined 1F1B takes; layout.rules)."""
@@ -164,15 +175,18 @@ def given_fields(spec_or_mapping: Any) -> dict[str, Any]:
 
 
 def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train: Mapping[str, Any],
-         layout: Mapping[str, Any] | None, num_gpus: int | None) -> Filled:
-    """The profile's settings for this job in every place the user left open (module docstring)."""
-    precision = Precision(train.get("precision", Precision.BF16))
-    facts = job_facts(model, cluster, precision, None, int(train.get("seq_len", 4096)))
+         layout: Mapping[str, Any] | None, num_gpus: int | None, dropless: bool | None = None) -> Filled:
+    """The profile's settings for this job in every place the user left open (module docstring); `dropless` says
+    whether the job drops tokens where the model does not (it names no capacity factor)."""
+    precision = Precision(train.get("precision", TrainSpec().precision))
+    facts = job_facts(model, cluster, precision, None, int(train.get("seq_len", TrainSpec().seq_len)))
     sizes = layout_sizes(layout, num_gpus) if layout is not None else None
     recipe = train.get("fp8_recipe") or rule_value(release, facts, sizes, "fp8_recipe")
     if precision is Precision.FP8 and recipe is None:
-        recipe = Fp8Recipe.MXFP8 if cluster.gpu.efficiency.gemm_mxfp8 is not None else Fp8Recipe.TENSORWISE
+        recipe = TrainSpec().fp8_recipe_on(cluster.gpu.efficiency.gemm_mxfp8 is not None)
     facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
+    if dropless is not None and model.is_moe and model.capacity_factor is None:
+        facts = replace(facts, dropless=dropless)
     chosen = _moot_dropped(_chosen(release, facts, sizes), layout or {})
     if precision is not Precision.FP8:
         chosen.pop("fp8_recipe", None)  # a recipe scales FP8 tensors only
@@ -199,19 +213,22 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
     new_model = model if not groups["model"] else parse_spec(
         ModelSpec, model.model_dump() | groups["model"], where=f"model {model.name} under {release.label}")
     return Filled(new_model, groups["train"], groups["layout"] if layout is not None else None,
-                  ProfileApplication(release, facts, tuple(applied), tuple(kept), tuple(dropped)))
+                  ProfileApplication(release, facts, tuple(applied), tuple(kept), dropped=tuple(dropped)))
 
 
 def _unrunnable(layout: Mapping[str, Any], user: Mapping[str, Any]) -> list[str]:
-    """The overlaps the profile turned on (the user gave neither) that this layout cannot run (layout.rules)."""
-    tp, ep, pp, vpp = (int(layout.get(k) or 1) for k in ("tp", "ep", "pp", "vpp"))
-    sp = layout.get("sp", tp > 1)
-    schedule = layout.get("schedule") or ("interleaved" if vpp > 1 else "1f1b")
-    recompute = layout.get("recompute") or "none"
-    runs = {"tp_comm_overlap": tp > 1 and bool(sp),
-            "ep_comm_overlap": ep > 1 and (pp == 1 or str(getattr(schedule, "value", schedule)) in (
-                "interleaved", "dualpipe")) and str(getattr(recompute, "value", recompute)) != "full"}
-    return [name for name, ok in runs.items() if layout.get(name) and name not in user and not ok]
+    """The switches the profile turned on (the user gave none of them) that this layout cannot run: the release
+    drops them there (layout.rules.switch_runs, on the layout with its defaults filled)."""
+    candidates = [name for name in RELEASE_SWITCHES if layout.get(name) and name not in user]
+    if not candidates:
+        return []
+    try:
+        parsed = Layout.model_validate({k: v for k, v in layout.items() if v is not None and k != "dp"})
+    except ValidationError:
+        return []  # the resolver reports what is wrong with the layout, where the user gave it
+    cols = Layouts.from_layout(parsed.model_copy(update={"dp": 1}), 1)
+    view = {name: cols.column(name) for name in ("tp", "sp", "ep", "pp", "schedule", "recompute")}
+    return [name for name in candidates if not bool(switch_runs(name, view)[0])]
 
 
 def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> dict[str, ProfileRule]:

@@ -77,6 +77,11 @@ class JobRequest:
     framework: str | ReleaseProfile | None = None
     """`NAME[@RELEASE]` (io.releases.find_release), a release profile, or `any` (no profile); None: the default
     framework's newest release. Its rules fill what the user left open."""
+    dropless: bool | None = None
+    """Whether the job drops tokens, where its MoE model names no capacity factor (a published table's tokendrop
+    label): the release's rules for token-dropping jobs then apply (None: as the model says)."""
+    from_document: bool = False
+    """The job comes whole from a saved document (`--from-plan`): its release is recorded, nothing is filled."""
 
 
 ANY_FRAMEWORK = "any"
@@ -176,7 +181,10 @@ def _with_profile(request: JobRequest, model: ModelSpec) -> tuple[JobRequest, Mo
         return request, model, None
     cluster = resolve_cluster(request.cluster)
     layout = given_fields(request.layout) if request.layout is not None else None
-    filled = fill(release, model, cluster, given_fields(request.train), layout, request.gpus)
+    filled = fill(release, model, cluster, given_fields(request.train), layout, request.gpus, request.dropless)
+    if request.from_document:  # every setting was written out by the document: the release is only recorded
+        return replace(request, cluster=cluster), model, replace(filled.application, applied=(), kept=(), dropped=(),
+                                                                 recorded=True)
     return (replace(request, cluster=cluster, train=filled.train, layout=filled.layout), filled.model,
             filled.application)
 
@@ -301,7 +309,8 @@ def _with_saved(request: JobRequest) -> JobRequest:
                       expect_sha256=request.expect_sha256,
                       batch=request.batch, constants=request.constants if request.constants is not None
                       else saved.constants, origin=f"{request.from_plan}",
-                      framework=request.framework if request.framework is not None else saved.framework)
+                      framework=request.framework if request.framework is not None else (
+                          saved.framework or ANY_FRAMEWORK), from_document=True)
 
 
 def _release_label(framework: str | ReleaseProfile) -> str:

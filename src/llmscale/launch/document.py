@@ -33,7 +33,9 @@ class ExportFormat(str, Enum):
 def export_text(job: Job, fmt: ExportFormat) -> str:
     """The text `llmscale export` prints: a `#` preamble (version, inputs, source verified), then the body."""
     preamble = [f"# llmscale {__version__} export {fmt.value} · model {job.model.name} · cluster {job.cluster.name} "
-                f"· {job.num_gpus:,} GPUs · input_sha256 {job.input_sha256}"]
+                f"· {job.num_gpus:,} GPUs · input_sha256 {job.input_sha256}",
+                f"# settings resolved under framework release {job.profile.release if job.profile else 'any'} "
+                "(catalog/frameworks.yaml): what the flags below do not set is the launched framework's own default"]
     if fmt is ExportFormat.MEGATRON:
         preamble.append(f"# flags verified against {MEGATRON_SOURCE}")
         preamble += [f"# note: {note}" for note in megatron_notes(job)]

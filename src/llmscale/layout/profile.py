@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.layout.rules import ep_overlap_runs
+from llmscale.layout.rules import RELEASE_SWITCHES, switch_runs
 from llmscale.specs.framework import JobFacts, ProfileRule, ReleaseProfile, RuleCondition, layout_holds
 
 SEARCH_FILLED = ("sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_graphs")
@@ -57,30 +57,14 @@ class ReleaseLayouts:
             if name in skip:
                 continue
             column, forced_off = _release_column(name, rules, cols)
-            runs = _runs(name, {**cols, **out})
+            runs = switch_runs(name, {**cols, **out}) if name in RELEASE_SWITCHES else np.asarray(cols["tp"]) > 1
             if name in search_on:
                 column = (column if column is not None else False) | (runs & ~forced_off)
-            if column is not None and name in OVERLAPS:
-                column = column & runs  # the release drops an overlap the layout cannot run (io.releases.fill)
+            if column is not None and name in RELEASE_SWITCHES:
+                column = column & runs  # the release drops a switch the layout cannot run (io.releases.fill)
             if column is not None:
                 out[name] = np.broadcast_to(column, np.shape(cols["tp"]))
         return out
-
-
-OVERLAPS = ("tp_comm_overlap", "ep_comm_overlap")
-
-
-def _runs(name: str, cols: Mapping[str, Any]) -> np.ndarray:
-    """Where a setting can run (layout.rules): sp and TP overlap need tp > 1 (TP overlap also sp), CUDA graphs
-    anywhere the layout rules allow them."""
-    if name == "cuda_graphs":
-        return np.ones(np.shape(cols["tp"]), dtype=bool)
-    if name == "ep_comm_overlap":
-        return ep_overlap_runs(dict(cols))
-    runs: np.ndarray = np.asarray(cols["tp"]) > 1
-    if name == "tp_comm_overlap":
-        runs = runs & np.asarray(cols.get("sp", runs))
-    return runs
 
 
 def _release_column(name: str, rules: list[ProfileRule], cols: Mapping[str, np.ndarray]) -> tuple[Any, np.ndarray]:

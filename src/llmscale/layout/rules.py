@@ -7,7 +7,9 @@ torchtitan habit: "tp (8) × pp (4) × dp (3) = 96 ≠ 128 GPUs"). One rule set 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -115,6 +117,23 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
     for code, failed in reversed(conditions):
         reason = np.where(failed, np.int8(code), reason)
     return reason
+
+
+RELEASE_SWITCHES = ("tp_comm_overlap", "ep_comm_overlap", "cuda_graphs")
+"""Switches a framework release turns on that a layout may not run (a release drops them there: io.releases,
+layout.profile)."""
+
+
+def switch_runs(name: str, cols: Mapping[str, Any]) -> np.ndarray:
+    """Where a release switch can run, elementwise over layout columns (tp, sp, ep, pp, schedule, recompute as
+    arrays or scalars): TP overlap needs tp > 1 and sp (Reason.TP_OVERLAP), EP overlap `ep_overlap_runs`, CUDA graphs
+    no full recompute (Reason.CUDA_GRAPHS)."""
+    if name == "ep_comm_overlap":
+        return ep_overlap_runs(dict(cols))
+    if name == "cuda_graphs":
+        return np.asarray(cols["recompute"]) != Recompute.FULL.code
+    tp = np.asarray(cols["tp"])
+    return (tp > 1) & np.asarray(cols.get("sp", tp > 1), dtype=bool)
 
 
 def ep_overlap_runs(lay: Layouts | dict[str, np.ndarray]) -> np.ndarray:

@@ -206,7 +206,7 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "seconds": result.seconds,
         "global_batch": {"sequences": result.global_batch, "tokens": result.global_batch * job.train.seq_len,
                          "source": batch_law(job.constants.search) if job.batch_from_law else "given"},
-        "framework": _target_entry(result),
+        "framework": _target_entry(result) | {"profile": profile_entry(job)},
         "top": [top_entry(c, check) for c in chosen.top],
         "roomier": top_entry(chosen.roomier, check) if chosen.roomier else None,
         "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,

@@ -16,6 +16,7 @@ from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
 from llmscale.report.text import layout_line
+from llmscale.specs.framework import CHOICE_SETTINGS
 from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport, ValidationRow
@@ -132,8 +133,13 @@ def profile_lines(job: Job) -> list[str]:
     application = job.profile
     if application is None:
         return ["# framework any: no release profile (settings as given, else llmscale's defaults)"]
-    applied = ", ".join(f"{s.name} {_setting_text(s.value)} ({s.source})" for s in application.applied)
-    lines = [f"# framework {application.release}: " + (applied or "no rule applies to this job")]
+    family = f" (model family {job.model.family})" if job.model.family else ""
+    if application.recorded:
+        return [f"# framework {application.release}{family}: as the saved document recorded it (every setting "
+                "written out)"]
+    applied = ", ".join(f"{s.name} {_setting_text(s.value)} ({s.source})" for s in application.applied
+                        if s.name not in CHOICE_SETTINGS)
+    lines = [f"# framework {application.release}{family}: " + (applied or "no rule applies to this job")]
     if application.kept:
         lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
     if application.dropped:
@@ -201,13 +207,13 @@ def validation_table(report: ValidationReport) -> None:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in report.rows:
         mfu = f"{row.predicted_mfu:.1%}" + (" > published" if row.above_published else "")
-        table.add_row(row.name, row.release or f"{row.framework} (no profile)", row.gpu, row.model_type,
+        table.add_row(escape(row.name), row.release or f"{row.framework} (no profile)", row.gpu, row.model_type,
                       f"{row.num_gpus:,}",
                       f"{row.predicted_tokens_per_s_per_gpu:,.0f}", f"{row.published_tokens_per_s_per_gpu:,.0f}",
                       f"{row.error_pct:+.1f}%", _fit_cell(row), mfu)
     console.print(table)
     for skipped in report.skipped:
-        console.print(f"skipped: {skipped.name}: {skipped.reason}")
+        console.print(escape(f"skipped: {skipped.name}: {skipped.reason}"))
     _group_table(report)
     s = report.summary()
     if not report.rows:

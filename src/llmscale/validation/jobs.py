@@ -38,7 +38,7 @@ from llmscale.specs.constants import Constants
 from llmscale.specs.framework import LAYOUT_SETTINGS, MODEL_SETTINGS, TRAIN_SETTINGS, ReleaseProfile, expand
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Recipe, Precision
+from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
 from llmscale.validation.clusters import reference_cluster
 from llmscale.validation.entries import row_settings
 from llmscale.validation.runs import ModelType, PublishedRun, model_from_run
@@ -126,7 +126,7 @@ def _table_layout(run: PublishedRun, model: ModelSpec, settings: dict[str, Any])
         if (name == "recompute" and "recompute_modules" in settings and not full) or (
                 name == "recompute_modules" and full):
             continue  # a module list decides a selective recompute; full recompute makes it moot (io.releases)
-        layout |= expand(name, value)
+        layout |= {key: v for key, v in expand(name, value).items() if key not in layout}  # the table's stand
     return layout, chosen
 
 
@@ -155,8 +155,8 @@ def row_job(run: PublishedRun, constants: Constants, calibration: CalibrationPro
     settings, ids = row_settings(run.name) if facts is Facts.RECIPE else ({}, ())
     cluster = reference_cluster(run)
     precision = run.precision or Precision.BF16
-    dropping, chosen_factor = _token_dropping(run, release, cluster, precision, settings)
-    model = model_from_run(run, {k: v for k, v in settings.items() if k in MODEL_SETTINGS} | dropping)
+    dropless, dropping, chosen_factor = _token_dropping(run, release, cluster, precision)
+    model = model_from_run(run, dropping | {k: v for k, v in settings.items() if k in MODEL_SETTINGS})
     train: dict[str, Any] = {"seq_len": run.seq_len, "global_batch": run.global_batch, "precision": precision,
                              "fp8_recipe": table_fp8_recipe(run, cluster.gpu.generation)}
     train |= {k: v for k, v in settings.items() if k in TRAIN_SETTINGS}
@@ -164,11 +164,13 @@ def row_job(run: PublishedRun, constants: Constants, calibration: CalibrationPro
         train.pop("fp8_recipe", None)  # a recipe fact of a release's rows describes its FP8 runs only
     layout, chosen = _table_layout(run, model, settings)
     chosen |= chosen_factor
+    if release is None and run.framework is not None:
+        chosen["release"] = f"none: no release of {run.framework} in catalog/frameworks.yaml matches the row"
     request = JobRequest(model=model, cluster=cluster, gpus=run.num_gpus, train=train, layout=layout,
                          calibration=calibration if calibration is not None and calibrates(calibration, run.gpu)
                          else None, force_calibration=True,  # validate picks the runs a profile applies to itself
                          constants=constants, origin=f"published run {run.name!r}",
-                         framework=release if release is not None else ANY_FRAMEWORK)
+                         framework=release if release is not None else ANY_FRAMEWORK, dropless=dropless)
     interleave = bool(settings.get("interleave")) or _release_interleaves(release, request)
     degrees, why = _interleavings(run, model, layout, _given(run.vp, settings.get("vp")), interleave)
     if why is not None:
@@ -186,20 +188,19 @@ def job_from_run(run: PublishedRun, constants: Constants, calibration: Calibrati
     return row_job(run, constants, calibration, facts).job
 
 
-def _token_dropping(run: PublishedRun, release: ReleaseProfile | None, cluster: ClusterSpec, precision: Precision,
-                    settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """A row that drops tokens (moe_dropless false) runs at its release's capacity factor and padding (Megatron-
-    Bridge's apply_moe_token_drop: 1.0, padded); where neither the release nor an entry names one, llmscale takes
-    1.0 and says so."""
-    if run.model_type is not ModelType.MOE or run.moe_dropless is not False or "capacity_factor" in settings:
-        return {}, {}
-    model = model_from_run(run)
-    facts = replace(job_facts(model, cluster, precision, None, run.seq_len or 4096), dropless=False)
-    values = {name: rule_value(release, facts, None, name) if release is not None else None
-              for name in ("capacity_factor", "pad_to_capacity")}
-    if values["capacity_factor"] is None:
-        return {"capacity_factor": 1.0}, {"capacity_factor": "1.0: the row drops tokens, its release names no factor"}
-    return {k: v for k, v in values.items() if v is not None}, {}
+def _token_dropping(run: PublishedRun, release: ReleaseProfile | None, cluster: ClusterSpec,
+                    precision: Precision) -> tuple[bool | None, dict[str, Any], dict[str, str]]:
+    """A row that drops tokens (moe_dropless false) is a token-dropping job for its release, whose rules give the
+    capacity factor and padding (Megatron-Bridge's apply_moe_token_drop: 1.0, padded); where the release names no
+    factor, llmscale takes 1.0, unpadded, and says so."""
+    if run.model_type is not ModelType.MOE or run.moe_dropless is not False:
+        return None, {}, {}
+    facts = replace(job_facts(model_from_run(run), cluster, precision, None, run.seq_len or TrainSpec().seq_len),
+                    dropless=False)
+    if release is not None and rule_value(release, facts, None, "capacity_factor") is not None:
+        return False, {}, {}
+    return False, {"capacity_factor": 1.0}, {"capacity_factor": "1.0, unpadded: the row drops tokens, its release "
+                                                                  "names no factor"}
 
 
 def _check_row(run: PublishedRun) -> None:

@@ -53,7 +53,8 @@ Side = tuple[Job, Layout]
 
 
 def feature(term: str, mine: Side, record: Side) -> str:
-    """What in this job's layout or run makes `term` smaller (or the kernels faster) than in the record run's."""
+    """What in this job's layout or run makes `term` smaller (or the kernels faster) than in the record run's: the
+    fields behind the term on both sides, or '' where they are the same (the gain then comes from elsewhere)."""
     (job, lay), (ref, rlay) = mine, record
     describe = {
         "bubble_s": lambda j, x: f"{x.resolved_schedule.value} v{x.vpp} over {_micro(j, x)} micro-batches, pp {x.pp}",
@@ -71,7 +72,8 @@ def feature(term: str, mine: Side, record: Side) -> str:
     }.get(term)
     if describe is None:
         return ""
-    return f"{describe(job, lay)} vs the record's {describe(ref, rlay)}"
+    mine_text, record_text = describe(job, lay), describe(ref, rlay)
+    return "" if mine_text == record_text else f"{mine_text} vs the record's {record_text}"
 
 
 def _gpus(lay: Layout) -> int:

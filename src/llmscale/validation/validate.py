@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from llmscale.cost.step import estimate_step
-from llmscale.errors import LlmscaleError
+from llmscale.errors import LlmscaleError, SpecError
 from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_constants, load_published_mfu
+from llmscale.io.releases import find_release, frameworks
 from llmscale.search.plausibility import PublishedMfu, mfu_record
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.constants import Constants
@@ -182,11 +183,24 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path 
         except LlmscaleError as exc:
             skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
     if framework is not None:
+        _check_framework(framework, runs)
         runs = [run for run in runs if _of_framework(run, framework)]
     profile = load_profile(calibration, allow_unsealed) if calibration is not None else None
     report = validate_runs(runs, load_constants(), profile, facts)
     record = CalibrationRecord.of(profile) if profile is not None else None
     return ValidationReport(report.rows, tuple(skipped) + report.skipped, record, facts)
+
+
+def _check_framework(framework: str, runs: list[PublishedRun]) -> None:
+    """`--framework` names a catalog release (io.releases.find_release) or a framework some row names."""
+    name, at, release = framework.partition("@")
+    if name in frameworks() and (release or not at):
+        find_release(framework)  # a wrong release is one SpecError listing the releases
+        return
+    if not at and any(run.framework == name for run in runs):
+        return
+    raise SpecError("--framework", framework, f"one of {', '.join(frameworks())} (optionally @RELEASE), or a "
+                    "framework the runs name")
 
 
 def _of_framework(run: PublishedRun, framework: str) -> bool:
