@@ -1,9 +1,10 @@
-"""Fit the six residual constants of the step model on one half of the published runs; report the error on both
+"""Fit the seven residual constants of the step model on one half of the published runs; report the error on both
 halves, leave-one-framework-out, leave-one-release-out, and how well the data pins each constant.
 
 Everything else the step model reads is measured or derived (catalog/gpus.yaml via scripts/derive_gemm_ceilings.py,
-catalog/comm.yaml, memory.yaml). What is left to the runs are six global numbers, each a physical quantity with bounds
-(catalog/step.yaml; specs.constants.StepConstants): the launch gap per layer and pass, the fixed time per step, the
+catalog/comm.yaml, memory.yaml). What is left to the runs are seven global numbers, each a physical quantity with
+bounds (catalog/step.yaml; specs.constants.StepConstants): the launch gap per layer and pass, the host time of one
+kernel-launching call (cost.host), the fixed time per step, the
 sustained fraction of the tensor-core throughput, the exposed shares of overlapped TP and EP communication, and how
 many micro-batches of backward the data-parallel collectives hide behind. Nothing is fitted per GPU, per framework or
 per run.
@@ -49,6 +50,7 @@ from llmscale.validation.runs import PublishedRun, load_runs
 BOUNDS = {
     # catalog/step.yaml states each constant's meaning and why these are its bounds.
     "launch_overhead_us": (0.0, 200.0),
+    "host_call_us": (2.0, 50.0),
     "step_overhead_s": (0.0, 2.0),
     "sustained_compute_fraction": (0.6, 1.0),
     "tp_comm_exposed_fraction": (0.0, 1.0),
