@@ -260,11 +260,11 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
     if "--cuda-graph-impl" in flags:
         impl = _one("--cuda-graph-impl", flags["--cuda-graph-impl"])
         layout["cuda_graphs"] = impl != "none"
-        modules = tuple(flags.get("--cuda-graph-modules", ()))
-        scope = "iteration" if impl == "full_iteration" else _GRAPH_SCOPES.get(modules)
+        captured = tuple(flags.get("--cuda-graph-modules", ()))
+        scope = "iteration" if impl == "full_iteration" else _GRAPH_SCOPES.get(captured)
         if scope is None:
-            raise SpecError("--cuda-graph-modules", " ".join(modules), f"one of {sorted(map(' '.join, _GRAPH_SCOPES))}",
-                            where=WHERE)
+            allowed = sorted(" ".join(scope) for scope in _GRAPH_SCOPES)
+            raise SpecError("--cuda-graph-modules", " ".join(captured), f"one of {allowed}", where=WHERE)
         train["cuda_graph_scope"] = scope
     _cross_entropy(flags, train)
     if parts["model"].get("experts"):
