@@ -136,7 +136,8 @@ class GroupedGemm(str, Enum):
     and FC2 as grouped kernels reading the counts on the device (sync-free; NVIDIA technical blog 'Boosting MoE
     Training Throughput with Advanced Fusion Kernels', 2026-06-15)."""
     LEGACY = "legacy"
-    """GroupedMLP over nv-grouped-gemm: one CUTLASS grouped GEMM per linear, 16-bit only; sizes on the host."""
+    """One grouped GEMM kernel per linear over all local experts: Megatron's GroupedMLP over nv-grouped-gemm (CUTLASS,
+    16-bit), torchtitan's torch._grouped_mm; the dispatch still needs the sizes on the host."""
     CUBLAS_LOOP = "cublas-loop"
     """SequentialMLP: a Python loop over the local experts, each a GEMM, activation and GEMM on one stream."""
 
