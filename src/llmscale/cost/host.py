@@ -43,7 +43,8 @@ the data-parallel hooks and pipeline send/receive calls, and the backward's own 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -203,6 +204,15 @@ class LayerHost:
     synced: bool
 
     @classmethod
+    def both(cls, calls: HostCalls, scope: CudaGraphScope, call_s: float) -> LayerHost:
+        """`of` with graphs off for every layout of `calls`, then on: 2N elements."""
+        doubled: dict[str, Any] = {f.name: np.concatenate([getattr(calls, f.name)] * 2) for f in fields(calls)
+                                   if f.name != "synced"}
+        twice = replace(calls, **doubled)
+        graphs = np.repeat(np.array([False, True]), calls.attention_forward.size)
+        return cls.of(twice, scope, graphs, call_s)
+
+    @classmethod
     def of(cls, calls: HostCalls, scope: CudaGraphScope, graphs: np.ndarray, call_s: float) -> LayerHost:
         """`calls` with `scope`'s graphs where `graphs` is on, at `call_s` seconds per call."""
         c = captured(calls, scope, graphs)
@@ -213,36 +223,21 @@ class LayerHost:
                    c.output_forward * call_s, c.output_backward * call_s, after, before, c.synced)
 
 
-@dataclass(frozen=True)
-class HostWait:
-    """Seconds per micro-batch the critical rank's GPU waits for its host, by pass (shape (N,))."""
-
-    forward_s: np.ndarray
-    backward_s: np.ndarray
-
-    @property
-    def total_s(self) -> np.ndarray:
-        total: np.ndarray = self.forward_s + self.backward_s
-        return total
-
-
-def host_wait(host: LayerHost, layers: StageLayers, full: np.ndarray, gpu: tuple[np.ndarray, np.ndarray],
-              moe_layer: tuple[np.ndarray, np.ndarray]) -> HostWait:
-    """The GPU's wait for the host on one rank and micro-batch (module docstring): `gpu` = (forward, backward) GPU
-    seconds of the rank's pass (kernels and exposed communication), `moe_layer` = (forward GPU seconds of one MoE
-    layer, the part of them after its token counts). Full recompute launches the forward again in backward."""
+def host_wait(host: LayerHost, layers: StageLayers, has_moe: bool, full: np.ndarray, gpu_forward: np.ndarray,
+              gpu_backward: np.ndarray, moe_layer: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds the GPU of one rank waits for its host per micro-batch (module docstring): `gpu_*`
+    the pass's GPU seconds (kernels and exposed communication), `moe_layer` = (forward GPU seconds of one MoE layer,
+    their part after its token counts). Full recompute launches the forward again in backward."""
     rest_f = layers.dense * host.dense_forward + layers.last * host.output_forward
-    rest_b = layers.dense * host.dense_backward + layers.last * host.output_backward
-    has_moe = bool(layers.moe.any())
-    moe_f = layers.moe * host.moe_forward if has_moe else 0.0
-    backward = rest_b + full * (rest_f + moe_f) - gpu[1]
-    if has_moe:
-        backward = backward + layers.moe * host.moe_backward
-    if not host.synced or not has_moe:
-        return HostWait(np.maximum(0.0, rest_f + moe_f - gpu[0]), np.maximum(0.0, backward))
+    backward = layers.dense * host.dense_backward + layers.last * host.output_backward - gpu_backward
+    if not has_moe:
+        return np.maximum(0.0, rest_f - gpu_forward), np.maximum(0.0, backward + full * rest_f)
+    moe_f = layers.moe * host.moe_forward
+    backward = np.maximum(0.0, backward + layers.moe * host.moe_backward + full * (rest_f + moe_f))
+    if not host.synced:
+        return np.maximum(0.0, rest_f + moe_f - gpu_forward), backward
     b_layer, b_after = moe_layer
-    b_before = np.maximum(b_layer - b_after, 0.0)
     a_after = host.after_sync
-    layer = np.maximum(np.maximum(a_after, b_after) + b_before, a_after + host.before_sync)
-    others = np.maximum(0.0, rest_f - (gpu[0] - layers.moe * b_layer))
-    return HostWait(layers.moe * (layer - b_layer) + others, np.maximum(0.0, backward))
+    layer = np.maximum(np.maximum(a_after, b_after) + np.maximum(b_layer - b_after, 0.0), a_after + host.before_sync)
+    others = np.maximum(0.0, rest_f - gpu_forward + layers.moe * b_layer)
+    return layers.moe * (layer - b_layer) + others, backward

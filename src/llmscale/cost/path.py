@@ -18,15 +18,13 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale.cost.compute import LayerTimes, RankCompute, rank_compute
-from llmscale.cost.host import HostCalls, HostWait, LayerHost, host_wait
+from llmscale.cost.host import LayerHost, host_wait
 from llmscale.cost.traffic import MicrobatchComm
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf, StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, StepConstants
 from llmscale.specs.layout import Recompute, Schedule
-from llmscale.specs.train import CudaGraphScope
-from llmscale.units import US
 
 
 @dataclass(frozen=True)
@@ -39,16 +37,23 @@ class CriticalPath:
     ep_s: np.ndarray
     comm_forward_s: np.ndarray
     """The part of tp_s + cp_s + ep_s that belongs to the forward pass."""
-    host: HostWait
+    host_forward_s: np.ndarray
+    """The GPU's wait for the host in the forward pass (cost.host)."""
+    host_backward_s: np.ndarray
+
+    @property
+    def host_s(self) -> np.ndarray:
+        total: np.ndarray = self.host_forward_s + self.host_backward_s
+        return total
 
     @property
     def per_microbatch_s(self) -> np.ndarray:
-        total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s + self.host.total_s
+        total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s + self.host_s
         return total
 
     @property
     def forward_s(self) -> np.ndarray:
-        fwd: np.ndarray = self.compute.forward_s + self.comm_forward_s + self.host.forward_s
+        fwd: np.ndarray = self.compute.forward_s + self.comm_forward_s + self.host_forward_s
         return fwd
 
 
@@ -119,22 +124,22 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
         ep_layer = ep / (2 + full) / np.maximum(layers.moe, 1)
     tp = (2 + full) * tp_pass
     forward = tp_pass + cp_fwd + ep / (2 + full)
-    gpu = (fwd + forward, total - fwd + tp + cp + ep - forward)
-    wait = host_wait(host, layers, full, gpu, (moe.forward_s + shares.tp * comm.tp_moe_s + ep_layer,
-                                                moe.after_sync_s + ep_layer))
-    return CriticalPath(compute, tp, cp, ep + np.zeros_like(tp), comm_forward_s=forward, host=wait)
+    gpu_forward = fwd + forward
+    moe_layer = (moe.forward_s + shares.tp * comm.tp_moe_s + ep_layer, moe.after_sync_s + ep_layer) if has_moe \
+        else (tp, tp)
+    wait = host_wait(host, layers, has_moe, full, gpu_forward, total + tp + cp + ep - gpu_forward, moe_layer)
+    return CriticalPath(compute, tp, cp, ep + np.zeros_like(tp), forward, *wait)
 
 
 def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stages: dict[RankOf, StageLayers],
-                  times: tuple[LayerTimes, LayerTimes, LayerTimes], comm: MicrobatchComm, calls: HostCalls,
-                  scope: CudaGraphScope) -> tuple[CriticalPath, np.ndarray]:
+                  times: tuple[LayerTimes, LayerTimes, LayerTimes], comm: MicrobatchComm,
+                  host: LayerHost) -> tuple[CriticalPath, np.ndarray]:
     """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
     code, for layouts `lay` (a view of cost.step.PATH_VIEW; one per distinct row, so the rank's compute is evaluated
-    on them directly) with layer times `times` and host calls `calls` per layout, graphs of `scope`."""
+    on them directly) with layer times `times` and host seconds `host` per layout (cost.host.LayerHost)."""
     const = constants.step
     sms = cluster.gpu.sm_count
     shares = PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
-    host = LayerHost.of(calls, scope, lay.cuda_graphs, const.host_call_us * US)
     best: tuple[CriticalPath, np.ndarray] | None = None
     for which, layers in stages.items():
         compute = rank_compute(lay, layers, times, const.launch_overhead_us)

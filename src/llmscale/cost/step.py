@@ -29,7 +29,7 @@ import numpy as np
 from llmscale.cost.compute import layer_times
 from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, derive, rank_params
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
-from llmscale.cost.host import layer_calls
+from llmscale.cost.host import LayerHost, layer_calls
 from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
 from llmscale.cost.model_state import Sharding, optimizer_step_traffic_bytes_per_param
 from llmscale.cost.params import count_params
@@ -43,6 +43,7 @@ from llmscale.specs.constants import CommConstants, Constants, StepConstants
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
+from llmscale.units import US
 
 
 @dataclass(frozen=True)
@@ -192,10 +193,11 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     stage_of_row = derived.rows.inverse.take(rows.first)
     stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
     dense, moe, output = (take_fields(kind, layer_of_row) for kind in times)
-    calls = take_fields(layer_calls(model, train, micro.take(layer_rows.first), cluster.gpu.fp8_recipe(train)),
-                        layer_of_row)
-    path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, calls,
-                                   train.cuda_graph_scope)
+    # Host seconds per layer row with graphs off, then on (cost.host), taken for each row's cuda_graphs.
+    calls = layer_calls(model, train, micro.take(layer_rows.first), cluster.gpu.fp8_recipe(train))
+    host = take_fields(LayerHost.both(calls, train.cuda_graph_scope, constants.step.host_call_us * US),
+                       layer_of_row + layer_rows.first.size * few.cuda_graphs)
+    path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, host)
     num_micro = derived.num_microbatches.take(rows.first)
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
@@ -205,7 +207,7 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     return rows, _PathParts(
         compute_s=m * (path.compute.total_s - path.compute.recompute_s), recompute_s=m * path.compute.recompute_s,
         tp_exposed_s=m * path.tp_s, cp_exposed_s=m * path.cp_s, ep_exposed_s=m * path.ep_s,
-        host_wait_s=m * path.host.total_s,
+        host_wait_s=m * path.host_s,
         pp_exposed_s=pipe.p2p_exposed_s, bubble_s=pipe.bubble_s, forward_s=fwd,
         backward_s=bwd_in + path.compute.backward_weight_s, microbatch_s=path.compute.total_s,
         microbatches_per_rank=m, critical_rank=critical,
