@@ -56,6 +56,8 @@ VERIFIED_MEGATRON_FLAGS = frozenset({
     "--train-samples", "--untie-embeddings-and-output-weights", "--use-distributed-optimizer", "--use-megatron-fsdp",
     "--use-precision-aware-optimizer", "--use-rope-scaling", "--use-tp-pp-dp-mapping", "--v-head-dim", "--vocab-size",
     "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
+    "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--use-transformer-engine-op-fuser",
+    "--cuda-graph-modules",
 })  # fmt: skip
 
 # GPT-3 175B on Selene as Narayanan et al. 2021 (arXiv:2104.04473) ran it: tp 8, pp 8, batch 1536 × 2048.
@@ -89,7 +91,7 @@ def job(model: str = "gpt3-175b", cluster: str = "selene", train: dict[str, Any]
 
 def dsv3(**layout: Any) -> Job:
     return resolve(JobRequest(model=DSV3["model"], cluster=DSV3["cluster"], train=DSV3["train"],
-                              layout={**DSV3["layout"], **layout}))
+                              layout={**DSV3["layout"], **layout}, framework="any"))  # the shape, not a release's
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -166,7 +168,8 @@ def test_deepseek_v3_megatron_shape() -> None:
     joined = " ".join(args)
     for piece in ("--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 "
                   "--qk-pos-emb-head-dim 64 --v-head-dim 128", "--num-experts 256 --moe-router-topk 8 "
-                  "--moe-ffn-hidden-size 2048 --moe-grouped-gemm --moe-shared-expert-intermediate-size 2048",
+                  "--moe-ffn-hidden-size 2048 --moe-grouped-gemm --moe-token-dispatcher-type alltoall "
+                  "--moe-permute-fusion --moe-router-fusion --moe-shared-expert-intermediate-size 2048",
                   # DeepSeek-V3 config.json: rope_theta 10000, rms_norm_eps 1e-6, YaRN factor 40, mscale 1 / 1;
                   # report §3.2.2: at most 4 nodes per token — over the 8 nodes of an ep-64 group of 8-GPU nodes.
                   "--rotary-base 10000 --rotary-scaling-factor 40 --mscale 1 --mscale-all-dim 1 --rope-type yarn",

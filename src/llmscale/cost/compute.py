@@ -5,12 +5,11 @@ Shape legend: arrays of shape (N,), one element per layout; seconds per micro-ba
 Every linear layer is its three GEMMs on the kernel model (cost/kernels.py: tile and wave quantization, a memory
 floor), at the shapes the layout gives it: M = the tokens of a micro-batch on this GPU (s/cp · mbs), N and K the
 layer's sizes after the tensor-parallel split. Attention projections and MLPs split their output (column-parallel)
-or input (row-parallel) over tp; MLA's down-projections are duplicated over tp; the routed experts are one grouped
-GEMM over the E/ep experts on this GPU with the tokens each receives (k·etp/tp copies per token spread over the
-experts, `routed_tokens_per_expert`), the shared experts a tensor-parallel MLP, the router a 16-bit GEMM on the
-sequence-parallel share of the tokens. Recipes keep the router and the output layer in 16-bit under FP8/FP4
-(DeepSeek-V3 §3.3: "the embedding module, the output head, MoE gating modules ... in original precision";
-Megatron's FP8 covers the transformer layers' linears only).
+or input (row-parallel) over tp; MLA's down-projections are duplicated over tp; the MoE block (cost.moe: the routed
+experts' GEMMs as the run's kernels execute them over the E/ep experts on this GPU, the shared experts, the router,
+the routed copies' permutes, casts and activation) is priced there. Recipes keep the router and the output layer in
+16-bit under FP8/FP4 (DeepSeek-V3 §3.3: "the embedding module, the output head, MoE gating modules ... in original
+precision"; Megatron's FP8 covers the transformer layers' linears only).
 
 The attention core is fused attention at the published throughput curve for chunks of s/cp tokens (kernels.py).
 Without FlashAttention (train.flash_attention false: Megatron-LM's CoreAttention before 2022, Korthikanti et al. 2022
@@ -33,7 +32,8 @@ import numpy as np
 
 from llmscale.cost.flops import attention_core_flops_per_layer
 from llmscale.cost.kernels import KernelRates, LinearTimes, attention_core_s, gemm_s, linear_s, memory_s
-from llmscale.cost.routing import busiest_rank_load, routed_copies_per_token
+from llmscale.cost.moe import MoeBlock, mlp_linears, moe_block
+from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
@@ -62,6 +62,9 @@ class LayerTimes:
     """The MLP or experts' activation functions (inside elementwise_s): what recompute_moe_act re-runs."""
     dense_mlp_s: np.ndarray
     """A dense layer's MLP, GEMMs and activation (inside the above): what recompute_mlp re-runs (0 for MoE)."""
+    after_sync_s: np.ndarray
+    """An MoE layer's forward GPU work after its token counts reach the host (cost.moe.MoeBlock.after_sync_s;
+    0 for dense layers): what cost.host's flow shop sets against the host's launches."""
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -121,17 +124,21 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, cast: float) -> tu
     un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each). FP8/FP4
     recipes quantise every GEMM input (QKV and MLP inputs h, output-projection input n·d, fc2 input f, and
     each routed copy h) at `cast` bytes per element (`cast_bytes_per_element`)."""
+    if not moe:
+        return _layer_bytes_per_token(model, float(model.ffn_hidden), cast)
+    per_sigma, per_tp = _layer_bytes_per_token(model, float(model.shared_ffn * model.shared_experts), cast)
+    routed = (model.expert_ffn_hidden or 0) * model.top_k
+    per_sigma += model.top_k * (8.0 * model.hidden + 2.0 * model.hidden) + cast * model.top_k * model.hidden
+    return per_sigma, per_tp + ((6.0 if model.gated_mlp else 4.0) + cast) * routed
+
+
+def _layer_bytes_per_token(model: ModelSpec, ffn: float, cast: float) -> tuple[float, float]:
+    """`_elementwise_bytes_per_token` of a layer without routed experts whose MLP (or shared experts) is `ffn`
+    wide: the part of an MoE layer outside cost.moe.MoeBlock's routed copies."""
     h, q = model.hidden, model.heads * model.dim_per_head
-    per_sigma = 8.0 * h + 12.0 * h
-    if moe:
-        ffn = (model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts
-        per_sigma += model.top_k * (8.0 * h + 2.0 * h)
-    else:
-        ffn = model.ffn_hidden
+    per_sigma = 8.0 * h + 12.0 * h + cast * 2 * h
     per_tp = (6.0 if model.gated_mlp else 4.0) * ffn + 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
-    per_sigma += cast * (2 * h + (model.top_k * h if moe else 0))
-    per_tp += cast * (q + ffn)
-    return per_sigma, per_tp
+    return per_sigma, per_tp + cast * (q + ffn)
 
 
 UNFUSED_SCORE_BYTES = {False: (4.0, 6.0), True: (9.0, 11.0)}
@@ -182,30 +189,29 @@ def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, Linea
     return down + up + linear_s(x.rates, t, n * a.v_head_dim / x.tp, h), up
 
 
-def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | float,
-         groups: np.ndarray | float = 1.0) -> LinearTimes:
-    """fc1 (h → (m−1)·ffn, the gate and up projections fused) and fc2 (ffn → h) of an MLP or of `groups` experts
-    at ffn per GPU."""
-    fc1 = linear_s(x.rates, tokens, model.hidden, (model.mlp_matrices - 1) * ffn, groups)
-    return fc1 + linear_s(x.rates, tokens, ffn, model.hidden, groups)
+def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | float) -> LinearTimes:
+    """fc1 and fc2 of a tensor-parallel MLP at ffn per GPU (cost.moe.mlp_linears)."""
+    return mlp_linears(model, x.rates, tokens, ffn)
 
 
-def routed_tokens_per_expert(model: ModelSpec, lay: Layouts, tokens: np.ndarray, load: np.ndarray) -> np.ndarray:
-    """Tokens each local expert of the busiest EP rank receives per micro-batch: the k·etp/tp copies of each of the
-    micro-batch's tokens over the E/ep experts, times that rank's load over the mean (`cost.routing`)."""
-    copies = tokens * routed_copies_per_token(model, lay) * load
-    result: np.ndarray = copies / (model.experts / lay.ep)
-    return result
+def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+            constants: Constants) -> tuple[_Shapes, float]:
+    """The per-layer shapes and rates of one micro-batch, and the recipe's bytes per quantized element."""
+    gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
+    recipe = gpu.fp8_recipe(train)
+    cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_writes_transpose)
+    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
+    return _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
+                   rates=KernelRates.of(gpu, train.precision, sustained, recipe, train.attention_kernel),
+                   rates16=KernelRates.of(gpu, Precision.BF16, sustained, attention=train.attention_kernel),
+                   load=busiest_rank_load(model, train, lay, tokens, constants.moe)), cast
 
 
-def _moe_linears(model: ModelSpec, x: _Shapes) -> LinearTimes:
-    """Routed experts (one grouped GEMM), shared experts and router of one micro-batch."""
-    per_expert = routed_tokens_per_expert(model, x.lay, x.tokens, x.load)
-    experts = _mlp(model, x, per_expert, (model.expert_ffn_hidden or 0) / x.lay.etp, model.experts / x.lay.ep)
-    shared = model.shared_ffn * model.shared_experts
-    if shared:
-        experts = experts + _mlp(model, x, x.tokens, shared / x.tp)
-    return experts + linear_s(x.rates16, x.tokens / x.sigma, model.hidden, model.experts)
+def moe_block_of(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+                 constants: Constants) -> MoeBlock:
+    """The MoE block of one micro-batch as `layer_times` prices it (cost.moe; the explain listing reads it)."""
+    x, cast = _shapes(model, cluster, train, lay, constants)
+    return moe_block(model, train.moe_grouped_gemm_impl, lay, x.rates, x.rates16, x.tokens, x.load, cast)
 
 
 def layer_times(
@@ -213,20 +219,13 @@ def layer_times(
 ) -> tuple[LayerTimes, LayerTimes, LayerTimes]:
     """Times of a dense layer, an MoE layer and the output layer for one micro-batch, with the tensor-core peaks
     times the sustained fraction (KernelRates.of) and the experts at the busiest rank's load (cost.routing)."""
-    gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
-    recipe = gpu.fp8_recipe(train)
-    cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_writes_transpose)
-    tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
-    x = _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
-                rates=KernelRates.of(gpu, train.precision, sustained, recipe, train.attention_kernel),
-                rates16=KernelRates.of(gpu, Precision.BF16, sustained, attention=train.attention_kernel),
-                load=busiest_rank_load(model, train, lay, tokens, constants.moe))
+    x, cast = _shapes(model, cluster, train, lay, constants)
     core, core_bwd = _attention_core(model, train, x)
     attention, up = _attention_linears(model, x)
     h = model.hidden
 
-    def elementwise(moe: bool) -> np.ndarray:
-        per_sigma, per_tp = _elementwise_bytes_per_token(model, moe, cast)
+    def elementwise(ffn: float) -> np.ndarray:
+        per_sigma, per_tp = _layer_bytes_per_token(model, ffn, cast)
         return memory_s(x.rates, x.tokens * (per_sigma / x.sigma + per_tp / x.tp))
 
     def activation(ffn: float) -> np.ndarray:  # read (m−1)·f, write f, 16-bit
@@ -235,21 +234,24 @@ def layer_times(
     norms = memory_s(x.rates, x.tokens * 8.0 * h / x.sigma)  # two norms: read and write 2·2h bytes each
     mlp = _mlp(model, x, x.tokens, model.ffn_hidden / x.tp)
     dense_act = activation(model.ffn_hidden)
-    dense = _layer(attention + mlp, core, core_bwd, elementwise(False), norms, up.forward_s, dense_act,
-                   mlp.forward_s + dense_act)
     zero = np.zeros(lay.size)
-    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero)
+    dense = _layer(attention + mlp, core, core_bwd, elementwise(model.ffn_hidden), norms, up.forward_s, dense_act,
+                   mlp.forward_s + dense_act, zero)
+    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero, zero)
     if model.is_moe:
-        act = activation((model.expert_ffn_hidden or 0) * model.top_k + model.shared_ffn * model.shared_experts)
-        moe = _layer(attention + _moe_linears(model, x), core, core_bwd, elementwise(True), norms, up.forward_s,
-                     act, zero)
+        block = moe_block(model, train.moe_grouped_gemm_impl, lay, x.rates, x.rates16, x.tokens, x.load, cast)
+        shared = model.shared_ffn * model.shared_experts
+        moe_elementwise = elementwise(shared) + block.permute_s + block.cast_s + block.activation_s
+        moe = _layer(attention + block.linears, core, core_bwd, moe_elementwise, norms, up.forward_s,
+                     block.activation_s + activation(shared), zero, block.after_sync_s)
     return dense, moe, _output_times(model, x, moe if model.is_moe else dense)
 
 
 def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, elementwise: np.ndarray,
-           norms: np.ndarray, up: np.ndarray, activation: np.ndarray, dense_mlp: np.ndarray) -> LayerTimes:
+           norms: np.ndarray, up: np.ndarray, activation: np.ndarray, dense_mlp: np.ndarray,
+           after_sync: np.ndarray) -> LayerTimes:
     return LayerTimes(linears.forward_s, linears.input_grad_s, linears.weight_grad_s, core, core_bwd, elementwise,
-                      norms, up, activation, dense_mlp)
+                      norms, up, activation, dense_mlp, after_sync)
 
 
 def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
@@ -264,20 +266,16 @@ def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerT
         linears.forward_s + mtp * k.gemm_s, linears.input_grad_s + mtp * k.gemm_input_grad_s,
         linears.weight_grad_s + mtp * k.gemm_weight_grad_s, mtp * k.attention_core_s,
         mtp * k.attention_core_backward_s, (1 + mtp) * loss + mtp * k.elementwise_s, mtp * k.norm_s,
-        mtp * k.up_proj_s, mtp * k.activation_s, mtp * k.dense_mlp_s,
+        mtp * k.up_proj_s, mtp * k.activation_s, mtp * k.dense_mlp_s, mtp * k.after_sync_s,
     )
 
 
 def rank_compute(
     lay: Layouts, layers: StageLayers, times: tuple[LayerTimes, LayerTimes, LayerTimes], launch_overhead_us: float,
-    dropless: bool = False,
 ) -> RankCompute:
     """One micro-batch on one pipeline rank: forward, input-gradient backward (with recompute) and
-    weight-gradient backward, summed over its dense and MoE layers and, on the last rank, the output. A `dropless`
-    MoE layer with ep > 1
-    waits on the host once more per pass: the token counts come back to the host before the all-to-all's split
-    sizes are known (a stream synchronisation, NVIDIA/Megatron-LM@d98e8a64ddf3
-    megatron/core/transformer/moe/token_dispatcher.py `cuda_sync_point`), a second launch gap."""
+    weight-gradient backward, summed over its dense and MoE layers and, on the last rank, the output. The host's
+    side (launches, an MoE layer's wait for its token counts) is cost.host's."""
     dense, moe, logits = times
     has_moe = bool(layers.moe.any())  # else every MoE term is 0 · 0: skipped, with the same sums
     def total(field: str) -> np.ndarray:
@@ -289,8 +287,7 @@ def rank_compute(
 
     gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
     gaps = np.where(lay.cuda_graphs, 0.0, launch_overhead_us * US)  # a replayed graph launches no kernel
-    synced = layers.moe * np.where(lay.ep > 1, 2.0, 1.0) if dropless else layers.moe
-    elementwise = elementwise + (layers.dense + synced) * gaps
+    elementwise = elementwise + (layers.dense + layers.moe) * gaps
     forward = gemm + core + elementwise
     layers_forward = forward - layers.last * logits.forward_s
     modules = (lay.recompute_norm * total("norm_s") + lay.recompute_mla_up * total("up_proj_s")

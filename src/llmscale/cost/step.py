@@ -6,7 +6,8 @@ Shape legend: every array field of `StepBreakdown` has shape (N,), one element p
 For each pipeline rank that can be critical (stages.RankOf) a micro-batch costs forward F and backward
 B = B_in + W (compute.py) plus the communication on its critical path: TP collectives (the exposed share,
 catalog/step.yaml), context-parallel KV exchange beyond what the attention core hides, and expert all-to-alls
-(hidden by DualPipe up to the overlapped chunk's compute, else the exposed share). The slowest rank sets
+(hidden by DualPipe up to the overlapped chunk's compute, else the exposed share), and the time the GPU waits for
+the host's kernel launches (cost.host; cost.path puts them together). The slowest rank sets
 the pipeline (pipeline.py: busy + bubble + exposed p2p). After the last micro-batch the data-parallel
 gradient sync runs, overlapped with that micro-batch's backward up to dp_overlap_efficiency; the
 distributed optimizer's parameter all-gather overlaps the next step's first forward the same way; ZeRO-3
@@ -21,26 +22,28 @@ where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
-from typing import TypeVar
+from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.compute import LayerTimes, RankCompute, layer_times, rank_compute
+from llmscale.cost.compute import layer_times
 from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, derive, rank_params
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
+from llmscale.cost.host import LayerHost, layer_calls
 from llmscale.cost.memory import MemoryBreakdown, memory_breakdown
 from llmscale.cost.model_state import Sharding, optimizer_step_traffic_bytes_per_param
 from llmscale.cost.params import count_params
+from llmscale.cost.path import critical_rank, select
 from llmscale.cost.pipeline import pipeline_times
-from llmscale.cost.traffic import DataParallelComm, MicrobatchComm, data_parallel_comm, microbatch_comm, zero3_calls
+from llmscale.cost.traffic import DataParallelComm, data_parallel_comm, microbatch_comm, zero3_calls
 from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, take_fields
-from llmscale.layout.stages import RankOf, StageLayers
+from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
-from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
+from llmscale.units import US
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class StepBreakdown:
     tp_exposed_s: np.ndarray
     cp_exposed_s: np.ndarray
     ep_exposed_s: np.ndarray
+    host_wait_s: np.ndarray
+    """The GPU idle, waiting for the host to launch its kernels (cost.host): launches slower than the kernels, and
+    each MoE layer's wait for its token counts; on the critical rank, all micro-batches."""
     pp_exposed_s: np.ndarray
     dp_exposed_s: np.ndarray
     bubble_s: np.ndarray
@@ -96,98 +102,9 @@ class StepBreakdown:
         return result
 
 
-STEP_PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "pp_exposed_s",
-              "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")
+STEP_PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_exposed_s", "host_wait_s",
+              "pp_exposed_s", "dp_exposed_s", "bubble_s", "optimizer_s", "overhead_s", "offload_s")
 """The fields of StepBreakdown that add up to the step time, in the order reports list them."""
-
-
-@dataclass(frozen=True)
-class _CriticalPath:
-    """Per-micro-batch times of one rank, with the communication that sits on its critical path."""
-
-    compute: RankCompute
-    tp_s: np.ndarray
-    cp_s: np.ndarray
-    ep_s: np.ndarray
-    comm_forward_s: np.ndarray
-    """The part of tp_s + cp_s + ep_s that belongs to the forward pass."""
-
-    @property
-    def per_microbatch_s(self) -> np.ndarray:
-        total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s
-        return total
-
-    @property
-    def forward_s(self) -> np.ndarray:
-        fwd: np.ndarray = self.compute.forward_s + self.comm_forward_s
-        return fwd
-
-
-DataclassT = TypeVar("DataclassT")
-
-
-def _select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
-    """Field-wise np.where over two dataclasses of arrays (nested dataclasses included)."""
-    values = {}
-    for f in fields(a):  # type: ignore[arg-type]
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        values[f.name] = _select(mask, x, y) if is_dataclass(x) else np.where(mask, x, y)
-    return type(a)(**values)
-
-
-def _critical_path(
-    shares: _PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm
-) -> _CriticalPath:
-    """Communication on one rank's critical path per micro-batch. Each of TP's collectives and EP's
-    all-to-alls runs once forward and once backward, and once more when full recompute re-runs the forward;
-    the CP exchange hides behind the attention core (forward: K, V; backward: K, V and their gradients) and
-    is repeated by any recompute, which re-runs the attention core."""
-    full = shares.full
-    has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
-    tp_layers = layers.dense * comm.tp_dense_s
-    if has_moe:
-        tp_layers = tp_layers + layers.moe * comm.tp_moe_s
-    tp_pass = shares.tp * tp_layers
-    count = layers.dense + layers.moe
-    cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
-    cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - compute.attention_core_backward_s)
-    cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
-    if not has_moe:
-        zero = np.zeros_like(tp_pass)
-        return _CriticalPath(compute, (2 + full) * tp_pass, cp, zero, comm_forward_s=tp_pass + cp_fwd + zero)
-    ep_all = (2 + full) * layers.moe * comm.ep_s
-    ep = np.where(shares.dualpipe, np.maximum(0.0, ep_all - compute.total_s), shares.ep * ep_all)
-    # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
-    # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
-    ep = ep + shares.sm_share * (ep_all - ep)
-    ep_fwd = ep / (2 + full)
-    return _CriticalPath(compute, (2 + full) * tp_pass, cp, ep, comm_forward_s=tp_pass + cp_fwd + ep_fwd)
-
-
-@dataclass(frozen=True)
-class _PathShares:
-    """What every rank's critical path shares (shape (N,)): recompute indicators, exposed TP and EP shares."""
-
-    full: np.ndarray
-    any_recompute: np.ndarray
-    tp: np.ndarray
-    ep: np.ndarray
-    dualpipe: np.ndarray
-    sm_share: np.ndarray
-    """Share of the SMs the overlapped all-to-all kernels hold (0 where nothing overlaps them)."""
-
-    @classmethod
-    def of(cls, lay: Layouts, const: StepConstants, overlap_sm_share: float) -> _PathShares:
-        dualpipe = lay.schedule == Schedule.DUALPIPE.code
-        overlapped = (lay.ep > 1) & (lay.ep_comm_overlap | dualpipe)
-        return cls(
-            full=(lay.recompute == Recompute.FULL.code).astype(float),
-            any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
-            tp=np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0),
-            ep=np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0),
-            dualpipe=dualpipe,
-            sm_share=np.where(overlapped, overlap_sm_share, 0.0),
-        )
 
 
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
@@ -242,6 +159,7 @@ class _PathParts:
     tp_exposed_s: np.ndarray
     cp_exposed_s: np.ndarray
     ep_exposed_s: np.ndarray
+    host_wait_s: np.ndarray
     pp_exposed_s: np.ndarray
     bubble_s: np.ndarray
     forward_s: np.ndarray
@@ -275,7 +193,11 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     stage_of_row = derived.rows.inverse.take(rows.first)
     stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
     dense, moe, output = (take_fields(kind, layer_of_row) for kind in times)
-    path, critical = _critical_rank(model, cluster, constants, few, stages, (dense, moe, output), comm)
+    # Host seconds per layer row with graphs off, then on (cost.host), taken for each row's cuda_graphs.
+    calls = layer_calls(model, train, micro.take(layer_rows.first), cluster.gpu.fp8_recipe(train))
+    host = take_fields(LayerHost.both(calls, train.cuda_graph_scope, constants.step.host_call_us * US),
+                       layer_of_row + layer_rows.first.size * few.cuda_graphs)
+    path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, host)
     num_micro = derived.num_microbatches.take(rows.first)
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
@@ -285,33 +207,11 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     return rows, _PathParts(
         compute_s=m * (path.compute.total_s - path.compute.recompute_s), recompute_s=m * path.compute.recompute_s,
         tp_exposed_s=m * path.tp_s, cp_exposed_s=m * path.cp_s, ep_exposed_s=m * path.ep_s,
+        host_wait_s=m * path.host_s,
         pp_exposed_s=pipe.p2p_exposed_s, bubble_s=pipe.bubble_s, forward_s=fwd,
         backward_s=bwd_in + path.compute.backward_weight_s, microbatch_s=path.compute.total_s,
         microbatches_per_rank=m, critical_rank=critical,
     )
-
-
-def _critical_rank(model: ModelSpec, cluster: ClusterSpec, constants: Constants, lay: Layouts,
-                   stages: dict[RankOf, StageLayers], times: tuple[LayerTimes, LayerTimes, LayerTimes],
-                   comm: MicrobatchComm) -> tuple[_CriticalPath, np.ndarray]:
-    """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
-    code, for layouts `lay` (a view of PATH_VIEW; already one per distinct row, so the rank's compute is
-    evaluated on them directly) with layer times `times` per layout."""
-    const = constants.step
-    sms = cluster.gpu.sm_count
-    shares = _PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
-    dropless = model.is_moe and model.capacity_factor is None
-    best: tuple[_CriticalPath, np.ndarray] | None = None
-    for which, layers in stages.items():
-        compute = rank_compute(lay, layers, times, const.launch_overhead_us, dropless)
-        path = _critical_path(shares, layers, compute, comm)
-        if best is None:
-            best = (path, np.full(lay.size, int(which)))
-            continue
-        slower = path.per_microbatch_s > best[0].per_microbatch_s
-        best = (_select(slower, path, best[0]), np.where(slower, int(which), best[1]))
-    assert best is not None
-    return best
 
 
 @dataclass(frozen=True)
@@ -352,7 +252,7 @@ def _layers_of(stages: RankStages, which: np.ndarray, index: np.ndarray) -> Stag
     chosen: StageLayers | None = None
     for rank, stage in stages.items():
         layers = take_fields(stage.layers, index)
-        chosen = layers if chosen is None else _select(which == int(rank), layers, chosen)
+        chosen = layers if chosen is None else select(which == int(rank), layers, chosen)
     assert chosen is not None
     return chosen
 
@@ -370,6 +270,7 @@ def _assemble(
         tp_exposed_s=parts.tp_exposed_s,
         cp_exposed_s=parts.cp_exposed_s,
         ep_exposed_s=parts.ep_exposed_s,
+        host_wait_s=parts.host_wait_s,
         pp_exposed_s=parts.pp_exposed_s,
         dp_exposed_s=dp_exposed,
         bubble_s=parts.bubble_s,

@@ -74,7 +74,7 @@ _SWITCHES: dict[str, tuple[str, str, Any]] = {
 # carried by another flag).
 _INERT = {"--group-query-attention": 0, "--overlap-grad-reduce": 0, "--overlap-param-gather": 0,
           "--use-precision-aware-optimizer": 0, "--use-megatron-fsdp": 0, "--no-gradient-accumulation-fusion": 0,
-          "--moe-grouped-gemm": 0, "--ckpt-format": 1, "--moe-router-dtype": 1, "--moe-token-dispatcher-type": 1,
+          "--ckpt-format": 1, "--moe-router-dtype": 1,
           "--moe-router-num-groups": 1, "--fp4-recipe": 1, "--cuda-graph-impl": 1,
           "--max-position-embeddings": 1, "--recompute-method": 1, "--recompute-num-layers": 1,
           "--moe-router-score-function": 1, "--exp-avg-sq-dtype": 1}
@@ -82,7 +82,9 @@ _SPECIAL = ("--position-embedding-type", "--rope-type", "--normalization", "--at
             "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-load-balancing-type",
             "--fp8-format", "--fp8-recipe", "--fp4-format", "--attention-backend", "--exp-avg-dtype", "--optimizer",
             "--recompute-granularity", "--recompute-modules", "--data-parallel-sharding-strategy",
-            "--pipeline-model-parallel-layout", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
+            "--pipeline-model-parallel-layout", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+            "--moe-grouped-gemm", "--use-transformer-engine-op-fuser", "--moe-token-dispatcher-type",
+            "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--cuda-graph-modules")
 KNOWN_FLAGS = frozenset(_VALUED) | frozenset(_SWITCHES) | frozenset(_INERT) | frozenset(_SPECIAL)
 """Every flag this reader takes (tests hold `export.megatron.MEGATRON_FLAGS` to it)."""
 
@@ -259,8 +261,35 @@ def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) 
     layout["recompute"] = "full" if granularity == "full" else "selective" if "core_attn" in modules else "none"
     layout |= {_MODULE_FIELDS[name]: True for name in modules if name in _MODULE_FIELDS}
     if "--cuda-graph-impl" in flags:
-        layout["cuda_graphs"] = _one("--cuda-graph-impl", flags["--cuda-graph-impl"]) != "none"
+        impl = _one("--cuda-graph-impl", flags["--cuda-graph-impl"])
+        layout["cuda_graphs"] = impl != "none"
+        captured = tuple(flags.get("--cuda-graph-modules", ()))
+        scope = "iteration" if impl == "full_iteration" else _GRAPH_SCOPES.get(captured)
+        if scope is None:
+            allowed = sorted(" ".join(scope) for scope in _GRAPH_SCOPES)
+            raise SpecError("--cuda-graph-modules", " ".join(captured), f"one of {allowed}", where=WHERE)
+        train["cuda_graph_scope"] = scope
     _cross_entropy(flags, train)
+    if parts["model"].get("experts"):
+        _moe_kernels(flags, train)
+
+
+_GRAPH_SCOPES = {(): "layer", ("attn",): "attn", ("moe_router", "moe_preprocess"): "moe-router",
+                 ("attn", "moe_router", "moe_preprocess"): "attn-moe-router"}
+"""--cuda-graph-modules as llmscale's CudaGraphScope (export.megatron.GRAPH_MODULES)."""
+
+
+def _moe_kernels(flags: dict[str, list[str]], train: dict[str, Any]) -> None:
+    """The MoE kernels of an MoE model, Megatron's defaults where a flag is absent (allgather, no fusion,
+    SequentialMLP without --moe-grouped-gemm)."""
+    grouped = "--moe-grouped-gemm" in flags
+    train["moe_grouped_gemm_impl"] = ("te-fused" if "--use-transformer-engine-op-fuser" in flags else "te") if grouped \
+        else "cublas-loop"
+    kind = _choice(flags, "--moe-token-dispatcher-type", ("alltoall", "allgather", "flex")) or "allgather"
+    backend = _choice(flags, "--moe-flex-dispatcher-backend", ("deepep", "hybridep")) or "deepep"
+    train["moe_dispatcher"] = f"flex-{backend}" if kind == "flex" else kind
+    train["moe_permute_fusion"] = "--moe-permute-fusion" in flags
+    train["moe_router_fusion"] = "--moe-router-fusion" in flags
 
 
 def _cross_entropy(flags: dict[str, list[str]], train: dict[str, Any]) -> None:

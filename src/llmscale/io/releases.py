@@ -208,6 +208,9 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
         groups[group] |= fields
         applied.append(AppliedSetting(name, value, rule.source, rule.read))
     dropped = _unrunnable(groups["layout"], user["layout"]) if layout is not None else []
+    if layout is not None and not groups["layout"].get("cuda_graphs") and "cuda_graph_scope" not in user["train"]:
+        groups["train"].pop("cuda_graph_scope", None)  # moot without graphs: the job keeps the spec's default
+        applied = [s for s in applied if s.name != "cuda_graph_scope"]
     groups["layout"] = {k: v for k, v in groups["layout"].items() if k not in dropped}
     applied = [s for s in applied if s.name not in dropped]
     new_model = model if not groups["model"] else parse_spec(

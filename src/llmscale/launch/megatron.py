@@ -17,7 +17,7 @@ from llmscale.launch.megatron_model import model_args, model_notes
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import AttentionKernel, Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
+from llmscale.specs.train import AttentionKernel, CudaGraphScope, Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
 from llmscale.units import GIB
 
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -50,6 +50,8 @@ MEGATRON_FLAGS = (
     "--moe-pad-expert-input-to-capacity",
     "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
     "--moe-router-score-function", "--moe-router-force-load-balancing", "--train-samples",
+    "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--use-transformer-engine-op-fuser",
+    "--cuda-graph-modules",
 )
 
 LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -144,7 +146,7 @@ def _megatron_memory(job: Job) -> list[str]:
     if lay.offload_activations:
         args += ["--cpu-offloading-num-layers", str(lay.offload_activations)]  # sets --cpu-offloading itself
     if lay.cuda_graphs:
-        args += ["--cuda-graph-impl", _cuda_graph_impl(job)]
+        args += ["--cuda-graph-impl", _cuda_graph_impl(job), *GRAPH_MODULES.get(job.train.cuda_graph_scope, ())]
     if job.train.bf16_moments:
         precision_aware = [] if lay.offload_optimizer else ["--use-precision-aware-optimizer"]
         args += [*precision_aware, "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
@@ -221,9 +223,17 @@ def _graphs_refused_per_layer(job: Job) -> bool:
 
 
 def _cuda_graph_impl(job: Job) -> str:
-    """Per-layer graphs (Transformer Engine's; default --cuda-graph-scope full: whole layers), or the whole
-    iteration where Megatron-FSDP refuses those: both replay the layers without launch gaps."""
-    return "full_iteration" if _graphs_refused_per_layer(job) else "transformer_engine"
+    """Per-layer graphs (Transformer Engine's; no --cuda-graph-modules: whole layers), or the whole iteration where
+    the run's scope says so or Megatron-FSDP refuses per-layer graphs."""
+    whole = job.train.cuda_graph_scope is CudaGraphScope.ITERATION or _graphs_refused_per_layer(job)
+    return "full_iteration" if whole else "transformer_engine"
+
+
+GRAPH_MODULES = {CudaGraphScope.ATTN: ("--cuda-graph-modules", "attn"),
+                 CudaGraphScope.MOE_ROUTER: ("--cuda-graph-modules", "moe_router", "moe_preprocess"),
+                 CudaGraphScope.ATTN_MOE_ROUTER: ("--cuda-graph-modules", "attn", "moe_router", "moe_preprocess")}
+"""Megatron's capture regions of each partial scope (CudaGraphModule, megatron/core/transformer/enums.py @ d98e8a64);
+whole layers and the whole iteration take none."""
 
 
 def megatron_notes(job: Job) -> list[str]:

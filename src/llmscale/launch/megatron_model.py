@@ -10,7 +10,7 @@ from __future__ import annotations
 from llmscale.io.resolve import Job
 from llmscale.specs.layout import Layout
 from llmscale.specs.model import ModelSpec, Norm, RopeScalingKind, RopeScalingSpec
-from llmscale.specs.train import Routing
+from llmscale.specs.train import GroupedGemm, MoeDispatcher, Routing
 
 # Megatron-LM RotaryEmbedding._apply_scaling (megatron/core/models/common/embeddings/rotary_pos_embedding.py)
 # fixes the Llama 3.1 ramp: only the factor is a flag.
@@ -102,7 +102,7 @@ def moe_args(job: Job) -> list[str]:
     args: list[str] = []
     if m.is_moe:
         args += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
-                 "--moe-ffn-hidden-size", str(m.expert_ffn_hidden), "--moe-grouped-gemm"]
+                 "--moe-ffn-hidden-size", str(m.expert_ffn_hidden), *moe_kernel_args(job)]
         if m.shared_experts:
             args += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.shared_ffn)]
         if m.first_dense_layers or m.moe_layer_freq > 1:
@@ -115,11 +115,32 @@ def moe_args(job: Job) -> list[str]:
         groups = router_groups(m, lay, gpus_per_node)
         if groups:
             args += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(m.moe_max_nodes)]
-        if lay.ep > 1:
-            args += ["--moe-token-dispatcher-type", "alltoall"]  # arguments.py: recommended with EP
     if m.mtp_layers:
         args += ["--mtp-num-layers", str(m.mtp_layers)]
     return args
+
+
+DISPATCHER_ARGS = {
+    MoeDispatcher.ALLTOALL: ("--moe-token-dispatcher-type", "alltoall"),
+    MoeDispatcher.ALLGATHER: ("--moe-token-dispatcher-type", "allgather"),
+    MoeDispatcher.FLEX_DEEPEP: ("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"),
+    MoeDispatcher.FLEX_HYBRIDEP: ("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"),
+}
+"""How each dispatcher reaches Megatron (TransformerConfig moe_token_dispatcher_type, moe_flex_dispatcher_backend
+@ d98e8a64)."""
+
+
+def moe_kernel_args(job: Job) -> list[str]:
+    """Grouped GEMM (--moe-grouped-gemm: TEGroupedMLP; with --use-transformer-engine-op-fuser the fused grouped MLP;
+    none: SequentialMLP), dispatcher, permute and router fusion (TransformerConfig @ d98e8a64)."""
+    train = job.train
+    impl = train.moe_grouped_gemm_impl
+    args = [] if impl is GroupedGemm.CUBLAS_LOOP else ["--moe-grouped-gemm"]
+    if impl is GroupedGemm.TE_FUSED:
+        args.append("--use-transformer-engine-op-fuser")
+    args += DISPATCHER_ARGS[train.moe_dispatcher]
+    fusions = ["--moe-permute-fusion"] * train.moe_permute_fusion + ["--moe-router-fusion"] * train.moe_router_fusion
+    return args + fusions
 
 
 def moe_layer_pattern(m: ModelSpec) -> str:
@@ -163,4 +184,10 @@ def model_notes(job: Job) -> list[str]:
                      "nodes than that, so no --moe-router-num-groups/--moe-router-group-topk is set")
     if m.is_moe and job.train.fp8_dispatch:
         notes.append("fp8_dispatch (DeepEP FP8 dispatch) has no Megatron-LM flag at this commit: tokens travel in bf16")
+    if m.is_moe and job.train.moe_grouped_gemm_impl is GroupedGemm.LEGACY:
+        notes.append("moe_grouped_gemm_impl legacy (nv-grouped-gemm's GroupedMLP) has no flag at this commit "
+                     "(removed in Megatron-Core 0.17): --moe-grouped-gemm runs TE's per-expert GEMMs, as te")
+    if m.is_moe and job.train.moe_grouped_gemm_impl is GroupedGemm.TE_FUSED:
+        notes.append("moe_grouped_gemm_impl te-fused: set NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in the environment (TE "
+                     "reads it; no flag) beside --use-transformer-engine-op-fuser, or TE runs the unfused grouped MLP")
     return notes

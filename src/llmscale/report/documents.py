@@ -16,6 +16,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import load_frameworks
 from llmscale.io.resolve import Job
+from llmscale.report.moe_table import moe_layer_document
 from llmscale.search.plan import Candidate, PlanResult
 from llmscale.search.plausibility import MfuExcess
 from llmscale.search.targets import runnable_by
@@ -103,6 +104,7 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
         "tokens_per_step": step.tokens_per_step,
         "above_published_mfu": excess_entry(RecordCheck(job)(step, i)),
         "frameworks": runs_on(job, i),
+        "moe_layer": moe_layer_document(job, i),
     }
     document["memory"] = {k: v for k, v in memory_document(job, step.memory, i).items()
                           if k.endswith("_bytes") or k in ("fits", "pipeline_rank")}

@@ -15,6 +15,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
+from llmscale.report.moe_table import moe_layer_table
 from llmscale.report.text import layout_line
 from llmscale.specs.framework import CHOICE_SETTINGS
 from llmscale.specs.train import AttentionKernel, Precision
@@ -122,8 +123,8 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
 
 PART_LABELS = {"compute_s": "compute", "recompute_s": "recompute", "tp_exposed_s": "TP exposed",
                "cp_exposed_s": "CP exposed", "ep_exposed_s": "EP exposed", "pp_exposed_s": "PP exposed",
-               "dp_exposed_s": "DP exposed", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer",
-               "overhead_s": "overhead", "offload_s": "offload (PCIe)"}
+               "dp_exposed_s": "DP exposed", "host_wait_s": "host wait", "bubble_s": "pipeline bubble",
+               "optimizer_s": "optimizer", "overhead_s": "overhead", "offload_s": "offload (PCIe)"}
 """How the terminal names a step part; a part without a label is named after its field."""
 
 
@@ -176,6 +177,7 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | 
     table.add_row("step", f"{total:,.3f}", "100.0%", style="bold")
     memory_table(job, step.memory, i, command="explain")
     console.print(table)
+    moe_layer_table(console, job, i)
     if not bool(step.memory.fits[i]):
         console.print(
             f"[bold red]NOT RUNNABLE[/bold red]: the layout does not fit in memory "

@@ -37,6 +37,10 @@ class StepConstants(Spec):
     step_overhead_s: NonNegativeFloat = Field(description="fixed time per optimizer step (host work, synchronisation)")
     launch_overhead_us: float = Field(ge=0, le=200, description="idle GPU time per layer and pass between its kernels "
                                       "(launch gaps, host-side dispatch)")
+    host_call_us: float = Field(
+        ge=2, le=50, description="host (CPU) time of one framework call that launches a kernel in eager mode: Python "
+        "module or op, dispatch, library call and driver launch (cost.host); bounds: a bare CUDA launch to a "
+        "Transformer Engine module's forward on a Grace CPU per kernel it launches")
     sustained_compute_fraction: float = Field(
         ge=0.6, le=1.0, description="tensor-core throughput a training run sustains against the short benchmarks "
         "behind the catalog's ceilings (clocks under the power and thermal limits of hours of load)")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -29,7 +29,17 @@ from pydantic import Field, field_validator
 from llmscale.specs.base import Spec
 from llmscale.specs.cluster import Generation
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
-from llmscale.specs.train import AttentionKernel, Fp8Cache, Fp8Recipe, Precision, Routing, Zero3Gather
+from llmscale.specs.train import (
+    AttentionKernel,
+    CudaGraphScope,
+    Fp8Cache,
+    Fp8Recipe,
+    GroupedGemm,
+    MoeDispatcher,
+    Precision,
+    Routing,
+    Zero3Gather,
+)
 
 
 class Framework(str, Enum):
@@ -180,10 +190,9 @@ class ProfileSettings(Spec):
     moe_grouped_gemm: bool | None = None
     moe_permute_fusion: bool | None = None
     moe_router_fusion: bool | None = None
-    moe_grouped_gemm_impl: Literal["te", "te-fused", "legacy", "cublas-loop"] | None = Field(
-        None, description="te: Transformer Engine GroupedLinear (one cuBLAS GEMM per local expert over streams); "
-        "te-fused: TE's fused grouped MLP; legacy: nv-grouped-gemm (CUTLASS); cublas-loop: a GEMM per expert")
-    moe_dispatcher: Literal["alltoall", "allgather", "flex-deepep", "flex-hybridep"] | None = None
+    moe_grouped_gemm_impl: GroupedGemm | None = None
+    moe_dispatcher: MoeDispatcher | None = None
+    cuda_graph_scope: CudaGraphScope | None = None
     moe_shared_expert_overlap: bool | None = None
 
     def given(self) -> dict[str, Any]:
@@ -272,14 +281,15 @@ LAYOUT_SETTINGS = frozenset({"sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_g
                              "recompute_modules", "offload_activations", "schedule", "rank_order"})
 TRAIN_SETTINGS = frozenset({"fp32_grads", "bf16_moments", "fp8_recipe", "fp8_cache", "fp8_params", "fsdp_double_buffer",
                             "fused_cross_entropy", "flash_attention", "attention_kernel", "routing", "fp8_dispatch",
-                            "zero3_gather", "zero3_synchronous"})
+                            "zero3_gather", "zero3_synchronous", "moe_dispatcher", "moe_grouped_gemm_impl",
+                            "moe_permute_fusion", "moe_router_fusion", "cuda_graph_scope"})
 MODEL_SETTINGS = frozenset({"dropout", "tied_embeddings", "capacity_factor", "pad_to_capacity"})
 CHOICE_SETTINGS = frozenset({"interleave"})
 """Hints for what llmscale chooses where a job leaves it open (validation.jobs: the interleaving degree); recorded,
 never a spec field, so they may condition on the layout."""
-KERNEL_SETTINGS = frozenset({"moe_grouped_gemm", "moe_grouped_gemm_impl", "moe_permute_fusion", "moe_router_fusion",
-                             "moe_dispatcher", "moe_shared_expert_overlap"})
-"""The MoE kernels a release runs (cost.moe_kernels prices what it can of them); a run-level fact."""
+KERNEL_SETTINGS = frozenset({"moe_grouped_gemm", "moe_shared_expert_overlap"})
+"""Recorded MoE facts the cost model does not price: moe_grouped_gemm is said by moe_grouped_gemm_impl (false:
+cublas-loop), and the shared experts' overlap with the dispatch is left out."""
 ZERO3_ONLY = frozenset({"fsdp_double_buffer", "fp8_params", "zero3_gather", "zero3_synchronous"})
 """Run settings the cost model reads only at ZeRO-3: a rule on one of them may condition on the layout's zero."""
 

@@ -108,6 +108,57 @@ class Routing(str, Enum):
     """An auxiliary balance loss (Megatron's default moe_router_load_balancing_type aux_loss)."""
 
 
+class MoeDispatcher(str, Enum):
+    """How an MoE layer moves its tokens to the experts' ranks (Megatron-Core moe_token_dispatcher_type and
+    moe_flex_dispatcher_backend, megatron/core/transformer/moe/token_dispatcher.py @ core_v0.15.0)."""
+
+    ALLTOALL = "alltoall"
+    """MoEAlltoAllTokenDispatcher: token counts gathered over the EP group, split sizes copied to the host, NCCL
+    all_to_all_single for tokens and for their probabilities, permute and chunk sort around it."""
+    ALLGATHER = "allgather"
+    """MoEAllGatherTokenDispatcher: every rank gathers all tokens and keeps its experts' (Megatron's default)."""
+    FLEX_DEEPEP = "flex-deepep"
+    """MoEFlexTokenDispatcher over DeepEP's fused dispatch and combine kernels."""
+    FLEX_HYBRIDEP = "flex-hybridep"
+    """MoEFlexTokenDispatcher over HybridEP's fused dispatch and combine kernels (NVLink domain and RDMA)."""
+
+
+class GroupedGemm(str, Enum):
+    """Which kernels run a rank's local experts (Megatron-Core experts.py; Transformer Engine GroupedLinear)."""
+
+    TE = "te"
+    """TEGroupedMLP over TE GroupedLinear: one cuBLASLt GEMM per local expert, round-robin over 4 streams
+    (TE v2.9 common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm; util/multi_stream.cpp: 4 compute streams), each
+    expert's input quantized by its own kernel (pytorch/csrc/extensions/cast.cpp split_quantize); the per-expert
+    token counts must be on the host (m_splits)."""
+    TE_FUSED = "te-fused"
+    """TE's op fuser with the CuTe-DSL fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP): FC1, GLU, quantization
+    and FC2 as grouped kernels reading the counts on the device (sync-free; NVIDIA technical blog 'Boosting MoE
+    Training Throughput with Advanced Fusion Kernels', 2026-06-15)."""
+    LEGACY = "legacy"
+    """One grouped GEMM kernel per linear over all local experts: Megatron's GroupedMLP over nv-grouped-gemm (CUTLASS,
+    16-bit), torchtitan's torch._grouped_mm; the dispatch still needs the sizes on the host."""
+    CUBLAS_LOOP = "cublas-loop"
+    """SequentialMLP: a Python loop over the local experts, each a GEMM, activation and GEMM on one stream."""
+
+
+class CudaGraphScope(str, Enum):
+    """What a layout with cuda_graphs captures (Megatron-Core --cuda-graph-impl and --cuda-graph-modules,
+    megatron/core/transformer/enums.py CudaGraphModule @ d98e8a64). A graph cannot hold a host synchronisation: the
+    part of an MoE layer after its token counts reach the host stays eager under every per-layer scope."""
+
+    LAYER = "layer"
+    """Whole layers (per-layer graphs with no module list: Megatron's 'local', or TE's full scope)."""
+    ATTN = "attn"
+    """The attention part of each layer (TransformerLayer._forward_attention)."""
+    MOE_ROUTER = "moe-router"
+    """The MoE router and the dispatcher's preprocess (moe_router, moe_preprocess)."""
+    ATTN_MOE_ROUTER = "attn-moe-router"
+    """Both: from the start of each layer to the dispatcher's preprocess."""
+    ITERATION = "iteration"
+    """One graph for the whole forward and backward (cuda_graph_impl full_iteration)."""
+
+
 TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
                "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache",
                "routing": "--routing", "fp8_dispatch": "--fp8-dispatch",
@@ -158,6 +209,13 @@ class TrainSpec(Spec):
     routing: Routing = Field(Routing.AUX_LOSS, description="how an MoE router balances its experts")
     fp8_dispatch: bool = Field(False, description="MoE tokens dispatched in FP8 with block scales, combined in 16-bit "
                                "(DeepSeek-V3 §3.3.3; DeepEP)")
+    moe_dispatcher: MoeDispatcher = Field(MoeDispatcher.ALLTOALL, description="how an MoE layer moves its tokens")
+    moe_grouped_gemm_impl: GroupedGemm = Field(GroupedGemm.TE, description="which kernels run the local experts")
+    moe_permute_fusion: bool = Field(True, description="fused token permute and unpermute (Megatron "
+                                     "--moe-permute-fusion: TE's moe_permute kernels)")
+    moe_router_fusion: bool = Field(True, description="fused router score and top-k (Megatron --moe-router-fusion)")
+    cuda_graph_scope: CudaGraphScope = Field(CudaGraphScope.LAYER, description="what a layout with cuda_graphs "
+                                             "captures (read only where cuda_graphs is on)")
 
     def fp8_recipe_on(self, has_mxfp8: bool) -> Fp8Recipe:
         """The recipe this run's FP8 GEMMs use on a GPU with (`has_mxfp8`) or without MXFP8 tensor cores: the one

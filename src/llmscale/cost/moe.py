@@ -1,0 +1,122 @@
+"""The MoE block of a layer on the GPU, part by part, vectorized over layouts: router, expert GEMMs as the run's
+kernels execute them, shared experts, and the memory-bound work on the routed copies.
+
+Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch on the busiest EP rank.
+
+Expert GEMMs (cost.kernels: tiles and waves over the SMs at the precision's main-loop ceiling). A local expert
+receives M = s_c·b·k·etp/tp·I/(E/ep) tokens (I: the busiest rank's load, cost.routing) and multiplies M×h by
+h×(m−1)·f_e/etp (fc1) and M×f_e/etp by f_e/etp×h (fc2). How the E/ep local GEMMs share the GPU depends on the kernel
+(TrainSpec.moe_grouped_gemm_impl):
+
+  te           one cuBLASLt GEMM per expert, round-robin over S = 4 streams (host.TE_STREAMS): S GEMMs share the
+               SMs at a time, so t = (E/ep)/S · t_gemm(groups = S)   (S = min(4, E/ep))
+  te-fused     one grouped kernel per linear over all local experts: t = t_gemm(groups = E/ep); the GLU and the
+               FP8 quantization of fc2's input run in its epilogue (no separate pass)
+  legacy       one CUTLASS grouped GEMM per linear: t = t_gemm(groups = E/ep)
+  cublas-loop  one GEMM after another on one stream: t = E/ep · t_gemm(groups = 1)
+
+so a small M pays each expert's partial last wave (`te` S at a time, `cublas-loop` one at a time). Sources: TE v2.9
+multi_stream_cublas_gemm (NVIDIA/TransformerEngine@70f53666 transformer_engine/common/gemm/cublaslt_gemm.cu), the
+fused grouped MLP (NVIDIA technical blog 'Boosting MoE Training Throughput with Advanced Fusion Kernels',
+2026-06-15: GroupGemm + GLU + quantize in one kernel), nv-grouped-gemm's gmm (fanshiqing/grouped_gemm).
+
+Routed copies (HBM roofline, cost.kernels.memory_s): permute and unpermute read and write each of the k copies,
+2·2h bytes each, and the combine reads them, 2h (per token, sequence-parallel share); FP8/FP4 quantize each copy
+and each expert's fc2 input at the recipe's bytes per element (cost.compute.cast_bytes_per_element); the
+activation reads (m−1)·f_e and writes f_e per copy, 16-bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.cost.host import TE_STREAMS
+from llmscale.cost.kernels import KernelRates, LinearTimes, linear_s, memory_s
+from llmscale.cost.routing import routed_copies_per_token
+from llmscale.layout.arrays import Layouts
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import GroupedGemm
+
+
+def mlp_linears(model: ModelSpec, rates: KernelRates, tokens: np.ndarray, ffn: np.ndarray | float,
+                groups: np.ndarray | float = 1.0) -> LinearTimes:
+    """fc1 (h → (m−1)·ffn, the gate and up projections fused) and fc2 (ffn → h) of an MLP, or of `groups` experts in
+    one grouped kernel, at ffn per GPU."""
+    fc1 = linear_s(rates, tokens, model.hidden, (model.mlp_matrices - 1) * ffn, groups)
+    return fc1 + linear_s(rates, tokens, ffn, model.hidden, groups)
+
+
+def routed_tokens_per_expert(model: ModelSpec, lay: Layouts, tokens: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Tokens each local expert of the busiest EP rank receives per micro-batch: the k·etp/tp copies of each of the
+    micro-batch's tokens over the E/ep experts, times that rank's load over the mean (`cost.routing`)."""
+    copies = tokens * routed_copies_per_token(model, lay) * load
+    result: np.ndarray = copies / (model.experts / lay.ep)
+    return result
+
+
+def expert_linears(model: ModelSpec, rates: KernelRates, per_expert: np.ndarray, ffn: np.ndarray | float,
+                   local: np.ndarray, impl: GroupedGemm) -> LinearTimes:
+    """The local experts' GEMMs as `impl` runs them (module docstring: concurrency per kernel)."""
+    if impl is GroupedGemm.TE:
+        streams = np.minimum(local, TE_STREAMS)
+        return mlp_linears(model, rates, per_expert, ffn, streams).scaled(local / streams)
+    if impl is GroupedGemm.CUBLAS_LOOP:
+        return mlp_linears(model, rates, per_expert, ffn).scaled(local)
+    return mlp_linears(model, rates, per_expert, ffn, local)
+
+
+@dataclass(frozen=True)
+class MoeBlock:
+    """One MoE layer's block for one micro-batch on the busiest EP rank (seconds, shape (N,)); the elementwise parts
+    are forward seconds (backward moves twice the bytes, cost.compute)."""
+
+    router: LinearTimes
+    """The 16-bit router GEMM over the sequence-parallel share of the tokens."""
+    experts: LinearTimes
+    """The routed experts' GEMMs (module docstring)."""
+    shared: LinearTimes
+    """The shared experts: a tensor-parallel MLP over every token."""
+    permute_s: np.ndarray
+    """Permute, unpermute and combine of the routed copies."""
+    cast_s: np.ndarray
+    """Quantizing the routed copies and the experts' fc2 inputs (0 at 16-bit; fc2's is fused under te-fused)."""
+    activation_s: np.ndarray
+    """The experts' activation function (0 under te-fused: in the GEMM's epilogue)."""
+    tokens_per_expert: np.ndarray
+    """M of each local expert's GEMMs."""
+
+    @property
+    def after_sync_s(self) -> np.ndarray:
+        """Forward GPU seconds of the part that runs after the token counts reach the host (cost.host)."""
+        total: np.ndarray = self.experts.forward_s + self.permute_s + self.cast_s + self.activation_s
+        return total
+
+    @property
+    def linears(self) -> LinearTimes:
+        return self.experts + self.shared + self.router
+
+
+def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRates, rates16: KernelRates,
+              tokens: np.ndarray, load: np.ndarray, cast: float) -> MoeBlock:
+    """The MoE block of one micro-batch of `tokens` per GPU (module docstring); `load` the busiest rank's routed
+    load over the mean, `cast` the recipe's bytes per quantized element. Reads lay.tp, lay.sp, lay.etp, lay.ep."""
+    tp = lay.tp.astype(float)
+    sigma = np.where(lay.sp, lay.tp, 1).astype(float)
+    h, k, f_e = model.hidden, model.top_k, float(model.expert_ffn_hidden or 0)
+    local = (model.experts / lay.ep).astype(float)
+    per_expert = routed_tokens_per_expert(model, lay, tokens, load)
+    experts = expert_linears(model, rates, per_expert, f_e / lay.etp, local, impl)
+    shared_ffn = model.shared_ffn * model.shared_experts
+    zero = np.zeros(lay.size)
+    shared = mlp_linears(model, rates, tokens, shared_ffn / tp) if shared_ffn else LinearTimes(zero, zero, zero)
+    router = linear_s(rates16, tokens / sigma, h, model.experts)
+    fused = impl is GroupedGemm.TE_FUSED
+    activation = 0.0 if fused else (6.0 if model.gated_mlp else 4.0) * f_e * k / tp
+    return MoeBlock(
+        router=router, experts=experts, shared=shared,
+        permute_s=memory_s(rates, tokens * k * 10.0 * h / sigma),
+        cast_s=memory_s(rates, tokens * cast * (k * h / sigma + (0.0 if fused else f_e * k / tp))),
+        activation_s=memory_s(rates, tokens * activation), tokens_per_expert=per_expert,
+    )

@@ -1,0 +1,110 @@
+"""One MoE layer of one micro-batch on the busiest EP rank, part by part: GPU seconds, what each part moves or
+computes, and the host calls that launch it — the listing `explain` prints, from the functions the step uses.
+
+Parts (forward + backward; cost.moe for the GPU side, cost.host for the calls, cost.traffic for the all-to-all):
+
+  router       the 16-bit router GEMM (2·T/σ·h·E FLOPs forward, three GEMMs) and its score, top-k and loss kernels
+  preprocess   token counts, split sizes and their all-gather; the host waits here for the counts where `synced`
+  permute      permute, chunk sort, unpermute and combine of the k routed copies (10h bytes per copy forward)
+  quantize     FP8/FP4 copies of the routed tokens and of the experts' fc2 inputs
+  all-to-all   dispatch and combine of the routed copies over the EP group, both passes (α-β, message size included)
+  experts      the local experts' GEMMs as the run's kernels execute them (M = tokens per expert)
+  activation   the experts' activation function (fused into the GEMM under te-fused)
+  shared       the shared experts (a tensor-parallel MLP)
+
+The backward moves twice the forward's bytes (cost.compute); GEMMs run their three products. The host time of a
+part is its calls × StepConstants.host_call_us before any CUDA graph (the layer's total after graphs is given too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.cost.compute import moe_block_of
+from llmscale.cost.host import LayerHost, layer_calls, moe_calls, quantize_calls
+from llmscale.cost.traffic import microbatch_comm
+from llmscale.layout.arrays import Layouts
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+from llmscale.units import BYTES_16BIT, US
+
+
+@dataclass(frozen=True)
+class MoePart:
+    """One part of the layer (module docstring) for one layout."""
+
+    name: str
+    gpu_s: float
+    """GPU seconds, forward and backward (the all-to-all: before any overlap hides it)."""
+    amount: float
+    unit: str
+    """What `amount` counts: FLOP or bytes."""
+    host_calls: float
+    """Host calls that launch it, forward and backward, before CUDA graphs."""
+
+
+@dataclass(frozen=True)
+class MoeLayerParts:
+    """The listing of one layout's MoE layer."""
+
+    parts: tuple[MoePart, ...]
+    local_experts: float
+    tokens_per_expert: float
+    synced: bool
+    """The forward waits on the host for the token counts (cost.host.host_synced)."""
+    host_s: float
+    """The layer's host seconds (forward + backward) after the job's CUDA graphs."""
+    host_call_s: float
+
+    @property
+    def gpu_s(self) -> float:
+        return sum(p.gpu_s for p in self.parts)
+
+
+def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                    i: int = 0) -> MoeLayerParts:
+    """The parts of layout i's MoE layer (module docstring); the model must be MoE."""
+    assert model.is_moe, "moe_layer_parts of a dense model"
+    block = moe_block_of(model, cluster, train, lay, constants)
+    recipe = cluster.gpu.fp8_recipe(train)
+    calls = moe_calls(model, train, lay, quantize_calls(train, recipe))
+    comm = microbatch_comm(model, cluster, train, lay, constants)
+    call_s = constants.step.host_call_us * US
+    host = LayerHost.of(layer_calls(model, train, lay, recipe), train.cuda_graph_scope, lay.cuda_graphs, call_s)
+    tokens = float(train.seq_len / lay.cp[i] * lay.mbs[i])
+    sigma = float(lay.tp[i] if lay.sp[i] else 1)
+    h, f_e = model.hidden, float(model.expert_ffn_hidden or 0)
+    local = float(model.experts / lay.ep[i])
+    copies = float(block.tokens_per_expert[i]) * local
+    dispatch = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
+
+    def pair(name: str) -> float:
+        return float(calls[name][0][i] + calls[name][1][i])
+
+    def three(x: np.ndarray) -> float:
+        return 3.0 * float(x[i])  # forward, then backward at twice the bytes
+
+    def gemms(t: object) -> float:
+        return float(t.forward_s[i] + t.input_grad_s[i] + t.weight_grad_s[i])  # type: ignore[attr-defined]
+
+    m, hbm = model.mlp_matrices, cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
+    shared_flops = 6.0 * tokens * h * m * model.shared_ffn * model.shared_experts
+    memory = {name: three(getattr(block, f"{name}_s")) for name in ("permute", "cast", "activation")}
+    parts = (
+        MoePart("router", gemms(block.router), 6.0 * tokens / sigma * h * model.experts, "FLOP", pair("router")),
+        MoePart("preprocess", 0.0, 0.0, "B", pair("preprocess")),
+        MoePart("permute", memory["permute"], memory["permute"] * hbm, "B", pair("permute")),
+        MoePart("quantize", memory["cast"], memory["cast"] * hbm, "B", 0.0),
+        MoePart("all-to-all", 2.0 * float(comm.ep_s[i]), 2.0 * copies * h * (dispatch + BYTES_16BIT), "B",
+                pair("dispatch")),
+        MoePart("experts", gemms(block.experts), 6.0 * copies * h * m * f_e / float(lay.etp[i]), "FLOP",
+                pair("experts")),
+        MoePart("activation", memory["activation"], memory["activation"] * hbm, "B", 0.0),
+        MoePart("shared", gemms(block.shared), shared_flops, "FLOP", pair("shared")),
+    )
+    layer_host = float(host.moe_forward[i] + host.moe_backward[i])
+    return MoeLayerParts(parts, local, float(block.tokens_per_expert[i]), host.synced, layer_host, call_s)

@@ -1,0 +1,153 @@
+"""The critical rank's path through one micro-batch: its compute, the communication left on it, and the time its GPU
+waits for the host, vectorized over layouts (cost.step assembles the step from it).
+
+Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch.
+
+Each of TP's collectives and EP's all-to-alls runs once forward and once backward, and once more when full recompute
+re-runs the forward; the CP exchange hides behind the attention core (forward: K, V; backward: K, V and their
+gradients) and is repeated by any recompute. EP all-to-alls are hidden by DualPipe up to the overlapped chunk's
+compute, else left exposed at the overlap's share (catalog/step.yaml). The host's launches (cost.host) are set
+against the GPU time of each pass: what they do not hide behind is the rank's host wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from llmscale.cost.compute import LayerTimes, RankCompute, rank_compute
+from llmscale.cost.host import LayerHost, host_wait
+from llmscale.cost.traffic import MicrobatchComm
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf, StageLayers
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.constants import Constants, StepConstants
+from llmscale.specs.layout import Recompute, Schedule
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """Per-micro-batch times of one rank, with the communication and the host wait on its critical path."""
+
+    compute: RankCompute
+    tp_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+    comm_forward_s: np.ndarray
+    """The part of tp_s + cp_s + ep_s that belongs to the forward pass."""
+    host_forward_s: np.ndarray
+    """The GPU's wait for the host in the forward pass (cost.host)."""
+    host_backward_s: np.ndarray
+
+    @property
+    def host_s(self) -> np.ndarray:
+        total: np.ndarray = self.host_forward_s + self.host_backward_s
+        return total
+
+    @property
+    def per_microbatch_s(self) -> np.ndarray:
+        total: np.ndarray = self.compute.total_s + self.tp_s + self.cp_s + self.ep_s + self.host_s
+        return total
+
+    @property
+    def forward_s(self) -> np.ndarray:
+        fwd: np.ndarray = self.compute.forward_s + self.comm_forward_s + self.host_forward_s
+        return fwd
+
+
+DataclassT = TypeVar("DataclassT")
+
+
+def select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
+    """Field-wise np.where over two dataclasses of arrays (nested dataclasses included)."""
+    values = {}
+    for f in fields(a):  # type: ignore[arg-type]
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        values[f.name] = select(mask, x, y) if is_dataclass(x) else np.where(mask, x, y)
+    return type(a)(**values)
+
+
+@dataclass(frozen=True)
+class PathShares:
+    """What every rank's critical path shares (shape (N,)): recompute indicators, exposed TP and EP shares."""
+
+    full: np.ndarray
+    any_recompute: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    dualpipe: np.ndarray
+    sm_share: np.ndarray
+    """Share of the SMs the overlapped all-to-all kernels hold (0 where nothing overlaps them)."""
+
+    @classmethod
+    def of(cls, lay: Layouts, const: StepConstants, overlap_sm_share: float) -> PathShares:
+        dualpipe = lay.schedule == Schedule.DUALPIPE.code
+        overlapped = (lay.ep > 1) & (lay.ep_comm_overlap | dualpipe)
+        return cls(
+            full=(lay.recompute == Recompute.FULL.code).astype(float),
+            any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
+            tp=np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0),
+            ep=np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0),
+            dualpipe=dualpipe,
+            sm_share=np.where(overlapped, overlap_sm_share, 0.0),
+        )
+
+
+def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm,
+                  moe: LayerTimes, host: LayerHost) -> CriticalPath:
+    """Communication and host wait on one rank's path per micro-batch (module docstring); `moe` the MoE layer's
+    times, `host` the host seconds per layer (cost.host)."""
+    full = shares.full
+    has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
+    tp_layers = layers.dense * comm.tp_dense_s
+    if has_moe:
+        tp_layers = tp_layers + layers.moe * comm.tp_moe_s
+    tp_pass = shares.tp * tp_layers
+    count = layers.dense + layers.moe
+    cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
+    cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - compute.attention_core_backward_s)
+    cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
+    total, fwd = compute.total_s, compute.forward_s
+    ep: np.ndarray | float = 0.0
+    ep_layer: np.ndarray | float = 0.0
+    if has_moe:
+        ep_all = (2 + full) * layers.moe * comm.ep_s
+        # Overlapped (DualPipe, or Megatron's 1F1B A2A overlap): hidden behind the paired micro-batch's compute, no
+        # more than all of it; left at the overlap's exposed share otherwise.
+        hidden = np.maximum(0.0, ep_all - total)
+        ep = np.where(shares.dualpipe, hidden, np.maximum(shares.ep * ep_all, np.where(shares.ep < 1, hidden, 0.0)))
+        # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
+        # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
+        ep = ep + shares.sm_share * (ep_all - ep)
+        ep_layer = ep / (2 + full) / np.maximum(layers.moe, 1)
+    tp = (2 + full) * tp_pass
+    forward = tp_pass + cp_fwd + ep / (2 + full)
+    gpu_forward = fwd + forward
+    moe_layer = (moe.forward_s + shares.tp * comm.tp_moe_s + ep_layer, moe.after_sync_s + ep_layer) if has_moe \
+        else (tp, tp)
+    wait = host_wait(host, layers, has_moe, full, gpu_forward, total + tp + cp + ep - gpu_forward, moe_layer)
+    return CriticalPath(compute, tp, cp, ep + np.zeros_like(tp), forward, *wait)
+
+
+def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stages: dict[RankOf, StageLayers],
+                  times: tuple[LayerTimes, LayerTimes, LayerTimes], comm: MicrobatchComm,
+                  host: LayerHost) -> tuple[CriticalPath, np.ndarray]:
+    """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
+    code, for layouts `lay` (a view of cost.step.PATH_VIEW; one per distinct row, so the rank's compute is evaluated
+    on them directly) with layer times `times` and host seconds `host` per layout (cost.host.LayerHost)."""
+    const = constants.step
+    sms = cluster.gpu.sm_count
+    shares = PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
+    best: tuple[CriticalPath, np.ndarray] | None = None
+    for which, layers in stages.items():
+        compute = rank_compute(lay, layers, times, const.launch_overhead_us)
+        path = critical_path(shares, layers, compute, comm, times[1], host)
+        if best is None:
+            best = (path, np.full(lay.size, int(which)))
+            continue
+        slower = path.per_microbatch_s > best[0].per_microbatch_s
+        best = (select(slower, path, best[0]), np.where(slower, int(which), best[1]))
+    assert best is not None
+    return best

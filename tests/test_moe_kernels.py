@@ -1,0 +1,85 @@
+"""The MoE block on the GPU (cost.moe): how each kernel runs the local experts' small GEMMs, what the fused grouped MLP
+removes, the EP all-to-all's overlap bound (cost.path), and explain's listing of the layer (cost.moe_layer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmscale.cost.kernels import KernelRates, gemm_s
+from llmscale.cost.moe import expert_linears, moe_block
+from llmscale.cost.moe_layer import moe_layer_parts
+from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io.resolve import JobRequest, resolve
+from llmscale.layout.arrays import Layouts
+from llmscale.specs.train import GroupedGemm, Precision
+
+QWEN30 = load_model("qwen3-30b-a3b")
+B200 = load_cluster("b200:8")
+RATES = KernelRates.of(B200.gpu, Precision.BF16)
+
+
+def _experts(impl: GroupedGemm, tokens: float, local: float) -> float:
+    times = expert_linears(QWEN30, RATES, np.array([tokens]), 768.0, np.array([local]), impl)
+    return float(times.forward_s[0])
+
+
+def test_one_local_expert_runs_the_same_on_every_kernel() -> None:
+    times = {impl: _experts(impl, 2048, 1) for impl in GroupedGemm}
+    assert max(times.values()) == pytest.approx(min(times.values()), rel=1e-12)
+
+
+def test_small_experts_pay_their_partial_waves_by_kernel() -> None:
+    # 16 local experts of M = 512 tokens: fc1 is 512×1536 per expert, 4×6 tiles of 128×256 — a sixth of a wave of
+    # 148 SMs. One grouped kernel packs all experts' tiles into shared waves; TE's 4 streams pack 4 at a time; a loop
+    # pays a wave per expert. (Below ~256 tokens reading the weights bounds all three alike.)
+    grouped, te, loop = (_experts(impl, 512, 16) for impl in (GroupedGemm.LEGACY, GroupedGemm.TE,
+                                                              GroupedGemm.CUBLAS_LOOP))
+    assert grouped < te < loop
+    single = float(gemm_s(RATES, 512, 1536, QWEN30.hidden) + gemm_s(RATES, 512, QWEN30.hidden, 768))
+    assert loop == pytest.approx(16 * single, rel=1e-12)
+
+
+def test_the_fused_grouped_mlp_drops_the_activation_and_fc2_quantize_passes() -> None:
+    lay = Layouts.from_columns(ep=8, dp=8)
+    tokens = np.array([4096.0])
+    fp8 = KernelRates.of(B200.gpu, Precision.FP8)
+    te = moe_block(QWEN30, GroupedGemm.TE, lay, fp8, RATES, tokens, np.ones(1), cast=4.0)
+    fused = moe_block(QWEN30, GroupedGemm.TE_FUSED, lay, fp8, RATES, tokens, np.ones(1), cast=4.0)
+    assert te.activation_s[0] > 0 and fused.activation_s[0] == 0
+    assert fused.cast_s[0] < te.cast_s[0]
+    assert te.after_sync_s[0] == pytest.approx(te.experts.forward_s[0] + te.permute_s[0] + te.cast_s[0]
+                                               + te.activation_s[0], rel=1e-12)
+
+
+def _job(overlap: bool):  # type: ignore[no-untyped-def]
+    # Qwen3-235B on 256 H100 as the 26.04.01 table ran it (tp 2, pp 8, vp 4, ep 32): its EP all-to-all leaves the node.
+    return resolve(JobRequest(model="qwen3-235b-a22b", cluster="h100-sxm:256", gpus=256,
+                              train={"global_batch": 8192, "seq_len": 4096, "precision": "fp8"},
+                              layout={"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1, "ep_comm_overlap": overlap}))
+
+
+def test_an_overlapped_all_to_all_hides_behind_no_more_than_the_paired_compute() -> None:
+    # Megatron's 1F1B EP overlap (overlap_moe_expert_parallel_comm) runs one micro-batch's all-to-alls under another's
+    # compute, as DualPipe does (DeepSeek-V3 §3.2.1): what exceeds that compute stays on the critical path.
+    from llmscale.cost.step import estimate_step
+
+    off, on = (estimate_step(j.model, j.cluster, j.train, j.layouts, j.constants) for j in (_job(False), _job(True)))
+    assert off.ep_exposed_s[0] > off.compute_s[0]  # inter-node all-to-all longer than the compute
+    assert on.ep_exposed_s[0] >= off.ep_exposed_s[0] - on.compute_s[0] - on.recompute_s[0] - 1e-9
+
+
+def test_explain_lists_the_moe_layer_parts() -> None:
+    job = resolve(JobRequest(model="qwen3-30b-a3b", cluster="b200:8", gpus=8,
+                             train={"global_batch": 512, "seq_len": 4096, "precision": "fp8", "fp8_recipe": "mxfp8"},
+                             layout={"ep": 8, "mbs": 1}, framework="megatron-bridge@25.11"))
+    listing = moe_layer_parts(job.model, job.cluster, job.train, job.layouts, job.constants)
+    names = [p.name for p in listing.parts]
+    assert names == ["router", "preprocess", "permute", "quantize", "all-to-all", "experts", "activation", "shared"]
+    assert listing.local_experts == 16 and listing.synced
+    # 4,096 tokens × 8 copies spread over 128 experts, 16 of them here, fed by 8 ranks: 2,048 per expert (the load
+    # of the busiest rank a little above)
+    assert 2048 <= listing.tokens_per_expert < 2048 * 1.1
+    experts = next(p for p in listing.parts if p.name == "experts")
+    assert experts.amount == pytest.approx(6 * 16 * listing.tokens_per_expert * 2048 * 3 * 768, rel=1e-9)
+    assert listing.host_s > listing.gpu_s  # launch-bound (test_host)
