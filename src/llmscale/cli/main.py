@@ -22,6 +22,7 @@ from llmscale.cli.plan_cmd import plan_cmd
 from llmscale.errors import LlmscaleError
 from llmscale.io.calibration import UnsealedProfileWarning
 from llmscale.io.catalog import Kind
+from llmscale.io.resolve import PartialNodeWarning
 from llmscale.report.strict_json import strict_dumps
 
 app = typer.Typer(
@@ -216,7 +217,8 @@ def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2, and warnings into one line."""
     keep_freed_memory()
     warnings.showwarning = _warning_line
-    warnings.simplefilter("always", UnsealedProfileWarning)  # every run that uses one says so, not only the first
+    for category in (UnsealedProfileWarning, PartialNodeWarning, o.DecimalCountWarning):
+        warnings.simplefilter("always", category)  # every run says so, not only the first in a process
     try:
         return app(args=o.expand_multi_values(sys.argv[1:] if argv is None else argv), standalone_mode=True)
     except LlmscaleError as exc:
