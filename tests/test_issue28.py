@@ -4,6 +4,9 @@ folders, exit codes and divisibility messages, the API's argument checks."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from llmscale.cli.main import main
@@ -54,3 +57,38 @@ def test_a_count_that_is_not_whole_nodes_warns_with_the_nearest(capsys: pytest.C
     assert code == 0, err
     lines = warnings_of(err)
     assert len(lines) == 1 and "12" in lines[0] and "8 or 16" in lines[0] and "8-GPU nodes" in lines[0], err
+
+
+def _plan_json(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:
+    code, out, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", "h100-sxm:1024", "--tokens", "1T",
+                         *flags, "--json")
+    assert code == 0, err
+    return dict(json.loads(out))
+
+
+def test_plan_deadline_takes_the_cheapest_job_that_finishes_in_time(capsys: pytest.CaptureFixture[str]) -> None:
+    # Every job size's best layout is in the document: the chosen one must finish by the deadline (failures
+    # included) and no other size that finishes by then may use fewer GPU-hours (effective days × GPUs).
+    document = _plan_json(capsys, "--deadline", "5")
+    jobs, sizes = document["jobs"], [s for s in document["job_sizes"] if s["best"]]
+    assert jobs["deadline_days"] == 5 and jobs["meets_deadline"] is True
+    chosen = next(s["best"] for s in sizes if s["num_gpus"] == jobs["gpus_per_job"])
+    assert chosen["effective_days"] <= 5
+    in_time = [s for s in sizes if s["best"]["effective_days"] <= 5]
+    assert len(in_time) >= 2  # a real choice: more than one size finishes in time
+    assert all(chosen["effective_days"] * jobs["gpus_per_job"] <= s["best"]["effective_days"] * s["num_gpus"]
+               for s in in_time)
+    # The default rule (throughput) takes the largest efficient job here, not the cheapest one in time.
+    assert _plan_json(capsys)["jobs"]["gpus_per_job"] != jobs["gpus_per_job"]
+    assert jobs["gpu_hours"] == pytest.approx(chosen["days"] * 24 * jobs["gpus_per_job"])
+
+
+def test_plan_deadline_missed_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", "h100-sxm:1024", "--tokens", "1T",
+                         "--deadline", "0.5")
+    assert code == 0, err
+    recommendation = next(line for line in out.splitlines() if line.startswith("recommendation"))
+    assert "1,024 GPUs" in recommendation and "GPU-hours" in recommendation and "days" in recommendation
+    assert "misses the deadline" in out
+    document = _plan_json(capsys, "--deadline", "0.5")
+    assert document["jobs"]["meets_deadline"] is False and document["jobs"]["gpus_per_job"] == 1024

@@ -23,6 +23,7 @@ from llmscale.report.documents import explain_document, memory_document, plan_do
 from llmscale.search.plan import Objective
 from llmscale.search.plan import plan as search_plan
 from llmscale.search.targets import SearchTarget
+from llmscale.specs.bounds import MAX_DAYS
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.framework import Framework
 from llmscale.specs.layout import Layout
@@ -67,6 +68,15 @@ def whole(name: str, value: Any, allow_none: bool = True) -> None:
         raise SpecError(name, value, "a positive whole number")
 
 
+def positive(name: str, value: Any, maximum: float, allow_none: bool = True) -> None:
+    """A number given from Python must be a finite real in (0, maximum] (not a bool or a text); a SpecError
+    otherwise."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= maximum:
+        raise SpecError(name, value, f"a number in (0, {maximum:g}]")
+
+
 def job_request(model: ModelRef, cluster: ClusterRef, gpus: int | None, train: Mapping[str, Any] | TrainSpec | None,
                 layout: LayoutRef = None, **rest: Any) -> JobRequest:
     """The resolver's request for these inputs (`rest`: calibration, from_plan, expect_sha256, batch)."""
@@ -80,26 +90,31 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
          framework: Framework | str = Framework.MEGATRON_CORE, rules: Mapping[str, RuleValue] | None = None,
          max_memory_fraction: float = 1.0, top: int = 5, calibration: Path | None = None,
          allow_unsealed: bool = False, expect_sha256: str | None = None,
-         on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
+         on_size: Callable[[int, int, int], None] | None = None, force: bool = False,
+         deadline_days: float | None = None) -> Plan:
     """Search every layout (and job size) of `model` on `cluster` and recommend the best (`llmscale plan`).
 
     train: TrainSpec fields ({'total_tokens': 15e12, 'seq_len': 8192, 'precision': 'fp8'}); without a
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
-    'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES."""
+    'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES.
+    deadline_days: the cheapest job size whose effective time is within it (`plan --deadline`)."""
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,
                           expect_sha256=expect_sha256)
-    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force)
+    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force, deadline_days)
 
 
 def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, top: int = 5,
-             on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
+             on_size: Callable[[int, int, int], None] | None = None, force: bool = False,
+             deadline_days: float | None = None) -> Plan:
     """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
     whole("top", top, allow_none=False)
+    positive("deadline_days", deadline_days, MAX_DAYS)
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
-                         objective=objective, top=top, target=target, on_size=on_size, force=force)
+                         objective=objective, top=top, target=target, on_size=on_size, force=force,
+                         deadline_days=deadline_days)
     return Plan.of(plan_document(result, job), result, job)
 
 

@@ -191,7 +191,10 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "roomier": top_entry(chosen.roomier, check) if chosen.roomier else None,
         "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,
                  "cluster_gpus": result.cluster_gpus, "tokens_per_s_per_job": per_job,
-                 "cluster_tokens_per_s": per_job * result.concurrent_jobs},
+                 "cluster_tokens_per_s": per_job * result.concurrent_jobs,
+                 "days": best.days if best else None, "gpu_hours": best.gpu_hours if best else None,
+                 "effective_days": best.effective_days if best else None,
+                 "deadline_days": result.deadline_days, "meets_deadline": result.meets_deadline},
         "job_sizes": [
             {"num_gpus": s.num_gpus, "generated": s.generated, "evaluated": s.evaluated, "feasible": s.feasible,
              "rejected": {reason.name.lower(): n for reason, n in s.rejected.items()},

@@ -71,6 +71,17 @@ class Candidate:
     """The catalog frameworks whose features include this layout (search.targets.runnable_by)."""
 
     @property
+    def gpu_hours(self) -> float:
+        """GPU-hours of the training run without failures: days × 24 × GPUs."""
+        return self.days * 24.0 * self.num_gpus
+
+    @property
+    def effective_days(self) -> float:
+        """Days under failures (÷ goodput at the best checkpoint policy); the failure-free days when the goodput
+        is unknown."""
+        return self.days / self.reliability.goodput if self.reliability and self.reliability.goodput else self.days
+
+    @property
     def memory_fraction(self) -> float:
         """Share of the GPU's memory the most-loaded GPU needs."""
         memory = self.step.memory
@@ -111,6 +122,17 @@ class PlanResult:
     """The scaling floor the job size was chosen with (SearchConstants.scaling_floor)."""
     framework_label: str = ""
     """The target framework and its checked commit (`megatron-core @ d98e8a6`), or `any`."""
+    deadline_days: float | None = None
+    """`--deadline`: the job size is the cheapest whose best layout trains by then (None: the objective's rule)."""
+
+    @property
+    def meets_deadline(self) -> bool | None:
+        """Whether the chosen job's best layout trains within the deadline, failures included (None: no deadline,
+        or nothing fits)."""
+        top = self.chosen.top
+        if self.deadline_days is None or not top:
+            return None
+        return top[0].effective_days <= self.deadline_days
 
     @property
     def chosen(self) -> JobSizeResult:
@@ -302,10 +324,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
          supports: Supports | None = None, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5,
          target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None,
-         force: bool = False) -> PlanResult:
+         force: bool = False, deadline_days: float | None = None) -> PlanResult:
     """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
     jobs. `supports` says what each framework runs (io.catalog.load_frameworks); `target` which one the plan is for
-    and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress)."""
+    and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress).
+    `deadline_days`: choose the job size by `deadline_job_size` instead of the objective's rule."""
     check_objective(objective, cluster)
     supports = supports or {}
     target = target or SearchTarget(framework=Framework.MEGATRON_CORE if supports else Framework.ANY)
@@ -319,13 +342,15 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
         if on_size is not None:
             on_size(i, len(sizes), size)
         results.append(search_job_size(model, cluster, train, size, objective, top, constants, target, supports))
-    chosen = _choose_job_size(results, objective, constants.search.scaling_floor)
+    chosen = (_choose_job_size(results, objective, constants.search.scaling_floor) if deadline_days is None
+              else deadline_job_size(results, deadline_days))
     return PlanResult(
         sizes=results, objective=objective, target=target, global_batch=train.global_batch,
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
         concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
         floor=constants.search.scaling_floor,
         framework_label=supports[target.framework].label if target.framework in supports else target.framework.value,
+        deadline_days=deadline_days,
     )
 
 
@@ -363,6 +388,19 @@ def _choose_job_size(results: list[JobSizeResult], objective: Objective, floor: 
     return min(ranked, key=lambda r: (measure[objective](r.top[0]), -r.num_gpus)).num_gpus
 
 
+def deadline_job_size(results: list[JobSizeResult], deadline_days: float) -> int:
+    """The cheapest job that trains by the deadline: among the job sizes whose best layout's effective days (failures
+    included, `Candidate.effective_days`) are ≤ `deadline_days`, the one of fewest GPU-hours (the smaller job on a
+    tie); when none makes it, the one that finishes soonest (the plan says it misses the deadline)."""
+    ranked = [r for r in results if r.top]
+    if not ranked:
+        return results[-1].num_gpus
+    in_time = [r for r in ranked if r.top[0].effective_days <= deadline_days]
+    if not in_time:
+        return min(ranked, key=lambda r: (r.top[0].effective_days, r.num_gpus)).num_gpus
+    return min(in_time, key=lambda r: (r.top[0].effective_days * r.num_gpus, r.num_gpus)).num_gpus
+
+
 def _per_gpu_rate(c: Candidate, objective: Objective) -> float:
     rate = float(c.step.tokens_per_s_per_gpu[c.layout_index])
     if objective is Objective.EFFECTIVE_TIME and c.reliability is not None:
@@ -374,6 +412,12 @@ def job_size_rule(result: PlanResult) -> str:
     """Why `result.gpus_per_job` won, in words (the rule `_choose_job_size` applied, or that the size was given)."""
     if len(result.sizes) == 1:
         return "the job size given"
+    if result.deadline_days is not None:
+        if result.meets_deadline:
+            return (f"the job of fewest GPU-hours whose effective time, failures included, is within the "
+                    f"{result.deadline_days:,.4g}-day deadline")
+        return (f"no job size trains within the {result.deadline_days:,.4g}-day deadline, failures included: "
+                "this one finishes soonest")
     if result.objective in (Objective.THROUGHPUT, Objective.EFFECTIVE_TIME):
         rate = "per-GPU rate × goodput" if result.objective is Objective.EFFECTIVE_TIME else "per-GPU rate"
         return (f"the largest job whose best {rate} stays ≥ {result.floor:.0%} of the best job size's: beyond it, "
