@@ -5,11 +5,14 @@ folders, exit codes and divisibility messages, the API's argument checks."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from llmscale.cli.main import main
+from llmscale.io.catalog import load_model
+from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, shape_optimum, training_flops
 from llmscale.units import parse_count
 
 
@@ -92,3 +95,81 @@ def test_plan_deadline_missed_says_so(capsys: pytest.CaptureFixture[str]) -> Non
     assert "misses the deadline" in out
     document = _plan_json(capsys, "--deadline", "0.5")
     assert document["jobs"]["meets_deadline"] is False and document["jobs"]["gpus_per_job"] == 1024
+
+
+def test_allocate_law_optimum_is_never_worse_than_its_recommendation(capsys: pytest.CaptureFixture[str]) -> None:
+    # Chinchilla's Approach-1 frontier (≈ 20 tokens per parameter) is not the minimum of its Eq. 2 loss: on 1,024
+    # H100 for 90 days the "law optimum" line used to print a higher loss than the recommended model's. The line
+    # now gives the least loss of the recommendation's shape at its compute, counted as the candidates are.
+    code, out, err = run(capsys, "allocate", "--cluster", "h100-sxm:1024", "--family", "dense", "--law",
+                         "chinchilla", "--days", "90")
+    assert code == 0, err
+    text = " ".join(out.split())
+    recommended = float(re.search(r"recommendation: .*? predicted loss (\d\.\d+)", text).group(1))  # type: ignore[union-attr]
+    optimum = float(re.search(r"law optimum .*? loss (\d\.\d+)", text).group(1))  # type: ignore[union-attr]
+    assert optimum <= recommended
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "llama3-405b", "deepseek-v3", "seed-10t-moe"])
+@pytest.mark.parametrize("law", [ScalingLaw.CHINCHILLA, ScalingLaw.BESIROGLU, ScalingLaw.KRAJEWSKI])
+@pytest.mark.parametrize("unique", [None, 1e12])
+def test_shape_optimum_is_the_least_loss_at_its_compute(name: str, law: ScalingLaw, unique: float | None) -> None:
+    scale = ModelScale.of(load_model(name))
+    if scale.is_moe and law is not ScalingLaw.KRAJEWSKI:
+        return  # the dense laws have no MoE term
+    for tokens in (1e11, 1e13):
+        compute = training_flops(law, scale, tokens)
+        best = shape_optimum(law, scale, compute, unique)
+        assert best.compute_flops == compute
+        assert best.loss <= predict_loss(law, scale, tokens, unique) + 1e-12  # the model itself is one member
+        assert training_flops(law, ModelScale(int(best.params), int(best.active_params), 0, scale.granularity,
+                                              scale.expansion, scale.is_moe), best.tokens) == pytest.approx(compute)
+
+
+def test_allocate_caps_unique_data_by_default_and_scores_repeats(capsys: pytest.CaptureFixture[str]) -> None:
+    # 90 days on 1,024 H100: the 8B candidate trains ~80T tokens, more than the 30.4T unique tokens of
+    # RedPajama-Data-v2 (togethercomputer/RedPajama-Data README: 30.4T deduplicated), the default cap. Its loss is
+    # then the data-constrained one (Muennighoff et al. 2023), above what unique data would give.
+    code, out, err = run(capsys, "allocate", "--cluster", "h100-sxm:1024", "--family", "dense", "--law",
+                         "chinchilla", "--days", "90", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["unique_tokens"] == 30.4e12 and "RedPajama" in document["unique_tokens_source"]
+    repeated = 0
+    for entry in document["candidates"]:
+        # Chinchilla counts every parameter (embeddings included), so the entry's own counts are the law's N.
+        scale = ModelScale(entry["total_params"], entry["active_params"], 0, 1, 1.0, False)
+        assert entry["epochs"] == pytest.approx(entry["tokens"] / 30.4e12)
+        assert entry["loss"] == pytest.approx(predict_loss(ScalingLaw.CHINCHILLA, scale, entry["tokens"], 30.4e12))
+        if entry["epochs"] > 1:
+            repeated += 1
+            assert entry["loss"] > predict_loss(ScalingLaw.CHINCHILLA, scale, entry["tokens"])  # small below 4 epochs
+    assert repeated >= 1
+    code, out, err = run(capsys, "allocate", "--cluster", "h100-sxm:1024", "--family", "dense", "--law",
+                         "chinchilla", "--days", "90", "--max-tokens", "1e16", "--json")
+    assert code == 0 and json.loads(out)["unique_tokens"] == 1e16 and json.loads(out)["unique_tokens_source"] == "given"
+
+
+def test_allocate_table_never_cuts_cells_when_narrow(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # At 80 columns the candidate table used to print "…" in place of most cells: it now splits into several
+    # tables, each with the rank and model, and every number is printed whole.
+    from llmscale.report import tables
+
+    monkeypatch.setattr(tables.console, "_width", 80)
+    code, out, err = run(capsys, "allocate", "--cluster", "h100-sxm:1024", "--family", "dense", "--days", "30")
+    assert code == 0, err
+    tables_text = out.split("candidates, best predicted loss first")[1].split("recommendation")[0]
+    assert "…" not in tables_text
+    assert all(len(line) <= 80 for line in tables_text.splitlines())
+    assert "continued" in out and "dense-L64" in out and "loss" in out and "GWh" in out
+
+
+def test_piped_output_takes_columns_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmscale.report import tables
+
+    monkeypatch.setenv("COLUMNS", "233")
+    monkeypatch.setattr(tables.sys.stdout, "isatty", lambda: False)
+    assert tables._width() == 233
+    monkeypatch.setenv("COLUMNS", "junk")
+    assert tables._width() == 150

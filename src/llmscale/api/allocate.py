@@ -30,7 +30,7 @@ from llmscale.report.allocate_html import allocation_document, pure_document
 from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, default_law, pure_optimum
 from llmscale.scaling.allocate import allocate as allocate_models
 from llmscale.scaling.family import Family, candidates
-from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
+from llmscale.scaling.laws import ModelScale, ScalingLaw, default_unique_tokens, moe_fit, predict_loss
 from llmscale.scaling.multiplier import Decomposition, decompose
 from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
@@ -59,7 +59,8 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
              calibration: Path | None = None, expect_sha256: str | None = None,
              on_model: Callable[[int, int, str], None] | None = None) -> Document:
     """Candidates → best layout each → tokens by the deadline → predicted loss (module docstring); `to_frame()`:
-    one row per candidate."""
+    one row per candidate. unique_tokens: the unique data a run may draw on (`--max-tokens`; None: the catalog's
+    default, `laws.default_unique_tokens`); beyond it the run repeats data, scored with Muennighoff et al.'s law."""
     if days is not None and flops is not None:
         raise SpecError("days/flops", (days, flops), "give days or flops, not both")
     fam, chosen_law = resolve_law(None if family is None else choice(Family, family, "family"),
@@ -78,15 +79,18 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
                                          calibration=calibration))
     extras = tuple(models) or ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     names = candidates(fam, extras)
+    unique = unique_tokens if unique_tokens is not None else default_unique_tokens()[0]
     request = Request(setting.cluster, chosen_law, setting.constants,
                       days=None if flops is not None else (DEFAULT_DAYS if days is None else days), flops=flops,
-                      gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=setting.train.seq_len,
+                      gpus=gpus, unique_tokens=unique,
+                      precision=precision, seq_len=setting.train.seq_len,
                       policy=choice(JobPolicy, job_size, "job_size"))
     check_sha256(_digest(request, names, setting.constants), expect_sha256)
     result = allocate_models(names, request, on_model)
     decomposition = _decompose(result, extras, request) if explain_3x else None
     document = allocation_document(result, _digest(request, names, setting.constants), fam.value, list(extras),
-                                   decomposition, _sensitivity(result, list(extras)))
+                                   decomposition, _sensitivity(result, list(extras)),
+                                   "given" if unique_tokens is not None else default_unique_tokens()[1])
     return Document(document, rows_key="candidates")
 
 

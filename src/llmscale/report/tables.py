@@ -3,6 +3,7 @@ the JSON documents (`report.documents`) are built from. Human units (GiB, B para
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -20,7 +21,16 @@ from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport, ValidationRow
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+
+def _width() -> int | None:
+    """The terminal's width; when piped, COLUMNS if set (as `COLUMNS=200 llmscale … | less`), else 150."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else 150
+
+
+console = Console(width=_width())
 
 def _gib(value: float) -> str:
     return f"{value / GIB:,.2f}"
