@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+import llmscale
 
 from llmscale.cli.main import main
+from llmscale.errors import LlmscaleError
 from llmscale.io.catalog import load_model
 from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, shape_optimum, training_flops
 from llmscale.units import parse_count
@@ -173,3 +178,23 @@ def test_piped_output_takes_columns_from_the_environment(monkeypatch: pytest.Mon
     assert tables._width() == 233
     monkeypatch.setenv("COLUMNS", "junk")
     assert tables._width() == 150
+
+
+def test_validate_refuses_a_cpu_profile_like_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A CPU's GEMM peak applied to A100/H100 rows set every prediction ~100 % low, with exit 0; plan and explain
+    # refuse such a profile, and validate now does too (the same --force-calibration way out).
+    from llmscale.specs.calibration import DeviceInfo
+    from tests.test_measure import profile, write_profile
+
+    rows = yaml.safe_load((Path(llmscale.__file__).parent / "data" / "published_runs.yaml").read_text())[:2]
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump(rows))
+    cpu = tmp_path / "cpu.yaml"
+    write_profile(profile(device=DeviceInfo(kind="cpu", name="test cpu", ranks=2)), cpu)
+    code, _, err = run(capsys, "validate", "--runs", str(runs), "--calibration", str(cpu))
+    assert code == 2 and err.startswith("error: ") and "cpu" in err and "--force-calibration" in err, err
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "validate", "--runs", str(runs), "--calibration", str(cpu), "--force-calibration")
+    assert code == 0, err
+    with pytest.raises(LlmscaleError, match="--force-calibration"):
+        llmscale.validate(runs, calibration=cpu)

@@ -136,13 +136,17 @@ def _check_work(interruptions: float, trials: int) -> None:
                         "--trials or --days, or pass --force")
 
 
-def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False) -> Document:
+def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False,
+             force_calibration: bool = False) -> Document:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (default: the shipped set;
-    `llmscale validate`). `to_frame()`: one row per evaluated run."""
-    return Document(validation_document(validate_report(runs, calibration, allow_unsealed)), rows_key="rows")
+    `llmscale validate`). `to_frame()`: one row per evaluated run. A CPU-measured `calibration` is refused unless
+    `force_calibration`."""
+    return Document(validation_document(validate_report(runs, calibration, allow_unsealed, force_calibration)),
+                    rows_key="rows")
 
 
 def validate_report(runs: Path | str | None = None, calibration: Path | None = None,
-                    allow_unsealed: bool = False) -> ValidationReport:
+                    allow_unsealed: bool = False, force_calibration: bool = False) -> ValidationReport:
     """The validation report itself (validation.validate), for tables and charts."""
-    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed)
+    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed,
+                         force_calibration=force_calibration)

@@ -150,13 +150,14 @@ def validate(
     as_json: o.JsonOpt = False,
     calibration: o.CalibrationOpt = None,
     allow_unsealed: o.AllowUnsealedOpt = False,
+    force_calibration: o.ForceCalibrationOpt = False,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (exit 4: no row evaluated)."""
     from llmscale.api.runs import validate_report
     from llmscale.report.documents import validation_document
     from llmscale.report.tables import validation_table
 
-    report = validate_report(runs, calibration, allow_unsealed)
+    report = validate_report(runs, calibration, allow_unsealed, force_calibration)
     if as_json:
         typer.echo(strict_dumps(validation_document(report)))
     else:

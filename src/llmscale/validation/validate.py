@@ -152,9 +152,10 @@ class ValidationReport:
 
 
 def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path | None = None,
-                  allow_unsealed: bool = False) -> ValidationReport:
+                  allow_unsealed: bool = False, force_calibration: bool = False) -> ValidationReport:
     """Predict every row of a published-runs file; a row that cannot be read or evaluated (a wrong type, a
-    missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash."""
+    missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash. A
+    profile measured on a CPU is refused (`check_profile_device`) unless `force_calibration`."""
     runs: list[PublishedRun] = []
     skipped: list[SkippedRow] = []
     for i, row in enumerate(raw_rows):
@@ -163,9 +164,21 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path 
         except LlmscaleError as exc:
             skipped.append(SkippedRow(str(row.get("name", f"row {i + 1}")), str(exc)))
     profile = load_profile(calibration, allow_unsealed) if calibration is not None else None
+    if profile is not None and not force_calibration:
+        check_profile_device(profile, str(calibration))
     report = validate_runs(runs, load_constants(), profile)
     record = CalibrationRecord.of(profile) if profile is not None else None
     return ValidationReport(report.rows, tuple(skipped) + report.skipped, record)
+
+
+def check_profile_device(profile: CalibrationProfile, where: str) -> None:
+    """Refuse a profile whose device measurements come from a CPU: every published run ran on GPUs, and a CPU's
+    GEMM peak would set their predicted throughput near zero (as `plan` and `explain` refuse it: io.resolve
+    .check_calibration_device). A storage-only profile measured the file system and applies anywhere."""
+    if profile.device.kind == "cpu" and (profile.gemm or profile.memory or profile.scopes):
+        raise LlmscaleError(f"--calibration {where} was measured on {profile.device.kind} ({profile.device.name}), "
+                            "not on a GPU; the published runs ran on GPUs: refusing to apply it (give "
+                            "--force-calibration to apply it anyway)")
 
 
 def validate_runs(runs: list[PublishedRun], constants: Constants,
