@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 import llmscale
-
 from llmscale.cli.main import main
 from llmscale.errors import LlmscaleError
 from llmscale.io.catalog import load_model
