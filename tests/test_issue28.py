@@ -197,3 +197,47 @@ def test_validate_refuses_a_cpu_profile_like_plan(tmp_path: Path, capsys: pytest
     assert code == 0, err
     with pytest.raises(LlmscaleError, match="--force-calibration"):
         llmscale.validate(runs, calibration=cpu)
+
+
+LLAMA70_128K = ["--model", "llama3-70b", "--cluster", "llama3-16k", "--gpus", "1024", "--tp", "8", "--cp", "16",
+                "--pp", "1", "--seq-len", "131072", "--gbs", "128"]
+
+
+def test_mfu_at_long_context_is_also_given_with_causal_halving(capsys: pytest.CaptureFixture[str]) -> None:
+    # PaLM counts 6N + 12·L·s·q per token (Chowdhery et al. 2022 App. B); Megatron-Bridge halves the attention
+    # core for the causal mask (shared/data/README.md §3). Llama 3 70B (L 80, q = 64 heads × 128 = 8192, N ≈ 70.6B):
+    # at s = 128K the halved count is (6N + 6·L·s·q) / (6N + 12·L·s·q) ≈ 0.646 of the full one.
+    code, out, err = run(capsys, "explain", *LLAMA70_128K, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    n, layers, q, s = 70.6e9, 80, 8192, 131072
+    expected = (6 * n + 6 * layers * s * q) / (6 * n + 12 * layers * s * q)
+    conventions = document["mfu_conventions"]
+    assert conventions["causal_attention_mfu"] / document["mfu"] == pytest.approx(expected, rel=0.01)
+    assert conventions["bf16_peak_mfu"] is None and "no causal halving" in conventions["headline"]
+    code, out, err = run(capsys, "explain", *LLAMA70_128K)
+    text = " ".join(out.split())
+    assert "(PaLM, no causal halving)" in text and "MEG2025 / Megatron-Bridge" in text
+    assert f"{conventions['causal_attention_mfu']:.1%}" in text
+    assert f"MFU {document['mfu']:.1%} ·" in text  # the headline itself does not move
+
+
+def test_mfu_of_a_short_bf16_run_prints_one_convention(capsys: pytest.CaptureFixture[str]) -> None:
+    # At 4K tokens the halving moves Llama 3 70B's MFU by ~1 point (< 2): no extra line.
+    code, out, err = run(capsys, "explain", "--model", "llama3-70b", "--cluster", "llama3-16k", "--gpus", "64",
+                         "--tp", "8", "--pp", "2", "--gbs", "64")
+    assert code == 0, err
+    assert "causal half" not in out and "BF16 peak" not in out
+
+
+def test_fp8_mfu_is_also_given_against_the_bf16_peak(capsys: pytest.CaptureFixture[str]) -> None:
+    # H100 SXM dense peaks: 989 TFLOP/s BF16, 1,979 FP8 (catalog/gpus.yaml, NVIDIA H100 datasheet): the same FLOPs
+    # over the BF16 peak are 1979/989 ≈ 2.0× the headline.
+    flags = ["--model", "llama3-70b", "--cluster", "llama3-16k", "--gpus", "64", "--tp", "8", "--pp", "2", "--gbs",
+             "64", "--precision", "fp8"]
+    code, out, err = run(capsys, "explain", *flags, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["mfu_conventions"]["bf16_peak_mfu"] == pytest.approx(document["mfu"] * 1979 / 989, rel=1e-3)
+    code, out, err = run(capsys, "explain", *flags)
+    assert "against the FP8 dense peak" in " ".join(out.split()) and "against the BF16 peak" in out

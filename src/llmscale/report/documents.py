@@ -16,6 +16,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import load_frameworks
 from llmscale.io.resolve import Job
+from llmscale.report.mfu_conventions import mfu_conventions
 from llmscale.search.plan import Candidate, PlanResult
 from llmscale.search.plausibility import MfuExcess
 from llmscale.search.targets import runnable_by
@@ -82,6 +83,7 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
         "step_time_s": float(step.step_time_s[i]),
         "breakdown": step_parts(step, i),
         "mfu": float(step.mfu[i]),
+        "mfu_conventions": mfu_conventions(job.model, job.cluster, job.train, step, i).as_dict(),
         "hfu": float(step.hfu[i]),
         "tflops_per_gpu": float(step.tflops_per_gpu[i]),
         "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),

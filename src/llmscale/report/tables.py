@@ -16,6 +16,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
+from llmscale.report.mfu_conventions import mfu_conventions
 from llmscale.report.text import layout_line
 from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
@@ -166,6 +167,8 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | 
         f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "
         f"{float(step.tokens_per_s_per_gpu[i]):,.0f} tokens/s per GPU · {step.tokens_per_step:,.0f} tokens per step"
     )
+    for line in mfu_conventions(job.model, job.cluster, job.train, step, i).lines():
+        console.print(line)
     if record_note is not None:
         console.print(f"[yellow]MFU {float(step.mfu[i]):.1%} is {escape(record_note)}[/yellow]")
     if frameworks is not None:
