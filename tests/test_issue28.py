@@ -16,7 +16,8 @@ import llmscale
 from llmscale.cli.main import main
 from llmscale.errors import LlmscaleError
 from llmscale.io.catalog import load_model
-from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, shape_optimum, training_flops
+from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, training_flops
+from llmscale.scaling.optimum import shape_optimum
 from llmscale.units import parse_count
 
 
@@ -205,8 +206,9 @@ LLAMA70_128K = ["--model", "llama3-70b", "--cluster", "llama3-16k", "--gpus", "1
 
 def test_mfu_at_long_context_is_also_given_with_causal_halving(capsys: pytest.CaptureFixture[str]) -> None:
     # PaLM counts 6N + 12·L·s·q per token (Chowdhery et al. 2022 App. B); Megatron-Bridge halves the attention
-    # core for the causal mask (shared/data/README.md §3). Llama 3 70B (L 80, q = 64 heads × 128 = 8192, N ≈ 70.6B):
-    # at s = 128K the halved count is (6N + 6·L·s·q) / (6N + 12·L·s·q) ≈ 0.646 of the full one.
+    # core for the causal mask (flop_utils.py transformer_flops; validation.conventions). Llama 3 70B (L 80,
+    # q = 64 heads × 128 = 8192, N ≈ 70.6B): at s = 128K the halved count is (6N + 6·L·s·q) / (6N + 12·L·s·q)
+    # ≈ 0.646 of the full one.
     code, out, err = run(capsys, "explain", *LLAMA70_128K, "--json")
     assert code == 0, err
     document = json.loads(out)

@@ -30,8 +30,9 @@ from llmscale.report.allocate_html import allocation_document, pure_document
 from llmscale.scaling.allocate import AllocationResult, JobPolicy, Request, default_law, pure_optimum
 from llmscale.scaling.allocate import allocate as allocate_models
 from llmscale.scaling.family import Family, candidates
-from llmscale.scaling.laws import ModelScale, ScalingLaw, default_unique_tokens, moe_fit, predict_loss
+from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
 from llmscale.scaling.multiplier import Decomposition, decompose
+from llmscale.scaling.optimum import default_unique_tokens
 from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
 

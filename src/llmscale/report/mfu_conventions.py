@@ -3,8 +3,9 @@
 The headline MFU (cost.step) counts model FLOPs as PaLM does — 6·N plus the full attention core, no causal halving
 (Chowdhery et al. 2022 App. B; flops.model_flops_per_token) — over the dense peak of the training precision (an FP8
 run against the FP8 peak, as NVIDIA's benchmark READMEs do). Two other conventions give other figures for the same
-step: Megatron-LM since 2025 (MEG2025) and Megatron-Bridge count the attention core halved for the causal mask
-(shared/data/README.md §3), and most papers quote FP8 runs against the BF16 peak. Where one differs from the
+step: Megatron-LM since commit 8873b55d6a (2025-03-06, `num_floating_point_operations`: MEG2025) and
+Megatron-Bridge (`flop_utils.py` `transformer_flops`) count the attention core halved for the causal mask
+(validation.conventions), and most papers quote FP8 runs against the BF16 peak. Where one differs from the
 headline by more than `SHOWN_ABOVE` the terminal prints it; the JSON always carries them.
 """
 

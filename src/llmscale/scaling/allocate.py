@@ -46,9 +46,9 @@ from llmscale.scaling.laws import (
     compute_optimal,
     dense_equivalent_flops,
     predict_loss,
-    shape_optimum,
     training_flops,
 )
+from llmscale.scaling.optimum import shape_optimum
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
