@@ -243,3 +243,45 @@ def test_fp8_mfu_is_also_given_against_the_bf16_peak(capsys: pytest.CaptureFixtu
     assert document["mfu_conventions"]["bf16_peak_mfu"] == pytest.approx(document["mfu"] * 1979 / 989, rel=1e-3)
     code, out, err = run(capsys, "explain", *flags)
     assert "against the FP8 dense peak" in " ".join(out.split()) and "against the BF16 peak" in out
+
+
+HF_LLAMA = Path(__file__).parent / "fixtures" / "hf" / "Llama-3.1-8B" / "config.json"
+
+
+def _show_name(capsys: pytest.CaptureFixture[str], ref: Path) -> tuple[str, str]:
+    code, out, err = run(capsys, "show", "model", str(ref), "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    return document["spec"]["name"], document["input_sha256"]
+
+
+def test_hf_config_is_not_named_after_an_arbitrary_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A config.json saved in cfg/ used to be model "cfg", a name that reached exported file names.
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "config.json").write_text(HF_LLAMA.read_text())
+    name, digest = _show_name(capsys, folder / "config.json")
+    assert name == "llama-32L-4096h"  # model_type, layers, hidden of Llama 3.1 8B's config
+    assert _show_name(capsys, folder) == (name, digest)  # the folder stands for its config.json
+    code, out, err = run(capsys, "export", "--format", "torchtitan", "--model", str(folder), "--cluster",
+                         "h100-sxm:8", "--tp", "8")
+    assert code == 0, err
+    assert "cfg" not in out.replace(str(folder), "")
+    # A clone of the repository keeps its folder's name (it names the family: llama).
+    assert _show_name(capsys, HF_LLAMA)[0] == "Llama-3.1-8B"
+
+
+def test_hf_snapshot_folder_is_read_and_named_after_its_repository(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # The Hugging Face cache layout: models--{org}--{name}/snapshots/{revision}/config.json.
+    snapshot = tmp_path / "models--meta-llama--Llama-3.1-8B" / "snapshots" / "0e9e39f"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(HF_LLAMA.read_text())
+    assert _show_name(capsys, snapshot)[0] == "Llama-3.1-8B"
+    code, out, err = run(capsys, "hash", str(snapshot))
+    assert code == 0 and out.split()[1] == str(snapshot), err
+    named = json.loads(HF_LLAMA.read_text()) | {"_name_or_path": "org/My-Llama"}
+    (tmp_path / "named.json").write_text(json.dumps(named))
+    assert _show_name(capsys, tmp_path / "named.json")[0] == "My-Llama"
+    code, _, err = run(capsys, "show", "model", str(tmp_path))
+    assert code == 2 and "without config.json" in err and len(err.strip().splitlines()) == 1

@@ -171,14 +171,16 @@ def validate(
 @app.command("hash")
 def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster files (YAML/JSON/HF config)")]) -> None:
     """SHA256 of each file's canonical resolved spec (the value `--expect-sha256` checks)."""
+    from llmscale.io.catalog import model_file
     from llmscale.io.files import read_document
     from llmscale.io.resolve import resolve_cluster, resolve_model
     from llmscale.specs.fingerprint import sha256_of
 
-    for path in files:
+    for given in files:
+        path = model_file(given)  # a Hugging Face snapshot folder stands for its config.json
         data = read_document(path)
         digest = sha256_of(cluster=resolve_cluster(path)) if "tiers" in data else sha256_of(model=resolve_model(path))
-        typer.echo(f"{digest}  {path}")
+        typer.echo(f"{digest}  {given}")
 
 
 # The larger commands live in their own modules; registered here, after the commands above.
