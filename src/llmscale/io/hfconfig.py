@@ -122,7 +122,8 @@ def hf_model_name(data: dict[str, Any], path: Path) -> str:
     for part in reversed(parts):
         if part.startswith("models--") and part.count("--") >= 2:
             return _safe_name(part.split("--")[-1])
-    kind = data.get("model_type") if isinstance(data.get("model_type"), str) else "hf"
+    given_type = data.get("model_type")
+    kind = given_type if isinstance(given_type, str) else "hf"
     family = re.match(r"[a-z]*", kind.lower())
     folder = path.parent.name
     if family and len(family.group()) >= 3 and family.group() in re.sub(r"[^a-z]", "", folder.lower()):
