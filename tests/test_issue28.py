@@ -285,3 +285,56 @@ def test_hf_snapshot_folder_is_read_and_named_after_its_repository(tmp_path: Pat
     assert _show_name(capsys, tmp_path / "named.json")[0] == "My-Llama"
     code, _, err = run(capsys, "show", "model", str(tmp_path))
     assert code == 2 and "without config.json" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("flags", "needles"), [
+    # 16,384 GPUs / 3 is not whole: tp·cp·pp must divide the GPUs so that dp is a whole number.
+    (["--tp", "3"], ["tp × cp × pp = 3", "does not divide the job's 16,384 GPUs", "5,461.33", "1, 2, 4, 8"]),
+    # dp 2,048 leaves 4 sequences per rank of the 8,192-sequence batch; mbs 3 does not divide 4.
+    (["--tp", "8", "--mbs", "3"], ["mbs (3) does not divide the 4 sequences per data-parallel rank", "1, 2, 4"]),
+    # Llama 3 70B has 64 heads and 8 KV heads: tp 16 splits the KV heads unevenly.
+    (["--tp", "16"], ["heads (64) and kv_heads (8)", "tp values that divide both: 1, 2, 4, 8"]),
+    # 2 × cp = 6 does not divide 4,096 tokens (load-balanced context parallelism splits the sequence in 2·cp chunks).
+    (["--tp", "8", "--cp", "3", "--gpus", "24", "--gbs", "8"], ["2 × cp = 6 does not divide seq_len (4096", "682.67"]),
+])
+def test_divisibility_errors_say_what_does_not_divide(capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                      needles: list[str]) -> None:
+    code, _, err = run(capsys, "memory", "--model", "llama3-70b", "--cluster", "llama3-16k", *flags)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_memory_of_a_layout_that_does_not_fit_exits_3_like_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    # GPT-3 175B with no model parallelism holds ~3 TB of training state per GPU: it cannot fit in 80 GiB.
+    args = ["memory", "--model", "gpt3-175b", "--cluster", "selene", "--gpus", "512", "--gbs", "1536"]
+    code, out, _ = run(capsys, *args)
+    assert code == 3 and "OUT OF MEMORY" in out
+    code, out, _ = run(capsys, *args, "--json")
+    assert code == 3 and json.loads(out)["fits"] is False
+    code, out, _ = run(capsys, "memory", "--model", "gpt3-175b", "--cluster", "selene", "--tp", "8", "--pp", "8",
+                       "--dp", "24", "--gbs", "1536")
+    assert code == 0 and "FITS" in out
+
+
+@pytest.mark.parametrize("command", ["plan", "memory", "explain", "export", "allocate", "goodput"])
+def test_help_keeps_every_flag_name_whole_at_80_columns(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    # At 80 columns rich shrank every column of typer's option table: `--max-memory-fra…`.
+    import typer.main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr("typer.rich_utils.MAX_WIDTH", 80)
+    code, out, err = run(capsys, command, "--help")
+    assert code == 0, err
+    assert "…" not in out
+    click_command = typer.main.get_command(main_app()).commands[command]  # type: ignore[attr-defined]
+    names = {name for param in click_command.params for name in (*param.opts, *param.secondary_opts)}
+    words = set(out.replace("│", " ").replace(",", " ").split())
+    assert all(name in words for name in names if name.startswith("--")), sorted(n for n in names if n not in words)
+
+
+def main_app() -> Any:
+    from llmscale.cli.main import app
+
+    return app

@@ -18,6 +18,7 @@ import typer
 from llmscale import __version__
 from llmscale.cli import options as o
 from llmscale.cli.heap import keep_freed_memory
+from llmscale.cli.help_width import keep_option_names_whole
 from llmscale.cli.plan_cmd import plan_cmd
 from llmscale.errors import LlmscaleError
 from llmscale.io.calibration import UnsealedProfileWarning
@@ -35,7 +36,7 @@ app = typer.Typer(
 
 
 EXIT_NOT_RUNNABLE = 3
-"""`explain` of a layout that does not fit in memory (README, commands); bad input is 2."""
+"""`explain` or `memory` of a layout that does not fit in memory (README, commands); bad input is 2."""
 EXIT_NOTHING_EVALUATED = 4
 """`validate` of a file none of whose rows could be evaluated (README, commands): the report is printed, every row
 skipped with its reason, and no statistic has a value."""
@@ -111,7 +112,7 @@ def show(
 @app.command()
 @o.with_job_flags
 def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
-    """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
+    """Memory of the most-loaded GPU for one layout, by class, and whether it fits (exit 3: it does not)."""
     from llmscale.api.jobs import memory_job
     from llmscale.report.tables import memory_table
 
@@ -121,6 +122,8 @@ def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     else:
         assert result.job is not None and result.breakdown is not None
         memory_table(result.job, result.breakdown)
+    if not result.fits:
+        raise typer.Exit(EXIT_NOT_RUNNABLE)
 
 
 @app.command()
@@ -219,6 +222,7 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2, and warnings into one line."""
     keep_freed_memory()
+    keep_option_names_whole()
     warnings.showwarning = _warning_line
     for category in (UnsealedProfileWarning, PartialNodeWarning, o.DecimalCountWarning):
         warnings.simplefilter("always", category)  # every run says so, not only the first in a process
