@@ -174,12 +174,16 @@ def load_model(ref: str) -> ModelSpec:
 
 def model_file(path: Path) -> Path:
     """A model file, or the config.json of a Hugging Face snapshot folder given in its place."""
-    if not path.is_dir():
+    try:
+        if not path.is_dir():
+            return path
+        config = path / "config.json"
+        found = config.is_file()
+    except OSError:  # a name too long and the like: reading it says what is wrong (io.strict)
         return path
-    config = path / "config.json"
-    if not config.is_file():
-        raise InputFileError(f"{path}: a folder without config.json; give a llmscale YAML/JSON model file, a Hugging "
-                             "Face config.json or the snapshot folder that holds one")
+    if not found:
+        raise InputFileError(f"{path}: is a directory without config.json; give a llmscale YAML/JSON model file, a "
+                             "Hugging Face config.json or the snapshot folder that holds one")
     return config
 
 
