@@ -4,11 +4,13 @@ folders, exit codes and divisibility messages, the API's argument checks."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -338,3 +340,26 @@ def main_app() -> Any:
     from llmscale.cli.main import app
 
     return app
+
+
+def test_dir_of_the_package_lists_the_api() -> None:
+    # The API functions are imported lazily (module __getattr__); dir() used to list none of them.
+    names = dir(llmscale)
+    for name in ("plan", "explain", "memory", "export", "goodput", "allocate", "validate", "__version__"):
+        assert name in names
+
+
+def test_chart_x_labels_never_overlap() -> None:
+    # The goodput-vs-job-size axis of seed-500k: powers of two from 1,024 to 262,144 GPUs and 500,000, log-spaced
+    # over ~560 px; "16.4K32.8K65.5K131.1K262.1K500K" ran together.
+    from llmscale.report.png import TICK_GAP, apart, text_width
+    from llmscale.units import si_count
+
+    sizes = [2.0**k for k in range(10, 19)] + [500_000.0]
+    lo, hi, width = np.log10(sizes[0]), np.log10(sizes[-1]), 560
+    ticks = [(float((np.log10(g) - lo) / (hi - lo) * width), si_count(g)) for g in sizes]
+    kept = apart(ticks)
+    assert kept[-1] == ticks[-1] and kept[0] == ticks[0]  # the axis' ends are labelled
+    for (x0, a), (x1, b) in itertools.pairwise(kept):
+        assert x0 + text_width(a) / 2 + TICK_GAP <= x1 - text_width(b) / 2
+    assert len(kept) >= 4
