@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -363,3 +364,31 @@ def test_chart_x_labels_never_overlap() -> None:
     for (x0, a), (x1, b) in itertools.pairwise(kept):
         assert x0 + text_width(a) / 2 + TICK_GAP <= x1 - text_width(b) / 2
     assert len(kept) >= 4
+
+
+def test_three_x_on_a_gpu_without_fp8_has_no_fp8_lever() -> None:
+    # allocate --explain-3x on A100s raised ValueError (specs/cluster.py peak_flops_per_s: no fp8 peak): the A100
+    # has no FP8 tensor cores, so the FP8 lever is 1× and says why.
+    from llmscale.io.catalog import load_cluster, load_constants
+    from llmscale.scaling.multiplier import decompose
+
+    d = decompose(load_model("llama3-8b"), load_cluster("a100-80gb:64"), 1e12, load_constants())
+    assert d is not None
+    fp8 = next(f for f in d.factors if f.name == "FP8")
+    assert fp8.gain == 1.0 and "no FP8 tensor cores" in fp8.planned_means
+    assert d.product == pytest.approx(math.prod(f.gain for f in d.factors))
+
+
+def test_a_yaml_alias_bomb_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Nine anchors of nine aliases each: 9⁹ ≈ 3.9·10⁸ values once expanded; `show model` walked them for > 20 s.
+    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join([*lines, "name: bomb"]) + "\n")
+    code, _, err = run(capsys, "show", "model", str(bomb))
+    assert code == 2 and "alias" in err and str(bomb) in err and len(err.strip().splitlines()) == 1
+    # A few aliases are fine YAML: the document is read (and then refused by the model spec for its own reasons).
+    few = tmp_path / "few.yaml"
+    few.write_text("a: &a [1, 2]\nb: *a\n")
+    code, _, err = run(capsys, "show", "model", str(few))
+    assert code == 2 and "alias bomb" not in err and "unknown key" in err

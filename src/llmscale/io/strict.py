@@ -9,7 +9,9 @@ that nothing in the file is silently dropped or reinterpreted.
   accepted; `!!binary`, `!!set`, `!!omap`, `!!pairs` and any local `!tag` are refused, since no spec field holds
   bytes, sets or ordered pairs. An unquoted date (`2025-01-31`) reads as its text, as the same file in JSON would.
 - JSON: the non-standard constants `NaN`, `Infinity` and `-Infinity` are refused.
-- Nesting deeper than `MAX_DEPTH` mappings and lists is refused (no spec is more than a few levels deep).
+- Nesting deeper than `MAX_DEPTH` mappings and lists is refused (no spec is more than a few levels deep), and so is
+  a document of more than `MAX_VALUES` values once its YAML aliases are expanded (an "alias bomb": nine anchors of
+  nine aliases each are 9⁹ values, which every reader of the data would walk).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ under 200 KiB; a file a thousand times larger is not a spec."""
 
 MAX_DEPTH = 64
 """Deepest nesting of mappings and lists accepted (a cluster file, the deepest spec, nests four levels)."""
+
+MAX_VALUES = 1_000_000
+"""Most values (mappings, lists and scalars, aliases counted each time they appear) in one document: the shipped
+published-runs dataset holds ~10⁴."""
 
 _ERRNO_TEXT = {
     errno.ENOENT: "no such file",
@@ -77,16 +83,24 @@ def parse_text(text: str, where: str, as_json: bool) -> Any:
         raise InputFileError(f"{where}: {exc}") from None
     except RecursionError:
         raise InputFileError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
-    if nesting_depth(data) > MAX_DEPTH:
+    depth = nesting_depth(data)
+    if depth > MAX_DEPTH:
         raise InputFileError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    if depth < 0:
+        raise InputFileError(f"{where}: more than {MAX_VALUES:,} values once its YAML aliases are expanded (an alias "
+                             "bomb?); write the values out, or use fewer aliases")
     return data
 
 
 def nesting_depth(data: Any) -> int:
-    """Levels of mappings and lists in `data` (a scalar: 0), walked without recursion."""
-    deepest, stack = 0, [(data, 1)]
+    """Levels of mappings and lists in `data` (a scalar: 0), walked without recursion; -1 when the walk passes
+    MAX_VALUES values (aliases that repeat one object count each time)."""
+    deepest, stack, seen = 0, [(data, 1)], 0
     while stack:
         item, level = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return -1
         if isinstance(item, dict):
             children: Any = item.values()
         elif isinstance(item, list):
