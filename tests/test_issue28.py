@@ -392,3 +392,55 @@ def test_a_yaml_alias_bomb_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     few.write_text("a: &a [1, 2]\nb: *a\n")
     code, _, err = run(capsys, "show", "model", str(few))
     assert code == 2 and "alias bomb" not in err and "unknown key" in err
+
+
+def test_a_vanishing_efficiency_in_a_cluster_file_is_refused(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # gemm_bf16 = 1e-300 was accepted (the field is only > 0) and planned a step of ~10³⁰⁰ s.
+    from llmscale.io.catalog import load_cluster
+
+    doc = load_cluster("h100-sxm:64").model_dump(mode="json")
+    doc["gpu"]["efficiency"]["gemm_bf16"] = 1e-300
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(capsys, "explain", "-m", "llama3-8b", "-c", str(path), "--tp", "8", "--json")
+    assert code == 2 and "gemm_bf16" in err and "1e-300" in err, err
+    doc["gpu"]["efficiency"]["gemm_bf16"] = 0.7  # a real fraction is read as before
+    path.write_text(yaml.safe_dump(doc))
+    assert run(capsys, "explain", "-m", "llama3-8b", "-c", str(path), "--tp", "8", "--json")[0] == 0
+
+
+def test_a_resealed_profile_with_a_vanishing_constant_is_refused(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # A profile's constant override of 1e-300, sealed again, passed the seal and the field's "> 0".
+    from llmscale.specs.calibration import CalibrationProfile
+    from tests.test_measure import profile
+
+    body = profile().model_dump(mode="json") | {"constants": {"comm": {"network": 1e-300}}, "sha256": None}
+    sealed = body | {"sha256": CalibrationProfile.model_validate(body).body_sha256()}
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(sealed))
+    code, _, err = run(capsys, "explain", "-m", "llama3-8b", "-c", "h100-sxm:64", "--tp", "8",
+                       "--calibration", str(path), "--json")
+    assert code == 2 and "network" in err and "1e-300" in err, err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--days", "1e-300"), ("--interval-min", "1e-300"),
+                                             ("--step-s", "1e-300")])
+def test_goodput_refuses_vanishing_flag_values(capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    # A 1e-300-day run, checkpoint interval or step was evaluated as given, exit 0.
+    code, _, err = run(capsys, "goodput", "-c", "h100-sxm:64", "--trials", "5", flag, value)
+    assert code == 2 and flag.lstrip("-").replace("-", "_") in err and "1e-300" in err, err
+
+
+def test_a_json_nan_literal_is_reported_with_its_key_line_and_column(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # Python's json reads NaN/Infinity through parse_constant, which gives no position: the error named neither.
+    doc = json.loads(HF_LLAMA.read_text())
+    text = json.dumps(doc, indent=1).replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": NaN')
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "NaN" in row)
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    code, _, err = run(capsys, "show", "model", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "NaN" in err and "'rms_norm_eps'" in err and f"line {line} column" in err, err

@@ -34,13 +34,21 @@ MAX_SEED = 2**64 - 1
 """numpy's SeedSequence takes any non-negative integer; one 64-bit word is more than a user types."""
 
 
+MIN_DAYS = 1e-3
+"""The shortest run (1.44 min), as `allocate --days` and `plan --deadline` take it: shorter is a slip (1e-300)."""
+MIN_INTERVAL_MIN = 1.0 / 60.0
+"""The shortest checkpoint interval evaluated, one second: no checkpoint of a training job is written faster."""
+MIN_STEP_S = 1e-3
+"""The shortest step time, a millisecond: far below any step of a model llmscale plans (published: 1-100 s)."""
+
+
 def _check(days: float, intervals_min: list[float], trials: int) -> None:
-    if not 0 < days <= MAX_DAYS:
-        raise SpecError("days", days, f"must be a number of days in (0, {MAX_DAYS:,.0f}] (specs.bounds)")
-    bad = next((v for v in intervals_min if not 0 < v <= days * MINUTES_PER_DAY), None)
+    if not MIN_DAYS <= days <= MAX_DAYS:
+        raise SpecError("days", days, f"must be a number of days in {MIN_DAYS:g}..{MAX_DAYS:,.0f} (specs.bounds)")
+    bad = next((v for v in intervals_min if not MIN_INTERVAL_MIN <= v <= days * MINUTES_PER_DAY), None)
     if bad is not None:
-        raise SpecError("interval_min", bad, f"must be a number of minutes in (0, {days * MINUTES_PER_DAY:,.0f}] "
-                        "(the run's length)")
+        raise SpecError("interval_min", bad, f"must be a number of minutes in {MIN_INTERVAL_MIN:.4g} (one second).."
+                        f"{days * MINUTES_PER_DAY:,.0f} (the run's length)")
     if not 0 <= trials <= MAX_TRIALS:
         raise SpecError("trials", trials, f"must be in 0..{MAX_TRIALS:,}")
 
@@ -92,8 +100,8 @@ class GoodputRun:
         _check(self.days, self.intervals_min, self.trials)
         if not 0 <= self.seed <= MAX_SEED:
             raise SpecError("seed", self.seed, "must be an integer in 0..2⁶⁴ − 1")
-        if self.step_s is not None and not 0 < self.step_s <= MAX_STEP_S:
-            raise SpecError("step_s", self.step_s, f"must be a number of seconds in (0, {MAX_STEP_S:,.0f}]")
+        if self.step_s is not None and not MIN_STEP_S <= self.step_s <= MAX_STEP_S:
+            raise SpecError("step_s", self.step_s, f"must be a number of seconds in {MIN_STEP_S:g}..{MAX_STEP_S:,.0f}")
 
 
 def _record_step(job: Job) -> MinInterval:

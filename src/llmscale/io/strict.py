@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +118,27 @@ class _Refused(Exception):
     """A well-formed file that holds something llmscale does not accept (a duplicate key, a tag)."""
 
 
+_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+"""A JSON string (skipped) or one of the non-standard constants Python's json module reads."""
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
+
+
+def _where_constant(text: str, name: str) -> str:
+    """'key 'x' at line L column C' of the first `name` outside a string (the json module gives no position)."""
+    for match in _CONSTANT.finditer(text):
+        if match.group(1) == name:
+            start = match.start(1)
+            line = text.count("\n", 0, start) + 1
+            column = start - (text.rfind("\n", 0, start) + 1) + 1
+            keys = _KEY.findall(text, 0, start)  # the last key before it: the value's own, or its list's
+            return (f"key {keys[-1]!r} " if keys else "") + f"at line {line} column {column}"
+    return "somewhere"
+
+
 def _parse_json(text: str) -> Any:
     def refuse_constant(name: str) -> Any:
-        raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity); give a finite value")
+        raise _Refused(f"{name} ({_where_constant(text, name)}) is not a JSON number (JSON has no NaN or Infinity); "
+                       "give a finite value")
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         mapping: dict[str, Any] = {}
