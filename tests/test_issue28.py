@@ -444,3 +444,35 @@ def test_a_json_nan_literal_is_reported_with_its_key_line_and_column(tmp_path: P
     code, _, err = run(capsys, "show", "model", str(path))
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "NaN" in err and "'rms_norm_eps'" in err and f"line {line} column" in err, err
+
+
+def test_profile_skips_a_step_record_nested_too_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A line nested 100,000 deep made json.loads raise RecursionError out of runtime/files.py read_lines; it is now
+    # one more unparseable line, skipped and counted like any other.
+    from llmscale.monitor.predict import Prediction
+    from llmscale.monitor.rundir import read_run
+    from tests.monitor_fixture import SHA, make_run
+
+    run_dir = make_run(tmp_path / "run", steps=3)
+    with open(run_dir / "steps" / "rank0.jsonl", "a") as handle:
+        handle.write('{"step": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    assert read_run(run_dir).skipped_lines == 1
+    parts = {"data": 0.0, "compute": 0.2, "comm": 0.0, "checkpoint": 0.0, "idle": 0.0}
+    (run_dir / "prediction.json").write_text(json.dumps(Prediction(SHA, 2, parts, 1e10, 1e6, {}).as_dict()))
+    code, out, err = run(capsys, "profile", str(run_dir), "--json")
+    assert code == 0, err
+    assert [s["step"] for s in json.loads(out)["steps"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("value", ["''", "1.5", "True"])
+def test_read_torchtitan_refuses_a_degree_that_is_not_a_whole_number(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     value: str) -> None:
+    # tensor_parallel_degree = '' raised ValueError (int('')) in io/torchtitan_recipe.py; 1.5 was read as 1.
+    code, recipe, err = run(capsys, "export", "--format", "torchtitan", "-m", "llama3-8b", "-c", "h100-sxm:64",
+                            "--tp", "8")
+    assert code == 0 and "tensor_parallel_degree=8," in recipe, err
+    path = tmp_path / "recipe.py"
+    path.write_text(recipe.replace("tensor_parallel_degree=8,", f"tensor_parallel_degree={value},"))
+    code, _, err = run(capsys, "read-torchtitan", str(path))
+    assert code == 2 and "tensor_parallel_degree" in err and "whole number" in err, err
