@@ -476,3 +476,36 @@ def test_read_torchtitan_refuses_a_degree_that_is_not_a_whole_number(tmp_path: P
     path.write_text(recipe.replace("tensor_parallel_degree=8,", f"tensor_parallel_degree={value},"))
     code, _, err = run(capsys, "read-torchtitan", str(path))
     assert code == 2 and "tensor_parallel_degree" in err and "whole number" in err, err
+
+
+@pytest.mark.parametrize(("function", "arguments", "name"), [
+    # An int read as a file descriptor: open(5) waited on descriptor 5 for > 60 s.
+    ("export", {"model": "llama3-8b", "cluster": "h100-sxm:8", "from_plan": 5}, "from_plan"),
+    ("validate", {"runs": 5}, "runs"),  # TypeError from pathlib
+    ("memory", {"model": "llama3-8b", "cluster": "h100-sxm:8", "layout": (("tp", 8),)}, "layout"),  # AttributeError
+    ("goodput", {"cluster": "h100-sxm:8", "intervals_min": 5, "trials": 5}, "intervals_min"),  # not a list
+    ("explain", {"model": 5}, "model"),
+    ("explain", {"model": "llama3-8b", "cluster": "h100-sxm:8", "train": [1]}, "train"),
+    ("plan", {"model": "llama3-8b", "cluster": "h100-sxm:8", "rules": [("tp", 8)]}, "rules"),
+    ("allocate", {"cluster": 3}, "cluster"),
+    ("allocate", {"cluster": "h100-sxm:8", "models": 5}, "models"),
+    ("goodput", {"cluster": "h100-sxm:8", "hot_spares": "no"}, "hot_spares"),
+])
+def test_the_api_checks_its_arguments_at_the_door(function: str, arguments: dict[str, Any], name: str) -> None:
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail(f"{function}({arguments}) hangs"))
+    signal.alarm(20)
+    try:
+        with pytest.raises(LlmscaleError) as info:
+            getattr(llmscale, function)(**arguments)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert str(info.value).startswith(f"{name} = ")
+
+
+def test_goodput_takes_none_for_no_extra_intervals() -> None:
+    # intervals_min=None raised TypeError ('NoneType' object is not iterable); None means none, as () does.
+    assert llmscale.goodput("h100-sxm:8", intervals_min=None, trials=5).to_dict() == \
+        llmscale.goodput("h100-sxm:8", intervals_min=(), trials=5).to_dict()

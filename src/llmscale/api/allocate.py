@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from llmscale.api.jobs import ClusterRef, choice
+from llmscale.api.checks import flag_arg, names_arg, path_arg, ref_arg, text_arg
+from llmscale.api.jobs import ClusterRef, choice, whole
 from llmscale.api.results import Document
 from llmscale.errors import SpecError
 from llmscale.io.resolve import (
@@ -33,6 +34,7 @@ from llmscale.scaling.family import Family, candidates
 from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
 from llmscale.scaling.multiplier import Decomposition, decompose
 from llmscale.scaling.optimum import default_unique_tokens
+from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
 
@@ -62,6 +64,8 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
     """Candidates → best layout each → tokens by the deadline → predicted loss (module docstring); `to_frame()`:
     one row per candidate. unique_tokens: the unique data a run may draw on (`--max-tokens`; None: the catalog's
     default, `laws.default_unique_tokens`); beyond it the run repeats data, scored with Muennighoff et al.'s law."""
+    _check_arguments(cluster, gpus, days, flops, unique_tokens, models, seq_len, explain_3x, calibration,
+                     expect_sha256, on_model)
     if days is not None and flops is not None:
         raise SpecError("days/flops", (days, flops), "give days or flops, not both")
     fam, chosen_law = resolve_law(None if family is None else choice(Family, family, "family"),
@@ -78,7 +82,7 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
                                                                           "seq_len": 4096 if seq_len is None
                                                                           else seq_len},
                                          calibration=calibration))
-    extras = tuple(models) or ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
+    extras = tuple(str(m) for m in names_arg("models", models)) or ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     names = candidates(fam, extras)
     unique = unique_tokens if unique_tokens is not None else default_unique_tokens()[0]
     request = Request(setting.cluster, chosen_law, setting.constants,
@@ -93,6 +97,25 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
                                    decomposition, _sensitivity(result, list(extras)),
                                    "given" if unique_tokens is not None else default_unique_tokens()[1])
     return Document(document, rows_key="candidates")
+
+
+def _check_arguments(cluster: Any, gpus: Any, days: Any, flops: Any, unique_tokens: Any, models: Any, seq_len: Any,
+                     explain_3x: Any, calibration: Any, expect_sha256: Any, on_model: Any) -> None:
+    """Each argument of `allocate` is of a type it takes (api.checks), or one SpecError names it."""
+    ref_arg("cluster", cluster, ClusterSpec)
+    whole("gpus", gpus)
+    whole("seq_len", seq_len)
+    for name, value in (("days", days), ("flops", flops), ("unique_tokens", unique_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise SpecError(name, value, "a number or None")
+    bad = next((m for m in names_arg("models", models) if not isinstance(m, str | Path)), None)
+    if bad is not None:
+        raise SpecError("models", bad, "a catalog model name or a file path")
+    flag_arg("explain_3x", explain_3x)
+    path_arg("calibration", calibration)
+    text_arg("expect_sha256", expect_sha256)
+    if on_model is not None and not callable(on_model):
+        raise SpecError("on_model", on_model, "a function (index, count, name) or None")
 
 
 def _digest(request: Request, models: list[Any], constants: Any) -> str:

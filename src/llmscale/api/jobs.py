@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmscale.api.checks import fields_arg, flag_arg, path_arg, ref_arg, text_arg
 from llmscale.api.results import Explain, Memory, Plan
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
@@ -79,10 +80,20 @@ def positive(name: str, value: Any, maximum: float, allow_none: bool = True) -> 
 
 def job_request(model: ModelRef, cluster: ClusterRef, gpus: int | None, train: Mapping[str, Any] | TrainSpec | None,
                 layout: LayoutRef = None, **rest: Any) -> JobRequest:
-    """The resolver's request for these inputs (`rest`: calibration, from_plan, expect_sha256, batch)."""
+    """The resolver's request for these inputs (`rest`: calibration, from_plan, expect_sha256, batch), every
+    argument checked at the door (api.checks)."""
     whole("gpus", gpus)
-    return JobRequest(model=model, cluster=cluster, gpus=gpus, train=train if train is not None else {},
-                      layout=layout, **rest)
+    for name in ("calibration", "from_plan"):
+        if name in rest:
+            rest[name] = path_arg(name, rest[name])
+    if "expect_sha256" in rest:
+        text_arg("expect_sha256", rest["expect_sha256"])
+    if "allow_unsealed" in rest:
+        flag_arg("allow_unsealed", rest["allow_unsealed"])
+    train = fields_arg("train", train, TrainSpec, "{'seq_len': 8192}")
+    return JobRequest(model=ref_arg("model", model, ModelSpec), cluster=ref_arg("cluster", cluster, ClusterSpec),
+                      gpus=gpus, train=train if train is not None else {},
+                      layout=fields_arg("layout", layout, Layout), **rest)
 
 
 def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None = None,
@@ -98,6 +109,8 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
     'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES.
     deadline_days: the cheapest job size whose effective time is within it (`plan --deadline`)."""
+    if rules is not None and not (isinstance(rules, Mapping) and all(isinstance(k, str) for k in rules)):
+        raise SpecError("rules", rules, "a mapping of layout fields to rules, e.g. {'tp': 8, 'pp': '4..16'}")
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,

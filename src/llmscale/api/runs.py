@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmscale.api.checks import flag_arg, names_arg, numbers_arg, path_arg, ref_arg, text_arg
 from llmscale.api.jobs import ClusterRef, ModelRef, choice, whole
 from llmscale.api.results import Document, Goodput
 from llmscale.errors import SpecError
@@ -19,7 +20,9 @@ from llmscale.reliability.rates import failures_of
 from llmscale.report.documents import validation_document
 from llmscale.report.goodput_output import MinInterval, goodput_document
 from llmscale.specs.bounds import MAX_DAYS
+from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.failures import Mitigation
+from llmscale.specs.model import ModelSpec
 from llmscale.units import MINUTES_PER_DAY, SECONDS_PER_DAY
 from llmscale.validation.runs import load_rows
 from llmscale.validation.validate import ValidationReport, validate_rows
@@ -54,19 +57,20 @@ def _check(days: float, intervals_min: list[float], trials: int) -> None:
 
 
 def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef = None, *, days: float = 90.0,
-            intervals_min: Iterable[float] = (), trials: int = 10_000, seed: int = 0, hot_spares: bool = True,
-            mitigations: Iterable[Mitigation | str] = (), step_s: float | None = None,
+            intervals_min: Iterable[float] | None = (), trials: int = 10_000, seed: int = 0, hot_spares: bool = True,
+            mitigations: Iterable[Mitigation | str] | None = (), step_s: float | None = None,
             expect_sha256: str | None = None, force: bool = False) -> Goodput:
     """Job MTBF, expected interruptions, the best checkpoint policy and intervals per tier, goodput and its Monte
     Carlo spread (`llmscale goodput`); no interval shorter than one step (`step_s`, default one step at the GPUs'
     dense peak, a lower bound). `to_frame()`: one row per checkpoint policy."""
-    if isinstance(intervals_min, str | bytes):
-        raise SpecError("intervals_min", intervals_min, "a list of minutes, e.g. [5, 10, 30]")
-    chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in mitigations))
+    intervals = numbers_arg("intervals_min", intervals_min)  # None: no extra intervals, as ()
+    given = names_arg("mitigations", mitigations, "['predictive-migration']")
+    chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in given))
     whole("gpus", gpus)
-    request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256)
-    return goodput_job(request, GoodputRun(days, [_number("intervals_min", v) for v in intervals_min], trials, seed,
-                                           hot_spares, chosen, step_s, force))
+    request = JobRequest(model=ref_arg("model", model, ModelSpec), cluster=ref_arg("cluster", cluster, ClusterSpec),
+                         gpus=gpus, expect_sha256=text_arg("expect_sha256", expect_sha256))
+    return goodput_job(request, GoodputRun(days, intervals, trials, seed, flag_arg("hot_spares", hot_spares), chosen,
+                                           step_s, flag_arg("force", force)))
 
 
 def _number(name: str, value: Any) -> float:
@@ -156,5 +160,6 @@ def validate(runs: Path | str | None = None, calibration: Path | None = None, al
 def validate_report(runs: Path | str | None = None, calibration: Path | None = None,
                     allow_unsealed: bool = False, force_calibration: bool = False) -> ValidationReport:
     """The validation report itself (validation.validate), for tables and charts."""
-    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed,
-                         force_calibration=force_calibration)
+    return validate_rows(*load_rows(path_arg("runs", runs)), calibration=path_arg("calibration", calibration),
+                         allow_unsealed=flag_arg("allow_unsealed", allow_unsealed),
+                         force_calibration=flag_arg("force_calibration", force_calibration))
