@@ -35,6 +35,8 @@ class Case:
     names: tuple[str, ...] = ()
     files: tuple[tuple[str, str | bytes | None], ...] = ()
     must_refuse: bool = False
+    call: tuple[str, tuple[tuple[str, Any], ...]] | None = None
+    """A Python API case (fuzz_api.py): the function of `llmscale` and its keyword arguments, called instead of argv."""
 
 
 @dataclass
@@ -207,7 +209,8 @@ def launch_case(rng: random.Random, bases: Bases) -> Case:
     text = bases.saved[kind]
     body = [m for m in _NUMBER.finditer(text) if not text[:m.start()].endswith("@ ")]
     hit = rng.choice(body)
-    value = rng.choice(("9223372036854775808", "1" + "0" * 30, "-1", "0", "inf", "nan", "1e400", "abc", "1.5"))
+    value = rng.choice(("9223372036854775808", "1" + "0" * 30, "-1", "0", "inf", "nan", "1e400", "abc", "1.5", "''",
+                        "True"))
     line = text[text.rfind("\n", 0, hit.start()) + 1:text.find("\n", hit.end())]
     flag = next(iter(re.findall(r"--[\w-]+|\w+(?= *[=:])", line)), "")
     mutated = text[:hit.start()] + value + text[hit.end():]

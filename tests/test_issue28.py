@@ -509,3 +509,19 @@ def test_goodput_takes_none_for_no_extra_intervals() -> None:
     # intervals_min=None raised TypeError ('NoneType' object is not iterable); None means none, as () does.
     assert llmscale.goodput("h100-sxm:8", intervals_min=None, trials=5).to_dict() == \
         llmscale.goodput("h100-sxm:8", intervals_min=(), trials=5).to_dict()
+
+
+def test_profile_skips_a_step_record_of_the_wrong_types(tmp_path: Path) -> None:
+    # Found by the run-dir fuzz surface: phases_s = '' parsed as JSON and reached profile, AttributeError.
+    from llmscale.monitor.profile import profile
+    from llmscale.monitor.rundir import read_run
+    from tests.monitor_fixture import make_run
+
+    run_dir = make_run(tmp_path / "run", steps=3)
+    bad = {"step": 3, "rank": 0, "attempt": 1, "host": "h", "time_unix": 1e9, "step_s": 0.1, "phases_s": "",
+           "loss": 3.0, "tokens": 512}
+    with open(run_dir / "steps" / "rank0.jsonl", "a") as handle:
+        handle.write(json.dumps(bad) + "\n" + json.dumps(bad | {"phases_s": {"compute": "x"}}) + "\n")
+    snap = read_run(run_dir)
+    assert snap.skipped_lines == 2
+    assert [s.step for s in profile(snap, None).steps] == [0, 1, 2]

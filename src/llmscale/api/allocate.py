@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscale.api.checks import flag_arg, names_arg, path_arg, ref_arg, text_arg
-from llmscale.api.jobs import ClusterRef, choice, whole
+from llmscale.api.jobs import ClusterRef, choice, whole, within
 from llmscale.api.results import Document
 from llmscale.errors import SpecError
 from llmscale.io.resolve import (
@@ -34,6 +34,7 @@ from llmscale.scaling.family import Family, candidates
 from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
 from llmscale.scaling.multiplier import Decomposition, decompose
 from llmscale.scaling.optimum import default_unique_tokens
+from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
@@ -105,9 +106,10 @@ def _check_arguments(cluster: Any, gpus: Any, days: Any, flops: Any, unique_toke
     ref_arg("cluster", cluster, ClusterSpec)
     whole("gpus", gpus)
     whole("seq_len", seq_len)
-    for name, value in (("days", days), ("flops", flops), ("unique_tokens", unique_tokens)):
+    for name, value in (("flops", flops), ("unique_tokens", unique_tokens)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise SpecError(name, value, "a number or None")
+    within("days", days, MIN_DAYS, MAX_DAYS)  # as the CLI's --days
     bad = next((m for m in names_arg("models", models) if not isinstance(m, str | Path)), None)
     if bad is not None:
         raise SpecError("models", bad, "a catalog model name or a file path")

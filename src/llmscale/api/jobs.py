@@ -24,7 +24,7 @@ from llmscale.report.documents import explain_document, memory_document, plan_do
 from llmscale.search.plan import Objective
 from llmscale.search.plan import plan as search_plan
 from llmscale.search.targets import SearchTarget
-from llmscale.specs.bounds import MAX_DAYS
+from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.framework import Framework
 from llmscale.specs.layout import Layout
@@ -69,13 +69,13 @@ def whole(name: str, value: Any, allow_none: bool = True) -> None:
         raise SpecError(name, value, "a positive whole number")
 
 
-def positive(name: str, value: Any, maximum: float, allow_none: bool = True) -> None:
-    """A number given from Python must be a finite real in (0, maximum] (not a bool or a text); a SpecError
-    otherwise."""
+def within(name: str, value: Any, minimum: float, maximum: float, allow_none: bool = True) -> None:
+    """A number given from Python must be a real in [minimum, maximum] (not a bool or a text; NaN fails); a
+    SpecError otherwise."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= maximum:
-        raise SpecError(name, value, f"a number in (0, {maximum:g}]")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value <= maximum:
+        raise SpecError(name, value, f"a number in {minimum:g}..{maximum:g}")
 
 
 def job_request(model: ModelRef, cluster: ClusterRef, gpus: int | None, train: Mapping[str, Any] | TrainSpec | None,
@@ -123,7 +123,7 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
              deadline_days: float | None = None) -> Plan:
     """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
     whole("top", top, allow_none=False)
-    positive("deadline_days", deadline_days, MAX_DAYS)
+    within("deadline_days", deadline_days, MIN_DAYS, MAX_DAYS)  # as the CLI's --deadline
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
                          objective=objective, top=top, target=target, on_size=on_size, force=force,
@@ -176,7 +176,7 @@ def export(model: ModelRef = None, cluster: ClusterRef = None, *, layout: Layout
     """One layout as a training framework's launch arguments (`llmscale export`): the text the command writes.
     A layout (or `from_plan`) is required: the default one-GPU-per-replica layout is rarely one anybody runs."""
     return export_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, None),
-                      choice(ExportFormat, fmt, "format"))
+                      choice(ExportFormat, fmt, "fmt"))
 
 
 def export_job(request: JobRequest, fmt: ExportFormat) -> str:

@@ -19,7 +19,7 @@ from llmscale.reliability.montecarlo import MAX_WORK, expected_work
 from llmscale.reliability.rates import failures_of
 from llmscale.report.documents import validation_document
 from llmscale.report.goodput_output import MinInterval, goodput_document
-from llmscale.specs.bounds import MAX_DAYS
+from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.failures import Mitigation
 from llmscale.specs.model import ModelSpec
@@ -37,8 +37,6 @@ MAX_SEED = 2**64 - 1
 """numpy's SeedSequence takes any non-negative integer; one 64-bit word is more than a user types."""
 
 
-MIN_DAYS = 1e-3
-"""The shortest run (1.44 min), as `allocate --days` and `plan --deadline` take it: shorter is a slip (1e-300)."""
 MIN_INTERVAL_MIN = 1.0 / 60.0
 """The shortest checkpoint interval evaluated, one second: no checkpoint of a training job is written faster."""
 MIN_STEP_S = 1e-3

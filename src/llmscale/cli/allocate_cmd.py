@@ -33,7 +33,7 @@ from llmscale.scaling.allocate import JobPolicy
 from llmscale.scaling.family import Family
 from llmscale.scaling.laws import ScalingLaw
 from llmscale.scaling.multiplier import TARGET
-from llmscale.specs.bounds import MAX_DAYS, MAX_TOKENS
+from llmscale.specs.bounds import MAX_DAYS, MAX_TOKENS, MIN_DAYS
 from llmscale.specs.train import Precision
 
 __all__ = ["allocate_cmd", "resolve_law"]
@@ -43,7 +43,7 @@ AllocPrecisionOpt = Annotated[Precision, typer.Option("--precision", case_sensit
 MAX_FLOPS = 1e32
 """A training budget in FLOPs: ~10⁶× the largest published run (~5·10²⁵, Llama 3.1 405B: 3.8·10²⁵)."""
 ClusterArg = Annotated[str | None, typer.Option("--cluster", "-c", help="catalog cluster or file (default seed-500k)")]
-DaysOpt = Annotated[float | None, typer.Option("--days", parser=o.number_parser("--days", 1e-3, MAX_DAYS),
+DaysOpt = Annotated[float | None, typer.Option("--days", parser=o.number_parser("--days", MIN_DAYS, MAX_DAYS),
                                                 help="deadline in days (default 90)")]
 FlopsOpt = Annotated[float | None, typer.Option("--flops", parser=o.amount_parser("--flops", MAX_FLOPS),
                                                metavar="FLOPS",

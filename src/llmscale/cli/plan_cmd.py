@@ -20,7 +20,7 @@ from llmscale.report.strict_json import strict_dumps
 from llmscale.report.tables import console
 from llmscale.search.plan import Objective
 from llmscale.search.targets import SearchTarget
-from llmscale.specs.bounds import MAX_DAYS, MAX_TOKENS
+from llmscale.specs.bounds import MAX_DAYS, MAX_TOKENS, MIN_DAYS
 from llmscale.specs.framework import Framework
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
@@ -31,7 +31,7 @@ TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"],
                                                  metavar="TOKENS", help="tokens to train: 15T, 1.5e13 (default 10T)")]
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")]
 DeadlineOpt = Annotated[float | None, typer.Option(
-    "--deadline", metavar="DAYS", parser=o.number_parser("--deadline", 1e-3, MAX_DAYS),
+    "--deadline", metavar="DAYS", parser=o.number_parser("--deadline", MIN_DAYS, MAX_DAYS),
     help="the cheapest job (fewest GPU-hours) whose effective time, failures included, is within DAYS")]
 TopOpt = Annotated[int, typer.Option("--top", parser=o.number_parser("--top", 1, MAX_TOP, integer=True),
                                           help="layouts to show (1..10⁴)")]
