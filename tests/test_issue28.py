@@ -21,6 +21,7 @@ from llmscale.errors import LlmscaleError
 from llmscale.io.catalog import load_model
 from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, training_flops
 from llmscale.scaling.optimum import shape_optimum
+from llmscale.specs.model import ModelSpec
 from llmscale.units import parse_count
 
 
@@ -525,3 +526,28 @@ def test_profile_skips_a_step_record_of_the_wrong_types(tmp_path: Path) -> None:
     snap = read_run(run_dir)
     assert snap.skipped_lines == 2
     assert [s.step for s in profile(snap, None).steps] == [0, 1, 2]
+
+
+def test_the_probe_twin_runs_at_its_measured_kernel_rates() -> None:
+    # The probe's kernel rates are measured in the run, on its own shapes, at the clocks the host runs the steps at;
+    # the catalog's sustained_compute_fraction (0.763: a GPU under hours of load against short benchmarks) made the
+    # twin's compute 1/0.763 = +31 % slow (issue 28: step +16.9 … +25 %, compute +30 % on a quiet 2-core host).
+    from llmscale.io.catalog import load_constants
+    from llmscale.measure.probe_predict import ProbeSetup, _single_tier_cluster, predict
+    from llmscale.specs.cluster import EfficiencySpec, GPUSpec
+
+    efficiency = EfficiencySpec(gemm_bf16=0.9, gemm_fp8=1.0, gemm_fp4=1.0, gemm_wave_overhead_us=0.0, attention=0.4,
+                                attention_half_seq=0.0, attention_backward=0.4, attention_backward_half_seq=0.0,
+                                hbm=0.3)
+    gpu = GPUSpec(name="cpu-host", peak_bf16_tflops=0.03, memory_gib=8.0, memory_bandwidth_gb_per_s=10.0,
+                  efficiency=efficiency, source="test")
+    cluster = _single_tier_cluster(gpu, 2, 1e9, 1e-3)
+    model = ModelSpec(name="probe", layers=4, hidden=256, ffn_hidden=1024, heads=4, vocab=1000)
+    setup = ProbeSetup(model, nproc=2, ep=1, seq_len=256, mbs=4, micro_batches=1)
+    catalog = load_constants()
+    assert catalog.step.sustained_compute_fraction < 1  # the fitted GPU term the twin must not apply
+    split, matched = predict(setup, cluster, catalog)
+    at_one, _ = predict(setup, cluster, catalog.with_overrides({"step": {"sustained_compute_fraction": 1.0}}))
+    assert split.detail["forward_s"] == pytest.approx(at_one.detail["forward_s"])
+    assert split.compute_s == pytest.approx(at_one.compute_s)
+    assert matched["sustained_compute_fraction_left_out"] == catalog.step.sustained_compute_fraction
