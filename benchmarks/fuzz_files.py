@@ -173,9 +173,11 @@ def calibration_case(rng: random.Random, bases: Bases) -> Case:
         doc, what = sealed, f"{edit.what} (re-sealed)"
     elif roll < 0.8:  # no seal at all: the issue asks for --allow-unsealed
         doc, what, must_refuse = doc, f"{edit.what} (unsealed)", True
-    else:  # sealed, then edited
+    else:  # sealed, then edited (an edit the canonical body does not see, e.g. a dropped key at its default, is none)
         base = _sealed(json.loads(json.dumps(bases.profile))) or {}
-        doc, what, must_refuse = {**doc, "sha256": base.get("sha256")}, f"{edit.what} (edited after sealing)", True
+        changed = (_sealed(doc) or {}).get("sha256") != base.get("sha256")
+        doc, what = {**doc, "sha256": base.get("sha256")}, f"{edit.what} (edited after sealing)"
+        must_refuse = changed
     text = fv.to_text(doc, False)
     argv = rng.choice((("explain", "-m", "llama3-8b", *SMALL_CLUSTER, "--calibration", "{d}/cal.yaml", "--json"),
                        ("plan", "-m", "llama3-8b", "-c", "h100-sxm:8", "--gpus", "8", "--top", "1",

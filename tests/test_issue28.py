@@ -551,3 +551,21 @@ def test_the_probe_twin_runs_at_its_measured_kernel_rates() -> None:
     assert split.detail["forward_s"] == pytest.approx(at_one.detail["forward_s"])
     assert split.compute_s == pytest.approx(at_one.compute_s)
     assert matched["sustained_compute_fraction_left_out"] == catalog.step.sustained_compute_fraction
+
+
+def test_profile_refuses_an_edited_prediction_and_skips_absurd_phases(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by the run-dir fuzz surface: a prediction.json phase of -8 s printed a predicted step of -7.9 s, and a
+    # step record's phase of 1e308 s summed to inf in the text output.
+    from tests.monitor_fixture import make_run, write_step
+
+    run_dir = make_run(tmp_path / "run", steps=3)
+    parts = {"data": 0.0, "compute": 0.1, "comm": 0.02, "checkpoint": -8.0, "idle": 0.0}
+    document = {"format": 1, "config_sha256": "ab" * 32, "world_size": 2, "phases_s": parts, "step_s": -7.88,
+                "peak_flops_per_s_per_rank": 1e10, "model_flops_per_token": 1e6, "detail": {}}
+    (run_dir / "prediction.json").write_text(json.dumps(document))
+    code, _, err = run(capsys, "profile", str(run_dir), "--json")
+    assert code == 2 and "phases_s.checkpoint" in err and "prediction.json" in err, err
+    write_step(run_dir, 3, 0, data=1e308)
+    code, out, err = run(capsys, "profile", str(run_dir), "--no-predict")
+    assert code == 0 and "inf" not in out, err

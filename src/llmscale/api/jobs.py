@@ -111,6 +111,9 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
     deadline_days: the cheapest job size whose effective time is within it (`plan --deadline`)."""
     if rules is not None and not (isinstance(rules, Mapping) and all(isinstance(k, str) for k in rules)):
         raise SpecError("rules", rules, "a mapping of layout fields to rules, e.g. {'tp': 8, 'pp': '4..16'}")
+    if isinstance(max_memory_fraction, bool) or not isinstance(max_memory_fraction, int | float) \
+            or not 0 < max_memory_fraction <= 1:
+        raise SpecError("max_memory_fraction", max_memory_fraction, "a share of GPU memory in (0, 1]")
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(choice(Framework, framework, "framework"), parse_rules(texts), max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,

@@ -15,6 +15,7 @@ from pathlib import Path
 from llmscale.errors import InputFileError
 from llmscale.runtime.files import RunPaths, StepRecord, read_steps
 from llmscale.runtime.journal import Event, read
+from llmscale.specs.bounds import MAX_SECONDS
 
 PHASES = ("data", "compute", "comm", "checkpoint", "idle")
 """The step's parts, in the order the contract's `phases_s` lists them; they add up to step_s."""
@@ -61,7 +62,8 @@ def _count(value: object) -> bool:
 
 
 def _seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    """A time of the record: finite, ≥ 0 and at most MAX_SECONDS (a phase of 1e308 s summed to inf)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_SECONDS
 
 
 def well_formed(rec: StepRecord) -> bool:
@@ -69,7 +71,7 @@ def well_formed(rec: StepRecord) -> bool:
     a line that parses as JSON but holds a text where a number goes is skipped and counted like one that does not
     parse (the profile would otherwise fail on it, issue 28)."""
     return (all(_count(v) for v in (rec.step, rec.rank, rec.attempt, rec.tokens)) and isinstance(rec.host, str)
-            and all(_seconds(v) for v in (rec.time_unix, rec.step_s))
+            and isinstance(rec.time_unix, int | float) and math.isfinite(rec.time_unix) and _seconds(rec.step_s)
             and isinstance(rec.loss, int | float) and not isinstance(rec.loss, bool) and math.isfinite(rec.loss)
             and isinstance(rec.phases_s, dict) and all(isinstance(k, str) and _seconds(v)
                                                        for k, v in rec.phases_s.items()))
