@@ -106,7 +106,8 @@ def _check_output(case: Case, out: str) -> tuple[Outcome, str]:
         bad = _bad_number(doc)
         return (Outcome.NON_FINITE, bad) if bad else (Outcome.OK, "")
     for line in out.splitlines():  # a line that quotes the user's bad value back ("vocab = inf is invalid") is fine
-        if TEXT_NON_FINITE.search(line) and "is invalid" not in line:
+        quoted = "is invalid" in line or line.startswith("skipped: ")  # validate's reason, wrapped or not
+        if TEXT_NON_FINITE.search(line) and not quoted:
             return Outcome.NON_FINITE, f"text output: {line.strip()[:160]}"
     return Outcome.OK, ""
 

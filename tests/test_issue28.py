@@ -566,6 +566,10 @@ def test_profile_refuses_an_edited_prediction_and_skips_absurd_phases(tmp_path: 
     (run_dir / "prediction.json").write_text(json.dumps(document))
     code, _, err = run(capsys, "profile", str(run_dir), "--json")
     assert code == 2 and "phases_s.checkpoint" in err and "prediction.json" in err, err
+    (run_dir / "prediction.json").write_text(json.dumps(document | {"phases_s": 1e-300}))  # not a mapping
+    code, _, err = run(capsys, "profile", str(run_dir), "--json")
+    assert code == 2 and "not a prediction llmscale wrote" in err, err
+    (run_dir / "prediction.json").unlink()
     write_step(run_dir, 3, 0, data=1e308)
     code, out, err = run(capsys, "profile", str(run_dir), "--no-predict")
     assert code == 0 and "inf" not in out, err

@@ -154,7 +154,7 @@ def load_cached(run_dir: Path) -> Prediction | None:
         return None
     try:
         return Prediction.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: phases_s not a mapping
         raise InputFileError(f"{path}: not a prediction llmscale wrote ({exc}); delete it to predict again") from None
 
 
