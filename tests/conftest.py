@@ -7,9 +7,15 @@ other workers."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
+
+# The terminal tables are as wide as COLUMNS says when piped (report.tables); xdist's workers export COLUMNS=80 and a
+# developer's shell its own width. The tests read them at the piped default (150) either way, so drop it before the
+# report console is first imported below.
+os.environ.pop("COLUMNS", None)
 
 from llmscale.cli.main import main
 from llmscale.io.catalog import load_gpu
