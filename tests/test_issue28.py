@@ -20,7 +20,6 @@ from llmscale.cli.main import main
 from llmscale.errors import LlmscaleError
 from llmscale.io.catalog import load_model
 from llmscale.scaling.laws import ModelScale, ScalingLaw, predict_loss, training_flops
-from llmscale.scaling.optimum import shape_optimum
 from llmscale.specs.model import ModelSpec
 from llmscale.units import parse_count
 
@@ -124,6 +123,8 @@ def test_allocate_law_optimum_is_never_worse_than_its_recommendation(capsys: pyt
 @pytest.mark.parametrize("law", [ScalingLaw.CHINCHILLA, ScalingLaw.BESIROGLU, ScalingLaw.KRAJEWSKI])
 @pytest.mark.parametrize("unique", [None, 1e12])
 def test_shape_optimum_is_the_least_loss_at_its_compute(name: str, law: ScalingLaw, unique: float | None) -> None:
+    from llmscale.scaling.optimum import shape_optimum
+
     scale = ModelScale.of(load_model(name))
     if scale.is_moe and law is not ScalingLaw.KRAJEWSKI:
         return  # the dense laws have no MoE term
