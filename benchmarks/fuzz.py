@@ -1,8 +1,9 @@
-"""Fuzz every input surface of the llmscale CLI (issue 14) and count what comes back.
+"""Fuzz every input surface of the llmscale CLI (issue 14) and the Python API (issue 28); count what comes back.
 
 A seeded generator builds each case — a mutated model file, HF config.json, cluster file, published-runs file,
-calibration profile, saved plan or exported launch file, a hostile path, random layout and run flags, or a random
-valid spec — runs it in-process through `llmscale.cli.main.main(argv)` under a per-case alarm, and classifies it
+calibration profile, saved plan or exported launch file, a hostile path, random layout and run flags, a random
+valid spec, a run directory read back by `profile`/`journal`, or a Python API call with a wrong argument — runs it
+in-process through `llmscale.cli.main.main(argv)` (or the API function) under a per-case alarm, and classifies it
 (fuzz_run.py: ok, error, usage, traceback, exit-code, unclear, non-finite, hang, silent). Prints the counts by
 surface × outcome, each distinct failure site (exception type and innermost llmscale frame, or the class and
 command) with one reproducer, and a summary line; `--findings FILE` also writes them as Markdown.
@@ -28,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import fuzz_api as fa
 import fuzz_files as ff
 import fuzz_flags as fl
 from fuzz_run import FAILURES, Outcome, Result, run_case
@@ -45,6 +47,8 @@ SURFACES: dict[str, tuple[float, Generator]] = {
     "layout-flags": (0.14, lambda rng, _: fl.layout_case(rng)),
     "run-flags": (0.10, lambda rng, _: fl.run_flags_case(rng)),
     "valid-spec": (0.06, lambda rng, _: fl.valid_case(rng)),
+    "run-dir": (0.05, fa.run_dir_case),
+    "api": (0.06, fa.api_case),
 }
 """Each input surface: its share of the cases and its generator."""
 
@@ -87,7 +91,9 @@ def saved_outputs() -> dict[str, str]:
 SILENT_KINDS = (("duplicate key", "duplicate key"), ("add ", "unknown key"), ("(unsealed)", "unsealed profile"),
                 ("(edited after", "profile edited after sealing"), ("--from-plan with", "--from-plan contradicted"),
                 ("no row", "nothing evaluated"), ("!", "non-standard YAML tag"), ("nesting", "deep nesting"),
-                ("empty file", "empty file"), ("not a mapping", "not a mapping"), ("control", "control characters"))
+                ("empty file", "empty file"), ("not a mapping", "not a mapping"), ("control", "control characters"),
+                ("alias bomb", "YAML alias bomb"), ("e-300", "vanishing value"), ("e-324", "vanishing value"),
+                ("llmscale.", "API argument of the wrong type"))
 
 
 def silent_kind(what: str) -> str:

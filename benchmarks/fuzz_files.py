@@ -35,6 +35,8 @@ class Case:
     names: tuple[str, ...] = ()
     files: tuple[tuple[str, str | bytes | None], ...] = ()
     must_refuse: bool = False
+    call: tuple[str, tuple[tuple[str, Any], ...]] | None = None
+    """A Python API case (fuzz_api.py): the function of `llmscale` and its keyword arguments, called instead of argv."""
 
 
 @dataclass
@@ -171,9 +173,11 @@ def calibration_case(rng: random.Random, bases: Bases) -> Case:
         doc, what = sealed, f"{edit.what} (re-sealed)"
     elif roll < 0.8:  # no seal at all: the issue asks for --allow-unsealed
         doc, what, must_refuse = doc, f"{edit.what} (unsealed)", True
-    else:  # sealed, then edited
+    else:  # sealed, then edited (an edit the canonical body does not see, e.g. a dropped key at its default, is none)
         base = _sealed(json.loads(json.dumps(bases.profile))) or {}
-        doc, what, must_refuse = {**doc, "sha256": base.get("sha256")}, f"{edit.what} (edited after sealing)", True
+        changed = (_sealed(doc) or {}).get("sha256") != base.get("sha256")
+        doc, what = {**doc, "sha256": base.get("sha256")}, f"{edit.what} (edited after sealing)"
+        must_refuse = changed
     text = fv.to_text(doc, False)
     argv = rng.choice((("explain", "-m", "llama3-8b", *SMALL_CLUSTER, "--calibration", "{d}/cal.yaml", "--json"),
                        ("plan", "-m", "llama3-8b", "-c", "h100-sxm:8", "--gpus", "8", "--top", "1",
@@ -207,7 +211,8 @@ def launch_case(rng: random.Random, bases: Bases) -> Case:
     text = bases.saved[kind]
     body = [m for m in _NUMBER.finditer(text) if not text[:m.start()].endswith("@ ")]
     hit = rng.choice(body)
-    value = rng.choice(("9223372036854775808", "1" + "0" * 30, "-1", "0", "inf", "nan", "1e400", "abc", "1.5"))
+    value = rng.choice(("9223372036854775808", "1" + "0" * 30, "-1", "0", "inf", "nan", "1e400", "abc", "1.5", "''",
+                        "True"))
     line = text[text.rfind("\n", 0, hit.start()) + 1:text.find("\n", hit.end())]
     flag = next(iter(re.findall(r"--[\w-]+|\w+(?= *[=:])", line)), "")
     mutated = text[:hit.start()] + value + text[hit.end():]

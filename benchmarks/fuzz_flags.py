@@ -102,10 +102,21 @@ def goodput_case(rng: random.Random) -> Case:
     else:
         value = rng.choice(FLOAT_VALUES)
     argv += [flag, value]
-    return Case("run-flags", tuple(argv), f"goodput {flag} {value!r}", (flag.lstrip("-"),))
+    vanishing = flag in ("--days", "--interval-min", "--step-s") and value in VANISHING  # issue 28: accepted
+    return Case("run-flags", tuple(argv), f"goodput {flag} {value!r}", (flag.lstrip("-").replace("-", "_"),
+                                                                           flag.lstrip("-")), must_refuse=vanishing)
+
+
+VANISHING = ("1e-300", "5e-324")
+"""Flag values that read as finite numbers but are no measurement of anything (issue 28: silently accepted)."""
 
 
 def allocate_case(rng: random.Random) -> Case:
+    if rng.random() < 0.3:  # issue 28: --explain-3x on GPUs without an FP8 peak raised ValueError
+        gpu = rng.choice(("a100-80gb", "h100-sxm", "b200"))
+        argv = ("allocate", "-c", f"{gpu}:8", "--family", "dense", "--days", "1", "--top", "1", "--explain-3x",
+                "--json")
+        return Case("run-flags", argv, f"allocate --explain-3x on {gpu}", ("explain-3x",))
     argv = ["allocate", "-c", "h100-sxm:16", "--family", "dense", "--top", "1", "--json"]
     flag = rng.choice(("--days", "--flops", "--gpus", "--unique-tokens", "--seq-len", "--top", "--law"))
     if flag in ("--flops", "--unique-tokens"):

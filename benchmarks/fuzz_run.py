@@ -43,7 +43,7 @@ class Outcome(str, Enum):
 FAILURES = (Outcome.TRACEBACK, Outcome.EXIT_CODE, Outcome.UNCLEAR, Outcome.NON_FINITE, Outcome.HANG)
 """The outcomes the issue requires to be zero (silent acceptances are counted and reported besides)."""
 
-NOT_RUNNABLE_OK = {"explain", "read-megatron", "read-torchtitan"}
+NOT_RUNNABLE_OK = {"explain", "memory", "read-megatron", "read-torchtitan"}
 NON_NEGATIVE = re.compile(r"(_s|_bytes|_flops|_per_s|_gib|_w|_j|_usd|_hours|_days)$|^mfu$|^goodput|^tokens_per_s")
 SIGNED = re.compile(r"error|delta|diff|change|gain|slack|margin|headroom|residual|pct|ratio", re.I)
 TEXT_NON_FINITE = re.compile(r"(?<![\w.])(nan|-?inf|NaN|-?Infinity)(?![\w])")
@@ -106,7 +106,8 @@ def _check_output(case: Case, out: str) -> tuple[Outcome, str]:
         bad = _bad_number(doc)
         return (Outcome.NON_FINITE, bad) if bad else (Outcome.OK, "")
     for line in out.splitlines():  # a line that quotes the user's bad value back ("vocab = inf is invalid") is fine
-        if TEXT_NON_FINITE.search(line) and "is invalid" not in line:
+        quoted = "is invalid" in line or line.startswith("skipped: ")  # validate's reason, wrapped or not
+        if TEXT_NON_FINITE.search(line) and not quoted:
             return Outcome.NON_FINITE, f"text output: {line.strip()[:160]}"
     return Outcome.OK, ""
 
@@ -123,13 +124,16 @@ def _names_one(case: Case, line: str) -> bool:
 
 def _skipped_with_reason(case: Case, out: str) -> bool:
     """validate refuses a bad row by skipping it with the reason (the row's key named in it), not by exiting 2."""
-    if case.argv[0] != "validate" or "--json" not in case.argv:
+    if case.argv[0] != "validate":
         return False
-    try:
-        skipped = json.loads(out).get("skipped", [])
-    except (ValueError, AttributeError):
-        return False
-    reasons = " ".join(str(s.get("reason", "")) for s in skipped if isinstance(s, dict)).lower()
+    if "--json" not in case.argv:  # the table prints each one as "skipped: NAME: REASON"
+        reasons = " ".join(line for line in out.splitlines() if line.startswith("skipped:")).lower()
+    else:
+        try:
+            skipped = json.loads(out).get("skipped", [])
+        except (ValueError, AttributeError):
+            return False
+        reasons = " ".join(str(s.get("reason", "")) for s in skipped if isinstance(s, dict)).lower()
     return any(str(name).lower() in reasons for name in case.names if not isinstance(name, int))
 
 
@@ -172,6 +176,26 @@ def _materialize(case: Case, directory: Path) -> list[str]:
     return [token.replace("{d}", str(directory)) for token in case.argv]
 
 
+def _call_api(case: Case) -> tuple[Outcome, str]:
+    """Call the API case's function; a refusal must be one LlmscaleError naming the argument it was given."""
+    import llmscale
+    from llmscale.errors import LlmscaleError
+
+    assert case.call is not None
+    function, arguments = case.call
+    try:
+        result = getattr(llmscale, function)(**dict(arguments))
+    except LlmscaleError as exc:
+        text = str(exc)
+        named = any(f"{n} = " in text or f"{n}:" in text for n in case.names)
+        return (Outcome.ERROR, text[:300]) if named and "\n" not in text else (Outcome.UNCLEAR, text[:300])
+    document = result.to_dict() if hasattr(result, "to_dict") else {}
+    bad = _bad_number(document)
+    if bad:
+        return Outcome.NON_FINITE, bad
+    return (Outcome.SILENT, f"accepted: {case.what}"[:200]) if case.must_refuse else (Outcome.OK, "")
+
+
 def run_case(case: Case, directory: Path, limit_s: int) -> Result:
     """Run the case with its files in `directory` under a `limit_s` alarm and classify the outcome."""
     from llmscale.cli.main import main
@@ -184,6 +208,9 @@ def run_case(case: Case, directory: Path, limit_s: int) -> Result:
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("always")
+            if case.call is not None:
+                outcome, detail = _call_api(case)
+                return Result(case, outcome, detail)
             main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

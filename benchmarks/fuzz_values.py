@@ -39,6 +39,12 @@ STANDARD_TAGS = ("!!str 8", "!!float 8", "!!int 8", "!!timestamp 2001-12-14")
 """timestamp: a standard YAML 1.1 tag; llmscale reads it as its text (io.strict), nothing altered."""
 
 
+def vanishing(value: Any) -> bool:
+    """A finite float that is no measurement in any unit (1e-300, 5e-324): a spec must refuse it (specs.base
+    MIN_MAGNITUDE), as issue 28 found efficiencies of 1e-300 accepted."""
+    return isinstance(value, float) and 0 < abs(value) < 1e-12
+
+
 def hostile_value(rng: random.Random) -> Any:
     pool = rng.choice((HUGE_INTS, BAD_FLOATS, SMALL, WRONG_TYPES))
     return rng.choice(pool)
@@ -89,7 +95,7 @@ def mutate(doc: Any, rng: random.Random, skip: tuple[str, ...] = ("source", "not
     if roll < 0.7 or isinstance(parent, list):
         value = hostile_value(rng)
         parent[key] = value
-        return doc, Edit(f"{'.'.join(map(str, path))} = {value!r}", path, False)
+        return doc, Edit(f"{'.'.join(map(str, path))} = {value!r}", path, strict_keys and vanishing(value))
     if roll < 0.85:
         del parent[key]
         return doc, Edit(f"drop {'.'.join(map(str, path))}", path, False)
@@ -117,10 +123,15 @@ def to_text(doc: Any, as_json: bool) -> str:
 
 def file_level_edit(text: str, doc: Any, rng: random.Random) -> tuple[str, Edit]:
     """A whole-file edit of a YAML mapping document: duplicate a top-level key, tag a value, nest deeply, empty
-    the file, or write bytes that are not YAML."""
+    the file, write bytes that are not YAML, or add an alias bomb (issue 28: nine levels hung `show model`)."""
     keys = [k for k in doc if isinstance(doc, dict) and not isinstance(doc[k], (dict, list))] or ["name"]
     key = str(rng.choice(keys))
-    roll = rng.randrange(6)
+    roll = rng.randrange(7)
+    if roll == 6:
+        levels = rng.choice((3, 6, 9, 12))
+        bomb = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9]"] + [
+            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+        return text + "\n".join(bomb) + "\n", Edit(f"alias bomb of {levels} levels", ("a0",), True)
     if roll == 0:
         value = doc.get(key) if isinstance(doc, dict) else None
         other = json.dumps(value * 2 if isinstance(value, (int, float)) and not isinstance(value, bool) else "other")

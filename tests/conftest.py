@@ -1,12 +1,21 @@
 """Shared fixtures: small hand-built clusters so estimate tests do not depend on catalog numbers, and the CLI run
-as a user runs it (exit code, stdout, stderr)."""
+as a user runs it (exit code, stdout, stderr). Under pytest-xdist (the README's command runs `-n auto`), the tests
+that start processes — torch.distributed ranks, torchrun's agent, network namespaces on one fixed subnet, the chaos
+and resume runs — go to one worker, one at a time (`SERIAL_FILES`, xdist group "serial"); the rest spread over the
+other workers."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
+
+# The terminal tables are as wide as COLUMNS says when piped (report.tables); xdist's workers export COLUMNS=80 and a
+# developer's shell its own width. The tests read them at the piped default (150) either way, so drop it before the
+# report console is first imported below.
+os.environ.pop("COLUMNS", None)
 
 from llmscale.cli.main import main
 from llmscale.io.catalog import load_gpu
@@ -26,6 +35,30 @@ def make_cluster(num_gpus: int = 4096, memory_gib: float = 80.0, gpus_per_node: 
             NetworkTier(name="ib", ranks=max(num_gpus, 2 * gpus_per_node), bandwidth_gb_per_s=25, latency_us=5.0),
         ),
     )
+
+
+SERIAL_FILES = frozenset({
+    "test_chaos.py", "test_runtime_resume.py", "test_launch.py", "test_launch_watch.py", "test_launch_hosts.py",
+    "test_launch_hosts_plan.py", "test_launch_journal.py", "test_launch_reconcile.py", "test_health_netns.py",
+    "test_health_nodes.py", "test_health_sweep.py", "test_measure.py", "test_probe.py", "test_storage.py",
+})
+"""Test files whose tests start ranks, agents or namespaces: their heartbeat and hang timeouts assume a core to
+themselves, the namespaces share one subnet (tests/netns_cluster.py), so they run one after another."""
+
+
+TOGETHER_FILES = frozenset({"test_fuzz.py", "test_report.py"})
+"""Test files with an expensive module-scoped fixture (the fuzz run, a plan): one worker runs the file, so the
+fixture is built once."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the SERIAL_FILES tests in xdist group "serial" and each TOGETHER_FILES file in a group of its own
+    (`--dist loadgroup`: one worker runs a group's tests in turn)."""
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        elif item.path.name in TOGETHER_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 @pytest.fixture

@@ -386,7 +386,8 @@ def test_allocate_flags_are_frozen() -> None:
     params = command.commands["allocate"].params
     flags = {opt for param in params for opt in (*param.opts, *param.secondary_opts)}
     assert flags == {
-        "--cluster", "-c", "--gpus", "--days", "--flops", "--family", "--law", "--unique-tokens", "--model", "-m",
+        "--cluster", "-c", "--gpus", "--days", "--flops", "--family", "--law", "--max-tokens", "--unique-tokens",
+        "--model", "-m",
         "--precision", "--seq-len", "--job-size", "--top", "--explain-3x", "--json", "--html",
             "--calibration", "--expect-sha256",
     }

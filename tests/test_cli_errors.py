@@ -151,13 +151,13 @@ def test_tp_zero(capsys: pytest.CaptureFixture[str]) -> None:
 def test_dp_breaks_the_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
     # tp 8 × pp 8 × dp 20 = 1280 GPUs, but the job was given 1536: 256 GPUs would sit unused.
     code, err = run_inprocess(capsys, "memory", *GPT3, "--tp", "8", "--pp", "8", "--dp", "20", "--gpus", "1536")
-    assert_one_line(code, err, "dp (20)", "1280", "1536 GPUs")
+    assert_one_line(code, err, "dp (20)", "1,280", "1,536 GPUs", "dp 24 does")
 
 
 def test_gbs_not_divisible_by_dp_mbs(capsys: pytest.CaptureFixture[str]) -> None:
     # 1000 sequences cannot be split evenly over dp 24 × mbs 1 = 24 micro-batch slots.
     code, err = run_inprocess(capsys, "memory", *GPT3_LAYOUT, "--gbs", "1000")
-    assert_one_line(code, err, "dp × mbs = 24", "dp (24)", "global batch (1000")
+    assert_one_line(code, err, "dp = 24", "dp (24) does not divide", "global batch (1,000 sequences")
 
 
 def test_ep_not_dividing_experts(capsys: pytest.CaptureFixture[str]) -> None:

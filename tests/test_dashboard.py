@@ -96,6 +96,9 @@ def test_predictor_predicts_once_in_the_background(tmp_path: Path, monkeypatch: 
         return made
 
     monkeypatch.setattr(predict_mod, "predict", fake_predict)
+    # The prediction is replaced, so torch is not needed: the test runs under `pip install -e ".[test]"` too
+    # (issue 28: it failed there, the predictor saw no torch and never started).
+    monkeypatch.setattr(pr, "_torch_missing", lambda: False)
     p = pr.Predictor(run)
     p.start()
     try:
@@ -106,6 +109,18 @@ def test_predictor_predicts_once_in_the_background(tmp_path: Path, monkeypatch: 
         status = p.status()
         assert status.state is pr.PredictionState.READY and status.prediction == made
         assert calls == [2]  # once, for the config's world (example: dp 2)
+    finally:
+        p.close()
+
+
+def test_predictor_without_torch_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = make_run(tmp_path / "run", steps=2)
+    monkeypatch.setattr(pr, "_torch_missing", lambda: True)
+    p = pr.Predictor(run)
+    p.start()
+    try:
+        status = p.status()
+        assert status.state is pr.PredictionState.UNAVAILABLE and "torch" in status.reason
     finally:
         p.close()
 

@@ -52,7 +52,7 @@ def test_si_numbers_on_count_and_token_flags(capsys: pytest.CaptureFixture[str])
     assert parse_count("15T") == 15e12 and parse_count("1.5e13") == 1.5e13 and parse_count("500K") == 5e5
     assert parse_count("2M") == 2e6 and parse_count("70B") == 70e9
     code, out, err = run(capsys, "memory", *GPT3[:6], "--gbs", "1.536K", "--gpus", "1.536K", "--json")
-    assert code == 0, err
+    assert code in (0, 3), err  # parsed and run (tp 8 alone does not fit GPT-3 in memory: exit 3)
     assert json.loads(out)["train"]["global_batch"] == 1536
     one_error_line(*run(capsys, "plan", "--tokens", "15X")[::2], "--tokens", "15X")
     one_error_line(*run(capsys, "memory", "--gpus", "1.5")[::2], "--gpus")

@@ -48,7 +48,8 @@ def test_json_nan_is_refused(tmp_path: Path, capsys: Capsys) -> None:
     # NaN is not JSON (RFC 8259 §6); Python's json reads it unless told not to.
     text = json.dumps(TINY_MODEL)[:-1] + ', "norm_eps": NaN}'
     path = tiny_yaml(tmp_path, text, "model.json")
-    assert_one_line(*run_inprocess(capsys, *memory_on(path)), path, "NaN is not a JSON number")
+    assert_one_line(*run_inprocess(capsys, *memory_on(path)), path, "NaN (key 'norm_eps' at line 1",
+                    "is not a JSON number")
 
 
 @pytest.mark.parametrize("tag", ["!!binary aGVsbG8=", "!!set {a, b}", "!!python/object:os.system x", "!mine 3"])

@@ -1,10 +1,11 @@
 """llmscale: plan, predict and check the training of very large language models."""
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
-    __version__ = version("llmscale")
-except PackageNotFoundError:  # running from a source tree without an install
+    __version__ = _version("llmscale")
+except _PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.0.0+source"
 
 _API = ("plan", "explain", "memory", "export", "goodput", "allocate", "validate")
@@ -19,3 +20,9 @@ def __getattr__(name: str) -> object:
 
         return getattr(import_module("llmscale.api"), name)
     raise AttributeError(f"module 'llmscale' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names with the API functions among them (`dir(llmscale)`, tab completion), though they are
+    imported only on first use."""
+    return sorted({*globals(), *_API})

@@ -38,14 +38,21 @@ def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
 
 SI_SUFFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15}
 """Decimal multipliers a count or token flag accepts (`15T`, `500K`; B = G, as in "70B parameters")."""
+BINARY_SUFFIXES = {"KI": 2.0**10, "MI": 2.0**20, "GI": 2.0**30, "TI": 2.0**40, "PI": 2.0**50}
+"""Binary multipliers (IEC 80000-13: Ki = 1024): `16Ki` GPUs = 16,384, the count clusters are built in."""
 
 
 def parse_count(text: str) -> float:
-    """A number as a user types a count: `15T`, `1.5e13`, `500K`, `2M`, `1024` (suffixes: SI_SUFFIXES, either
-    case). Raises ValueError for anything else (not a number, negative, infinite or NaN)."""
+    """A number as a user types a count: `15T`, `1.5e13`, `500K`, `2M`, `1024`, `16Ki` (suffixes: SI_SUFFIXES and
+    BINARY_SUFFIXES, either case). Raises ValueError for anything else (not a number, negative, infinite or NaN)."""
     value = text.strip().replace("_", "")
-    scale = SI_SUFFIXES.get(value[-1:].upper(), 1.0) if value else 1.0
-    number = float(value[:-1] if scale != 1.0 else value)
+    binary = BINARY_SUFFIXES.get(value[-2:].upper()) if len(value) > 2 else None
+    if binary is not None:
+        scale, value = binary, value[:-2]
+    else:
+        scale = SI_SUFFIXES.get(value[-1:].upper(), 1.0) if value else 1.0
+        value = value[:-1] if scale != 1.0 else value
+    number = float(value)
     result = number * scale
     if not (result >= 0 and result != float("inf")):
         raise ValueError(f"{text!r} is not a non-negative finite number")

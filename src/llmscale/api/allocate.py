@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from llmscale.api.jobs import ClusterRef, choice
+from llmscale.api.checks import flag_arg, names_arg, path_arg, ref_arg, text_arg
+from llmscale.api.jobs import ClusterRef, choice, whole, within
 from llmscale.api.results import Document
 from llmscale.errors import SpecError
 from llmscale.io.resolve import (
@@ -32,6 +33,9 @@ from llmscale.scaling.allocate import allocate as allocate_models
 from llmscale.scaling.family import Family, candidates
 from llmscale.scaling.laws import ModelScale, ScalingLaw, moe_fit, predict_loss
 from llmscale.scaling.multiplier import Decomposition, decompose
+from llmscale.scaling.optimum import default_unique_tokens
+from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
+from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.fingerprint import canonical_json, spec_document
 from llmscale.specs.train import Precision
 
@@ -59,7 +63,10 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
              calibration: Path | None = None, expect_sha256: str | None = None,
              on_model: Callable[[int, int, str], None] | None = None) -> Document:
     """Candidates → best layout each → tokens by the deadline → predicted loss (module docstring); `to_frame()`:
-    one row per candidate."""
+    one row per candidate. unique_tokens: the unique data a run may draw on (`--max-tokens`; None: the catalog's
+    default, `laws.default_unique_tokens`); beyond it the run repeats data, scored with Muennighoff et al.'s law."""
+    _check_arguments(cluster, gpus, days, flops, unique_tokens, models, seq_len, explain_3x, calibration,
+                     expect_sha256, on_model)
     if days is not None and flops is not None:
         raise SpecError("days/flops", (days, flops), "give days or flops, not both")
     fam, chosen_law = resolve_law(None if family is None else choice(Family, family, "family"),
@@ -76,18 +83,41 @@ def allocate(cluster: ClusterRef = None, gpus: int | None = None, *, days: float
                                                                           "seq_len": 4096 if seq_len is None
                                                                           else seq_len},
                                          calibration=calibration))
-    extras = tuple(models) or ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
+    extras = tuple(str(m) for m in names_arg("models", models)) or ((DEFAULT_MODEL,) if fam is not Family.DENSE else ())
     names = candidates(fam, extras)
+    unique = unique_tokens if unique_tokens is not None else default_unique_tokens()[0]
     request = Request(setting.cluster, chosen_law, setting.constants,
                       days=None if flops is not None else (DEFAULT_DAYS if days is None else days), flops=flops,
-                      gpus=gpus, unique_tokens=unique_tokens, precision=precision, seq_len=setting.train.seq_len,
+                      gpus=gpus, unique_tokens=unique,
+                      precision=precision, seq_len=setting.train.seq_len,
                       policy=choice(JobPolicy, job_size, "job_size"))
     check_sha256(_digest(request, names, setting.constants), expect_sha256)
     result = allocate_models(names, request, on_model)
     decomposition = _decompose(result, extras, request) if explain_3x else None
     document = allocation_document(result, _digest(request, names, setting.constants), fam.value, list(extras),
-                                   decomposition, _sensitivity(result, list(extras)))
+                                   decomposition, _sensitivity(result, list(extras)),
+                                   "given" if unique_tokens is not None else default_unique_tokens()[1])
     return Document(document, rows_key="candidates")
+
+
+def _check_arguments(cluster: Any, gpus: Any, days: Any, flops: Any, unique_tokens: Any, models: Any, seq_len: Any,
+                     explain_3x: Any, calibration: Any, expect_sha256: Any, on_model: Any) -> None:
+    """Each argument of `allocate` is of a type it takes (api.checks), or one SpecError names it."""
+    ref_arg("cluster", cluster, ClusterSpec)
+    whole("gpus", gpus)
+    whole("seq_len", seq_len)
+    for name, value in (("flops", flops), ("unique_tokens", unique_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise SpecError(name, value, "a number or None")
+    within("days", days, MIN_DAYS, MAX_DAYS)  # as the CLI's --days
+    bad = next((m for m in names_arg("models", models) if not isinstance(m, str | Path)), None)
+    if bad is not None:
+        raise SpecError("models", bad, "a catalog model name or a file path")
+    flag_arg("explain_3x", explain_3x)
+    path_arg("calibration", calibration)
+    text_arg("expect_sha256", expect_sha256)
+    if on_model is not None and not callable(on_model):
+        raise SpecError("on_model", on_model, "a function (index, count, name) or None")
 
 
 def _digest(request: Request, models: list[Any], constants: Any) -> str:

@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmscale.api.checks import fields_arg, flag_arg, path_arg, ref_arg, text_arg
 from llmscale.api.results import Explain, Memory, Plan
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
@@ -24,6 +25,7 @@ from llmscale.report.documents import explain_document, memory_document, plan_do
 from llmscale.search.plan import Objective
 from llmscale.search.plan import plan as search_plan
 from llmscale.search.targets import SearchTarget
+from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.framework import Framework
 from llmscale.specs.layout import Layout
@@ -68,12 +70,31 @@ def whole(name: str, value: Any, allow_none: bool = True) -> None:
         raise SpecError(name, value, "a positive whole number")
 
 
+def within(name: str, value: Any, minimum: float, maximum: float, allow_none: bool = True) -> None:
+    """A number given from Python must be a real in [minimum, maximum] (not a bool or a text; NaN fails); a
+    SpecError otherwise."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value <= maximum:
+        raise SpecError(name, value, f"a number in {minimum:g}..{maximum:g}")
+
+
 def job_request(model: ModelRef, cluster: ClusterRef, gpus: int | None, train: Mapping[str, Any] | TrainSpec | None,
                 layout: LayoutRef = None, **rest: Any) -> JobRequest:
-    """The resolver's request for these inputs (`rest`: calibration, from_plan, expect_sha256, batch)."""
+    """The resolver's request for these inputs (`rest`: calibration, from_plan, expect_sha256, batch), every
+    argument checked at the door (api.checks)."""
     whole("gpus", gpus)
-    return JobRequest(model=model, cluster=cluster, gpus=gpus, train=train if train is not None else {},
-                      layout=layout, **rest)
+    for name in ("calibration", "from_plan"):
+        if name in rest:
+            rest[name] = path_arg(name, rest[name])
+    if "expect_sha256" in rest:
+        text_arg("expect_sha256", rest["expect_sha256"])
+    if "allow_unsealed" in rest:
+        flag_arg("allow_unsealed", rest["allow_unsealed"])
+    train = fields_arg("train", train, TrainSpec, "{'seq_len': 8192}")
+    return JobRequest(model=ref_arg("model", model, ModelSpec), cluster=ref_arg("cluster", cluster, ClusterSpec),
+                      gpus=gpus, train=train if train is not None else {},
+                      layout=fields_arg("layout", layout, Layout), **rest)
 
 
 def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None = None,
@@ -81,28 +102,38 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
          framework: str | None = None, rules: Mapping[str, RuleValue] | None = None,
          max_memory_fraction: float = 1.0, top: int = 5, calibration: Path | None = None,
          allow_unsealed: bool = False, expect_sha256: str | None = None,
-         on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
+         on_size: Callable[[int, int, int], None] | None = None, force: bool = False,
+         deadline_days: float | None = None) -> Plan:
     """Search every layout (and job size) of `model` on `cluster` and recommend the best (`llmscale plan`).
 
     train: TrainSpec fields ({'total_tokens': 15e12, 'seq_len': 8192, 'precision': 'fp8'}); without a
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
-    'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES."""
+    'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES.
+    deadline_days: the cheapest job size whose effective time is within it (`plan --deadline`)."""
+    if rules is not None and not (isinstance(rules, Mapping) and all(isinstance(k, str) for k in rules)):
+        raise SpecError("rules", rules, "a mapping of layout fields to rules, e.g. {'tp': 8, 'pp': '4..16'}")
+    if isinstance(max_memory_fraction, bool) or not isinstance(max_memory_fraction, int | float) \
+            or not 0 < max_memory_fraction <= 1:
+        raise SpecError("max_memory_fraction", max_memory_fraction, "a share of GPU memory in (0, 1]")
     texts = {name: rule_text(value) for name, value in (rules or {}).items()}
     target = SearchTarget(rules=parse_rules(texts), max_memory_fraction=max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,
                           expect_sha256=expect_sha256, framework=framework_text(framework))
-    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force)
+    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force, deadline_days)
 
 
 def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, top: int = 5,
-             on_size: Callable[[int, int, int], None] | None = None, force: bool = False) -> Plan:
+             on_size: Callable[[int, int, int], None] | None = None, force: bool = False,
+             deadline_days: float | None = None) -> Plan:
     """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
     whole("top", top, allow_none=False)
+    within("deadline_days", deadline_days, MIN_DAYS, MAX_DAYS)  # as the CLI's --deadline
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
     target = replace(target, framework=engine_of(job), release=(
         ReleaseLayouts(job.profile.profile, job.profile.facts) if job.profile is not None else None))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
-                         objective=objective, top=top, target=target, on_size=on_size, force=force)
+                         objective=objective, top=top, target=target, on_size=on_size, force=force,
+                         deadline_days=deadline_days)
     return Plan.of(plan_document(result, job), result, job)
 
 
@@ -168,7 +199,7 @@ def export(model: ModelRef = None, cluster: ClusterRef = None, *, layout: Layout
     """One layout as a training framework's launch arguments (`llmscale export`): the text the command writes.
     A layout (or `from_plan`) is required: the default one-GPU-per-replica layout is rarely one anybody runs."""
     return export_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, None, framework=framework),
-                      choice(ExportFormat, fmt, "format"))
+                      choice(ExportFormat, fmt, "fmt"))
 
 
 def export_job(request: JobRequest, fmt: ExportFormat) -> str:

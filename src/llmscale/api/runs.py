@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmscale.api.checks import flag_arg, names_arg, numbers_arg, path_arg, ref_arg, text_arg
 from llmscale.api.jobs import ClusterRef, ModelRef, choice, framework_text, whole
 from llmscale.api.results import Document, Goodput
 from llmscale.errors import SpecError
@@ -18,8 +19,10 @@ from llmscale.reliability.montecarlo import MAX_WORK, expected_work
 from llmscale.reliability.rates import failures_of
 from llmscale.report.documents import validation_document
 from llmscale.report.goodput_output import MinInterval, goodput_document
-from llmscale.specs.bounds import MAX_DAYS
+from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
+from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.failures import Mitigation
+from llmscale.specs.model import ModelSpec
 from llmscale.units import MINUTES_PER_DAY, SECONDS_PER_DAY
 from llmscale.validation.jobs import Facts
 from llmscale.validation.runs import load_rows
@@ -35,31 +38,38 @@ MAX_SEED = 2**64 - 1
 """numpy's SeedSequence takes any non-negative integer; one 64-bit word is more than a user types."""
 
 
+MIN_INTERVAL_MIN = 1.0 / 60.0
+"""The shortest checkpoint interval evaluated, one second: no checkpoint of a training job is written faster."""
+MIN_STEP_S = 1e-3
+"""The shortest step time, a millisecond: far below any step of a model llmscale plans (published: 1-100 s)."""
+
+
 def _check(days: float, intervals_min: list[float], trials: int) -> None:
-    if not 0 < days <= MAX_DAYS:
-        raise SpecError("days", days, f"must be a number of days in (0, {MAX_DAYS:,.0f}] (specs.bounds)")
-    bad = next((v for v in intervals_min if not 0 < v <= days * MINUTES_PER_DAY), None)
+    if not MIN_DAYS <= days <= MAX_DAYS:
+        raise SpecError("days", days, f"must be a number of days in {MIN_DAYS:g}..{MAX_DAYS:,.0f} (specs.bounds)")
+    bad = next((v for v in intervals_min if not MIN_INTERVAL_MIN <= v <= days * MINUTES_PER_DAY), None)
     if bad is not None:
-        raise SpecError("interval_min", bad, f"must be a number of minutes in (0, {days * MINUTES_PER_DAY:,.0f}] "
-                        "(the run's length)")
+        raise SpecError("interval_min", bad, f"must be a number of minutes in {MIN_INTERVAL_MIN:.4g} (one second).."
+                        f"{days * MINUTES_PER_DAY:,.0f} (the run's length)")
     if not 0 <= trials <= MAX_TRIALS:
         raise SpecError("trials", trials, f"must be in 0..{MAX_TRIALS:,}")
 
 
 def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef = None, *, days: float = 90.0,
-            intervals_min: Iterable[float] = (), trials: int = 10_000, seed: int = 0, hot_spares: bool = True,
-            mitigations: Iterable[Mitigation | str] = (), step_s: float | None = None,
+            intervals_min: Iterable[float] | None = (), trials: int = 10_000, seed: int = 0, hot_spares: bool = True,
+            mitigations: Iterable[Mitigation | str] | None = (), step_s: float | None = None,
             expect_sha256: str | None = None, force: bool = False) -> Goodput:
     """Job MTBF, expected interruptions, the best checkpoint policy and intervals per tier, goodput and its Monte
     Carlo spread (`llmscale goodput`); no interval shorter than one step (`step_s`, default one step at the GPUs'
     dense peak, a lower bound). `to_frame()`: one row per checkpoint policy."""
-    if isinstance(intervals_min, str | bytes):
-        raise SpecError("intervals_min", intervals_min, "a list of minutes, e.g. [5, 10, 30]")
-    chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in mitigations))
+    intervals = numbers_arg("intervals_min", intervals_min)  # None: no extra intervals, as ()
+    given = names_arg("mitigations", mitigations, "['predictive-migration']")
+    chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in given))
     whole("gpus", gpus)
-    request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256)
-    return goodput_job(request, GoodputRun(days, [_number("intervals_min", v) for v in intervals_min], trials, seed,
-                                           hot_spares, chosen, step_s, force))
+    request = JobRequest(model=ref_arg("model", model, ModelSpec), cluster=ref_arg("cluster", cluster, ClusterSpec),
+                         gpus=gpus, expect_sha256=text_arg("expect_sha256", expect_sha256))
+    return goodput_job(request, GoodputRun(days, intervals, trials, seed, flag_arg("hot_spares", hot_spares), chosen,
+                                           step_s, flag_arg("force", force)))
 
 
 def _number(name: str, value: Any) -> float:
@@ -93,8 +103,8 @@ class GoodputRun:
         _check(self.days, self.intervals_min, self.trials)
         if not 0 <= self.seed <= MAX_SEED:
             raise SpecError("seed", self.seed, "must be an integer in 0..2⁶⁴ − 1")
-        if self.step_s is not None and not 0 < self.step_s <= MAX_STEP_S:
-            raise SpecError("step_s", self.step_s, f"must be a number of seconds in (0, {MAX_STEP_S:,.0f}]")
+        if self.step_s is not None and not MIN_STEP_S <= self.step_s <= MAX_STEP_S:
+            raise SpecError("step_s", self.step_s, f"must be a number of seconds in {MIN_STEP_S:g}..{MAX_STEP_S:,.0f}")
 
 
 def _record_step(job: Job) -> MinInterval:
@@ -138,17 +148,21 @@ def _check_work(interruptions: float, trials: int) -> None:
 
 
 def validate(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False,
-             facts: Facts | str = Facts.PROFILE, framework: str | None = None) -> Document:
+             facts: Facts | str = Facts.PROFILE, framework: str | None = None,
+             force_calibration: bool = False) -> Document:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (default: the shipped set;
     `llmscale validate`). facts: `profile` (the published table and the row's release profile: what a user knows)
-    or `recipe` (also the row's own recipe facts); framework: only rows of NAME or NAME@RELEASE.
-    `to_frame()`: one row per evaluated run."""
-    return Document(validation_document(validate_report(runs, calibration, allow_unsealed, facts, framework)),
-                    rows_key="rows")
+    or `recipe` (also the row's own recipe facts); framework: only rows of NAME or NAME@RELEASE. A CPU-measured
+    `calibration` is refused unless `force_calibration`. `to_frame()`: one row per evaluated run."""
+    return Document(validation_document(validate_report(runs, calibration, allow_unsealed, facts, framework,
+                                                        force_calibration)), rows_key="rows")
 
 
 def validate_report(runs: Path | str | None = None, calibration: Path | None = None, allow_unsealed: bool = False,
-                    facts: Facts | str = Facts.PROFILE, framework: str | None = None) -> ValidationReport:
+                    facts: Facts | str = Facts.PROFILE, framework: str | None = None,
+                    force_calibration: bool = False) -> ValidationReport:
     """The validation report itself (validation.validate), for tables and charts."""
-    return validate_rows(*load_rows(runs), calibration=calibration, allow_unsealed=allow_unsealed,
-                         facts=choice(Facts, facts, "facts"), framework=framework_text(framework))
+    return validate_rows(*load_rows(path_arg("runs", runs)), calibration=path_arg("calibration", calibration),
+                         allow_unsealed=flag_arg("allow_unsealed", allow_unsealed),
+                         facts=choice(Facts, facts, "facts"), framework=framework_text(framework),
+                         force_calibration=flag_arg("force_calibration", force_calibration))

@@ -45,7 +45,7 @@ def parse_format(value: str) -> ExportFormat:
 
 FileArg = Annotated[Path, typer.Argument(help="Megatron-LM arguments, as `llmscale export --format megatron` writes")]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="catalog name or file (default: the preamble's)")]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=o.count_parser("--gpus", MAX_GPUS),
+GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=o.count_parser("--gpus", MAX_GPUS, binary_hint=True),
                                              help="GPUs (default: the preamble's)")]
 
 

@@ -18,10 +18,12 @@ import typer
 from llmscale import __version__
 from llmscale.cli import options as o
 from llmscale.cli.heap import keep_freed_memory
+from llmscale.cli.help_width import keep_option_names_whole
 from llmscale.cli.plan_cmd import plan_cmd
 from llmscale.errors import LlmscaleError
 from llmscale.io.calibration import UnsealedProfileWarning
 from llmscale.io.catalog import Kind
+from llmscale.io.resolve import PartialNodeWarning
 from llmscale.report.strict_json import strict_dumps
 
 app = typer.Typer(
@@ -34,7 +36,7 @@ app = typer.Typer(
 
 
 EXIT_NOT_RUNNABLE = 3
-"""`explain` of a layout that does not fit in memory (README, commands); bad input is 2."""
+"""`explain` or `memory` of a layout that does not fit in memory (README, commands); bad input is 2."""
 EXIT_NOTHING_EVALUATED = 4
 """`validate` of a file none of whose rows could be evaluated (README, commands): the report is printed, every row
 skipped with its reason, and no statistic has a value."""
@@ -110,7 +112,7 @@ def show(
 @app.command()
 @o.with_job_flags
 def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
-    """Memory of the most-loaded GPU for one layout, by class, and whether it fits."""
+    """Memory of the most-loaded GPU for one layout, by class, and whether it fits (exit 3: it does not)."""
     from llmscale.api.jobs import memory_job
     from llmscale.report.tables import memory_table
 
@@ -120,6 +122,8 @@ def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
     else:
         assert result.job is not None and result.breakdown is not None
         memory_table(result.job, result.breakdown)
+    if not result.fits:
+        raise typer.Exit(EXIT_NOT_RUNNABLE)
 
 
 @app.command()
@@ -155,6 +159,7 @@ def validate(
         "(data/run_settings.yaml)")] = "profile",
     framework: Annotated[str | None, typer.Option(
         "--framework", metavar="NAME[@RELEASE]", help="only the rows of this framework (or release)")] = None,
+    force_calibration: o.ForceCalibrationOpt = False,
 ) -> None:
     """Predicted vs published tokens/s per GPU for every run of a published-runs file (exit 4: no row evaluated)."""
     from llmscale.api.jobs import choice
@@ -163,7 +168,8 @@ def validate(
     from llmscale.report.tables import validation_table
     from llmscale.validation.jobs import Facts
 
-    report = validate_report(runs, calibration, allow_unsealed, choice(Facts, facts, "--facts"), framework)
+    report = validate_report(runs, calibration, allow_unsealed, choice(Facts, facts, "--facts"), framework,
+                             force_calibration)
     if as_json:
         typer.echo(strict_dumps(validation_document(report)))
     else:
@@ -177,14 +183,16 @@ def validate(
 @app.command("hash")
 def hash_(files: Annotated[list[Path], typer.Argument(help="model or cluster files (YAML/JSON/HF config)")]) -> None:
     """SHA256 of each file's canonical resolved spec (the value `--expect-sha256` checks)."""
+    from llmscale.io.catalog import model_file
     from llmscale.io.files import read_document
     from llmscale.io.resolve import resolve_cluster, resolve_model
     from llmscale.specs.fingerprint import sha256_of
 
-    for path in files:
+    for given in files:
+        path = model_file(given)  # a Hugging Face snapshot folder stands for its config.json
         data = read_document(path)
         digest = sha256_of(cluster=resolve_cluster(path)) if "tiers" in data else sha256_of(model=resolve_model(path))
-        typer.echo(f"{digest}  {path}")
+        typer.echo(f"{digest}  {given}")
 
 
 # The larger commands live in their own modules; registered here, after the commands above.
@@ -223,8 +231,10 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2, and warnings into one line."""
     keep_freed_memory()
+    keep_option_names_whole()
     warnings.showwarning = _warning_line
-    warnings.simplefilter("always", UnsealedProfileWarning)  # every run that uses one says so, not only the first
+    for category in (UnsealedProfileWarning, PartialNodeWarning, o.DecimalCountWarning):
+        warnings.simplefilter("always", category)  # every run says so, not only the first in a process
     try:
         return app(args=o.expand_multi_values(sys.argv[1:] if argv is None else argv), standalone_mode=True)
     except LlmscaleError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,23 +24,41 @@ from llmscale.io.resolve import DEFAULT_CLUSTER, DEFAULT_MODEL, JobRequest
 from llmscale.specs.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from llmscale.specs.layout import Layout, LayoutField, spec_fields
 from llmscale.specs.train import TRAIN_FLAGS, AttentionKernel, Fp8Cache, Fp8Recipe, Precision, Routing
-from llmscale.units import parse_count
+from llmscale.units import SI_SUFFIXES, parse_count
 
 
-def count_parser(flag: str, maximum: int) -> Callable[[str], int]:
-    """A whole-number flag in 0..`maximum` that takes SI suffixes (`16K`, `1.5e4`: `units.parse_count`); a bad value
-    is one error line (exit 2)."""
+class DecimalCountWarning(UserWarning):
+    """A count typed with a decimal suffix whose binary reading differs (`--gpus 16K` is 16,000, not 16,384)."""
+
+
+def count_parser(flag: str, maximum: int, binary_hint: bool = False) -> Callable[[str], int]:
+    """A whole-number flag in 0..`maximum` that takes SI and binary suffixes (`16K`, `16Ki`, `1.5e4`:
+    `units.parse_count`); a bad value is one error line (exit 2). `binary_hint`: a decimal K/M/G suffix says in a
+    warning line what it counts and what the binary one would (GPU counts come in powers of two)."""
     def parse(text: str) -> int:
         try:
             value = parse_count(text)
         except ValueError:
             value = -1.0
         if not math.isfinite(value) or value < 0 or value != int(value):
-            raise SpecError(flag, text, f"must be a whole number, e.g. 512, 16K or 1.5e4 ({SI_HELP})")
+            raise SpecError(flag, text, f"must be a whole number, e.g. 512, 16K, 16Ki or 1.5e4 ({SI_HELP})")
         if value > maximum:
             raise SpecError(flag, text, f"must be at most {maximum:.0e} (specs.bounds)")
+        if binary_hint:
+            _hint_binary(flag, text, int(value))
         return int(value)
     return parse
+
+
+def _hint_binary(flag: str, text: str, value: int) -> None:
+    stripped = text.strip()
+    suffix = stripped[-1:].upper()
+    if suffix not in ("K", "M", "G"):
+        return
+    binary = parse_count(stripped + "i")
+    if binary == int(binary) and int(binary) != value:
+        warnings.warn(f"{flag} {stripped} = {value:,} ({suffix} = {SI_SUFFIXES[suffix]:,.0f}); "
+                      f"{stripped}i would be {int(binary):,}", DecimalCountWarning, stacklevel=2)
 
 
 def amount_parser(flag: str, maximum: float) -> Callable[[str], float]:
@@ -69,7 +88,7 @@ def number_parser(flag: str, low: float, high: float, integer: bool = False) -> 
     return parse
 
 
-SI_HELP = "suffixes K M G/B T P = 1e3 … 1e15"
+SI_HELP = "suffixes K M G/B T P = 1e3 … 1e15, Ki Mi Gi = 1024, 1024², 1024³"
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME|FILE", help="catalog model name, "
                                               "YAML/JSON file or HF config.json"
                                               + escape(f" [default: {DEFAULT_MODEL}]"))]
@@ -77,8 +96,9 @@ ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", metavar="NAME
                                                 help="catalog cluster name, a standard topology of a catalog GPU "
                                                 "(h100-sxm:512, gb200:72; docs/inputs.md) or YAML/JSON file"
                                                 + escape(f" [default: {DEFAULT_CLUSTER}]"))]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=count_parser("--gpus", MAX_GPUS), metavar="COUNT",
-                                             help="GPUs of the job (default tp·cp·pp·dp, else the cluster; 16K ok)")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", parser=count_parser("--gpus", MAX_GPUS, binary_hint=True),
+                                             metavar="COUNT", help="GPUs of the job (default tp·cp·pp·dp, else the "
+                                             "cluster; 16Ki = 16,384, 16K = 16,000)")]
 GbsOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["global_batch"], parser=count_parser("--gbs", MAX_GLOBAL_BATCH),
                                             metavar="COUNT", help="global batch (sequences)")]
 SeqOpt = Annotated[int | None, typer.Option(TRAIN_FLAGS["seq_len"], help="sequence length (tokens)"

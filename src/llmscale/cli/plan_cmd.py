@@ -20,7 +20,7 @@ from llmscale.report.strict_json import strict_dumps
 from llmscale.report.tables import console
 from llmscale.search.plan import Objective
 from llmscale.search.targets import SearchTarget
-from llmscale.specs.bounds import MAX_TOKENS
+from llmscale.specs.bounds import MAX_DAYS, MAX_TOKENS, MIN_DAYS
 from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
 MAX_TOP = 10_000
@@ -29,6 +29,9 @@ TokensOpt = Annotated[float | None, typer.Option(TRAIN_FLAGS["total_tokens"],
                                                  parser=o.amount_parser("--tokens", MAX_TOKENS),
                                                  metavar="TOKENS", help="tokens to train: 15T, 1.5e13 (default 10T)")]
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", case_sensitive=False, help="what to rank by")]
+DeadlineOpt = Annotated[float | None, typer.Option(
+    "--deadline", metavar="DAYS", parser=o.number_parser("--deadline", MIN_DAYS, MAX_DAYS),
+    help="the cheapest job (fewest GPU-hours) whose effective time, failures included, is within DAYS")]
 TopOpt = Annotated[int, typer.Option("--top", parser=o.number_parser("--top", 1, MAX_TOP, integer=True),
                                           help="layouts to show (1..10⁴)")]
 BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens", metavar="TOKENS",
@@ -50,6 +53,7 @@ def plan_cmd(
     gpus: o.GpusOpt = None,
     tokens: TokensOpt = None,
     objective: ObjectiveOpt = Objective.THROUGHPUT,
+    deadline: DeadlineOpt = None,
     framework: o.FrameworkOpt = None,
     max_memory_fraction: MemoryFractionOpt = 1.0,
     top: TopOpt = 5,
@@ -79,7 +83,7 @@ def plan_cmd(
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256, framework=framework)
     target = SearchTarget(rules=parse_rules(rules), max_memory_fraction=max_memory_fraction)
-    result = _search(request, objective, top, target, quiet=as_json, force=force)
+    result = _search(request, objective, top, target, quiet=as_json, force=force, deadline_days=deadline)
     if html is not None:
         from llmscale.report.plan_html import write_plan_html
 
@@ -101,7 +105,7 @@ def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> in
 
 
 def _search(request: JobRequest, objective: Objective, top: int, target: SearchTarget, quiet: bool,
-            force: bool = False) -> Plan:
+            force: bool = False, deadline_days: float | None = None) -> Plan:
     """api.plan_job with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
@@ -110,7 +114,7 @@ def _search(request: JobRequest, objective: Objective, top: int, target: SearchT
             def on_size(i: int, n: int, size: int) -> None:
                 progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
 
-            return plan_job(request, objective, target, top, on_size, force)
+            return plan_job(request, objective, target, top, on_size, force, deadline_days)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None

@@ -124,7 +124,9 @@ def probe_table(document: dict[str, Any]) -> str:
     footer = [
         f"prediction: estimate_step on cpu-host; DP all-reduce unoverlapped as the probe runs it (the step model's "
         f"overlapped dp_exposed: {matched['dp_exposed_s_in_step_model'] * 1e3:.1f} ms); step_overhead_s "
-        f"{matched['step_overhead_s_left_out'] * 1e3:.0f} ms left out (no data loading or logging in the probe)",
+        f"{matched['step_overhead_s_left_out'] * 1e3:.0f} ms left out (no data loading or logging in the probe); "
+        f"sustained_compute_fraction {matched.get('sustained_compute_fraction_left_out', 1.0):g} left out (kernel "
+        "rates measured in this run on the probe's own shapes)",
         f"measured_step_s {document['measured_step_s']:.4f}  predicted_step_s {document['predicted_step_s']:.4f}  "
         f"error_pct {error:+.1f}  (tolerance ±{tolerance:g}%): {verdict}",
     ]

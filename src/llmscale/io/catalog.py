@@ -163,13 +163,28 @@ def load_model(ref: str) -> ModelSpec:
     """A catalog model name, a llmscale YAML/JSON model file, or a Hugging Face config.json."""
     if not _is_path(ref):
         return parse_spec(ModelSpec, entry(Kind.MODELS, ref), where=f"catalog model {ref}")
-    path = Path(ref)
+    path = model_file(Path(ref))
     data = read_document(path)
-    from llmscale.io.hfconfig import is_hf_config, model_from_hf_config
+    from llmscale.io.hfconfig import hf_model_name, is_hf_config, model_from_hf_config
 
     if is_hf_config(data):
-        return model_from_hf_config(data, name=path.parent.name or path.stem, where=ref)
-    return parse_spec(ModelSpec, data, where=ref)
+        return model_from_hf_config(data, name=hf_model_name(data, path), where=str(path))
+    return parse_spec(ModelSpec, data, where=str(path))
+
+
+def model_file(path: Path) -> Path:
+    """A model file, or the config.json of a Hugging Face snapshot folder given in its place."""
+    try:
+        if not path.is_dir():
+            return path
+        config = path / "config.json"
+        found = config.is_file()
+    except OSError:  # a name too long and the like: reading it says what is wrong (io.strict)
+        return path
+    if not found:
+        raise InputFileError(f"{path}: is a directory without config.json; give a llmscale YAML/JSON model file, a "
+                             "Hugging Face config.json or the snapshot folder that holds one")
+    return config
 
 
 def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:

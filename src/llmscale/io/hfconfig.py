@@ -51,6 +51,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llmscale.errors import SpecError
@@ -106,6 +107,34 @@ class _Config:
 def is_hf_config(data: dict[str, Any]) -> bool:
     """True for a Hugging Face config.json (it names `model_type` or `architectures`)."""
     return "model_type" in data or "architectures" in data
+
+
+def hf_model_name(data: dict[str, Any], path: Path) -> str:
+    """The name of a config.json's model: its `_name_or_path` (`meta-llama/Meta-Llama-3-8B` → `Meta-Llama-3-8B`);
+    else the repository of a Hugging Face cache snapshot (`…/models--org--name/snapshots/<rev>/config.json`); else
+    its folder's name when that names the model's family (`Llama-3.1-8B/` for model_type llama, as a clone of the
+    repository is named); else its shape (`llama-32L-4096h`) — not a folder such as `cfg/` or `tmp/`, whose name
+    would reach exported file names. Characters outside [A-Za-z0-9._-] become '-'."""
+    given = data.get("_name_or_path")
+    if isinstance(given, str) and given.strip().strip("/"):
+        return _safe_name(given.strip().strip("/").split("/")[-1])
+    parts = path.resolve().parts
+    for part in reversed(parts):
+        if part.startswith("models--") and part.count("--") >= 2:
+            return _safe_name(part.split("--")[-1])
+    given_type = data.get("model_type")
+    kind = given_type if isinstance(given_type, str) else "hf"
+    family = re.match(r"[a-z]*", kind.lower())
+    folder = path.parent.name
+    if family and len(family.group()) >= 3 and family.group() in re.sub(r"[^a-z]", "", folder.lower()):
+        return _safe_name(folder)
+    layers, hidden = data.get("num_hidden_layers"), data.get("hidden_size")
+    shape = f"-{layers}L-{hidden}h" if isinstance(layers, int) and isinstance(hidden, int) else ""
+    return _safe_name(f"{kind}{shape}")
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "hf-model"
 
 
 def model_from_hf_config(data: dict[str, Any], name: str, where: str = "") -> ModelSpec:

@@ -11,6 +11,7 @@ rules. Every default ends up explicit in the Job, so its SHA256 is the hash of w
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -209,8 +210,25 @@ def resolve_setting(request: JobRequest) -> Setting:
     gpus = request.gpus if request.gpus is not None else cluster.num_gpus
     if not 0 < gpus <= cluster.num_gpus:
         raise SpecError("gpus", gpus, f"must be in 1..{cluster.num_gpus:,} (cluster {cluster.name!r})")
+    warn_partial_node(cluster, gpus)
     record = CalibrationRecord.of(profile) if profile is not None else None
     return Setting(cluster, constants, train, gpus, record)
+
+
+class PartialNodeWarning(UserWarning):
+    """A job whose GPUs are not a whole number of the cluster's nodes."""
+
+
+def warn_partial_node(cluster: ClusterSpec, gpus: int) -> None:
+    """One warning line when `gpus` is not a whole number of nodes, naming the whole-node counts on either side: a
+    count typed with a decimal suffix (`16K` = 16,000) is rarely the one meant."""
+    per_node = cluster.node.gpus_per_node
+    if gpus % per_node == 0:
+        return
+    below, above = gpus // per_node * per_node, min(-(-gpus // per_node) * per_node, cluster.num_gpus)
+    nearest = " or ".join(f"{n:,}" for n in dict.fromkeys((below, above)) if n > 0)
+    warnings.warn(f"--gpus {gpus:,} is not a whole number of the {per_node}-GPU nodes of cluster {cluster.name!r} "
+                  f"(nearest whole-node counts: {nearest})", PartialNodeWarning, stacklevel=2)
 
 
 def resolve_model(ref: str | Path | ModelSpec | None) -> ModelSpec:

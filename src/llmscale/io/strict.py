@@ -9,13 +9,16 @@ that nothing in the file is silently dropped or reinterpreted.
   accepted; `!!binary`, `!!set`, `!!omap`, `!!pairs` and any local `!tag` are refused, since no spec field holds
   bytes, sets or ordered pairs. An unquoted date (`2025-01-31`) reads as its text, as the same file in JSON would.
 - JSON: the non-standard constants `NaN`, `Infinity` and `-Infinity` are refused.
-- Nesting deeper than `MAX_DEPTH` mappings and lists is refused (no spec is more than a few levels deep).
+- Nesting deeper than `MAX_DEPTH` mappings and lists is refused (no spec is more than a few levels deep), and so is
+  a document of more than `MAX_VALUES` values once its YAML aliases are expanded (an "alias bomb": nine anchors of
+  nine aliases each are 9⁹ values, which every reader of the data would walk).
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,10 @@ under 200 KiB; a file a thousand times larger is not a spec."""
 
 MAX_DEPTH = 64
 """Deepest nesting of mappings and lists accepted (a cluster file, the deepest spec, nests four levels)."""
+
+MAX_VALUES = 1_000_000
+"""Most values (mappings, lists and scalars, aliases counted each time they appear) in one document: the shipped
+published-runs dataset holds ~10⁴."""
 
 _ERRNO_TEXT = {
     errno.ENOENT: "no such file",
@@ -77,16 +84,24 @@ def parse_text(text: str, where: str, as_json: bool) -> Any:
         raise InputFileError(f"{where}: {exc}") from None
     except RecursionError:
         raise InputFileError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
-    if nesting_depth(data) > MAX_DEPTH:
+    depth = nesting_depth(data)
+    if depth > MAX_DEPTH:
         raise InputFileError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    if depth < 0:
+        raise InputFileError(f"{where}: more than {MAX_VALUES:,} values once its YAML aliases are expanded (an alias "
+                             "bomb?); write the values out, or use fewer aliases")
     return data
 
 
 def nesting_depth(data: Any) -> int:
-    """Levels of mappings and lists in `data` (a scalar: 0), walked without recursion."""
-    deepest, stack = 0, [(data, 1)]
+    """Levels of mappings and lists in `data` (a scalar: 0), walked without recursion; -1 when the walk passes
+    MAX_VALUES values (aliases that repeat one object count each time)."""
+    deepest, stack, seen = 0, [(data, 1)], 0
     while stack:
         item, level = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return -1
         if isinstance(item, dict):
             children: Any = item.values()
         elif isinstance(item, list):
@@ -103,9 +118,27 @@ class _Refused(Exception):
     """A well-formed file that holds something llmscale does not accept (a duplicate key, a tag)."""
 
 
+_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+"""A JSON string (skipped) or one of the non-standard constants Python's json module reads."""
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
+
+
+def _where_constant(text: str, name: str) -> str:
+    """'key 'x' at line L column C' of the first `name` outside a string (the json module gives no position)."""
+    for match in _CONSTANT.finditer(text):
+        if match.group(1) == name:
+            start = match.start(1)
+            line = text.count("\n", 0, start) + 1
+            column = start - (text.rfind("\n", 0, start) + 1) + 1
+            keys = _KEY.findall(text, 0, start)  # the last key before it: the value's own, or its list's
+            return (f"key {keys[-1]!r} " if keys else "") + f"at line {line} column {column}"
+    return "somewhere"
+
+
 def _parse_json(text: str) -> Any:
     def refuse_constant(name: str) -> Any:
-        raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity); give a finite value")
+        raise _Refused(f"{name} ({_where_constant(text, name)}) is not a JSON number (JSON has no NaN or Infinity); "
+                       "give a finite value")
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         mapping: dict[str, Any] = {}

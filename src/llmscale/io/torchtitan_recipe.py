@@ -112,7 +112,7 @@ def _model(value: Any, fallback: str | ModelSpec | None) -> tuple[ModelSpec, str
     if unknown:
         raise SpecError(f"model_registry.{sorted(unknown)[0]}", None, "is not read back", where=WHERE)
     if family == "deepseek_v3":
-        spec = spec.model_copy(update={"mtp_layers": int(value.kwargs.get("num_mtp_layers", 0))})
+        spec = spec.model_copy(update={"mtp_layers": _whole(value.kwargs, "num_mtp_layers", 0)})
     names = [getattr(c, "func", str(c)).removesuffix(".Config") for c in value.kwargs.get("converters", [])]
     if set(names) - set(CONVERTERS):
         raise SpecError("converters", ", ".join(sorted(set(names) - set(CONVERTERS))), "are not read back",
@@ -130,11 +130,20 @@ def _zero(shard: int, reshard: Any, pp: int) -> int:
     return 2 if reshard == "never" else 3
 
 
+def _whole(section: dict[str, Any], key: str, default: int) -> int:
+    """A whole-number setting of the recipe (`default` when absent); a text, a fraction or a bool is one SpecError
+    naming it (int('') raised ValueError, int(1.5) read 1)."""
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(key, value, "must be a whole number", where=WHERE)
+    return value
+
+
 def _layout(par: dict[str, Any], gpus: int | None, model: ModelSpec) -> dict[str, Any]:
     """Degrees, ZeRO stage, sequence parallel, schedule and virtual stages (torchtitan's defaults when absent)."""
-    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
-                                                "context_parallel_degree"))
-    replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))
+    tp, pp, cp = (_whole(par, k, 1) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                              "context_parallel_degree"))
+    replicate, shard = _whole(par, "data_parallel_replicate_degree", 1), _whole(par, "data_parallel_shard_degree", -1)
     if shard == -1:  # torchtitan: the leftover ranks
         if gpus is None:
             raise SpecError("data_parallel_shard_degree", -1, "needs the GPU count (give --gpus)", where=WHERE)
@@ -145,7 +154,7 @@ def _layout(par: dict[str, Any], gpus: int | None, model: ModelSpec) -> dict[str
     reshard = par.get("fsdp_reshard_after_forward")
     zero = _zero(shard, reshard, pp)
     layout: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": replicate * shard, "zero": zero,
-                              "ep": int(par.get("expert_parallel_degree", 1))}
+                              "ep": _whole(par, "expert_parallel_degree", 1)}
     if model.is_moe:
         layout["etp"] = 1
     if tp > 1 and "enable_sequence_parallel" in par:
@@ -163,7 +172,7 @@ def _stages(par: dict[str, Any], layout: dict[str, Any], layers: int) -> None:
     layout["schedule"] = SCHEDULE_OF_NAME[name].value
     pp, per_stage = layout["pp"], par.get("pipeline_parallel_layers_per_stage")
     keys = ("pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers")
-    first, last = (int(par.get(k, 1)) for k in keys)
+    first, last = (_whole(par, k, 1) for k in keys)
     stages = math.ceil((layers + first + last) / per_stage) if per_stage else pp * (1 if name == "1F1B" else 2)
     vpp = stages // pp if name == "Interleaved1F1B" else 1
     if stages % pp or stages_per_rank(name, vpp) != stages // pp:
@@ -178,8 +187,8 @@ def _stages(par: dict[str, Any], layout: dict[str, Any], layers: int) -> None:
 
 def _train(training: dict[str, Any], layout: dict[str, Any], par: dict[str, Any], model: ModelSpec,
            precision: str) -> dict[str, Any]:
-    seq = int(training.get("max_context_length", 2048))
-    micro = int(training.get("num_tokens_per_microbatch_per_dp_rank", 16384))
+    seq = _whole(training, "max_context_length", 2048)
+    micro = _whole(training, "num_tokens_per_microbatch_per_dp_rank", 16384)
     for name, value in (("max_context_length", seq), ("num_tokens_per_microbatch_per_dp_rank", micro)):
         if value < 1:
             raise SpecError(name, value, "must be a positive number of tokens", where=WHERE)
@@ -187,11 +196,11 @@ def _train(training: dict[str, Any], layout: dict[str, Any], par: dict[str, Any]
         raise SpecError("num_tokens_per_microbatch_per_dp_rank", micro, f"is not whole sequences of {seq}",
                         where=WHERE)
     layout["mbs"] = micro // seq
-    per_step = int(training.get("num_tokens_per_train_step", -1))
-    microbatches = int(par.get("num_pp_microbatches", 1)) if layout["pp"] > 1 else 1
+    per_step = _whole(training, "num_tokens_per_train_step", -1)
+    microbatches = _whole(par, "num_pp_microbatches", 1) if layout["pp"] > 1 else 1
     gbs = per_step // seq if per_step > 0 else layout["mbs"] * microbatches * layout["dp"]
     train: dict[str, Any] = {"seq_len": seq, "global_batch": gbs, "precision": precision,
-                             "total_tokens": float(int(training.get("steps", 10000)) * gbs * seq),
+                             "total_tokens": float(_whole(training, "steps", 10000) * gbs * seq),
                              "fp32_master_weights": training.get("dtype", "float32") != "bfloat16"}
     if model.is_moe:
         train["routing"] = "loss-free"  # torchtitan's MoE: expert-bias balancing (models/common/moe.py)

@@ -7,6 +7,7 @@ torchtitan habit: "tp (8) × pp (4) × dp (3) = 96 ≠ 128 GPUs"). One rule set 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
@@ -166,12 +167,10 @@ def explain_rejection(
     ep, etp, vpp, mbs = (int(getattr(lay, k)[i]) for k in ("ep", "etp", "vpp", "mbs"))
     schedule = list(Schedule)[int(lay.schedule[i])].value
     messages: dict[Reason, tuple[str, object, str]] = {
-        Reason.GPU_COUNT: (
-            "tp × cp × pp × dp", tp * cp * pp * dp,
-            f"tp ({tp}) × cp ({cp}) × pp ({pp}) × dp ({dp}) must equal the job's {num_gpus} GPUs",
-        ),
+        Reason.GPU_COUNT: _gpu_count_message(tp, cp, pp, dp, num_gpus),
         Reason.TP_HEADS: (
-            "tp", tp, f"must divide heads ({model.heads}) and kv_heads ({model.num_kv_heads})"
+            "tp", tp, f"does not divide heads ({model.heads}) and kv_heads ({model.num_kv_heads}); tp values that "
+            f"divide both: {_divisors(math.gcd(model.heads, model.num_kv_heads))}"
         ),
         Reason.PP_LAYERS: (
             "pp", pp,
@@ -181,16 +180,16 @@ def explain_rejection(
             "schedule", schedule,
             f"vpp ({vpp}) > 1 requires schedule 'interleaved' and vice versa; 'dualpipe' needs an even pp ({pp})",
         ),
-        Reason.EP_EXPERTS: ("ep", ep, f"must divide experts ({model.experts}); dense models take ep = 1"),
+        Reason.EP_EXPERTS: ("ep", ep, f"must divide experts ({model.experts}): {_divisors(model.experts)}; "
+                                      "dense models take ep = 1"),
         Reason.EP_FOLD: (
             "ep", ep, f"ep ({ep}) × etp ({etp}) = {ep * etp} must divide tp × cp × dp = {tp * cp * dp}"
         ),
         Reason.SP_TP: ("sp", True, "sequence parallelism needs tp > 1"),
-        Reason.CP_SEQ: ("cp", cp, f"2 × cp = {2 * cp} must divide seq_len ({train.seq_len})"),
-        Reason.BATCH: (
-            "dp × mbs", dp * mbs, f"dp ({dp}) × mbs ({mbs}) must divide the global batch ({train.global_batch} "
-            "sequences); choose dp, mbs or --gbs accordingly",
-        ),
+        Reason.CP_SEQ: ("cp", cp, f"2 × cp = {2 * cp} does not divide seq_len ({train.seq_len}; "
+                                  f"{train.seq_len} / {2 * cp} = {train.seq_len / (2 * cp):,.2f}); cp values that do: "
+                                  f"{_divisors(train.seq_len // 2) if train.seq_len % 2 == 0 else '1 (odd seq_len)'}"),
+        Reason.BATCH: _batch_message(dp, mbs, train.global_batch),
         Reason.MICROBATCHES: (
             "schedule", schedule,
             f"{train.global_batch // max(dp * mbs, 1)} micro-batches: interleaving needs a multiple of "
@@ -214,6 +213,38 @@ def explain_rejection(
     }
     field, value, allowed = messages[reason]
     return SpecError(field, value, allowed, where="layout")
+
+
+def _divisors(n: int, shown: int = 8) -> str:
+    """The divisors of n as a short list ('1, 2, 4, 8'; the first and last few when there are many)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    found = sorted(set(small) | {n // d for d in small})
+    if len(found) <= shown:
+        return ", ".join(f"{d:,}" for d in found)
+    return ", ".join(f"{d:,}" for d in found[:shown - 2]) + ", …, " + ", ".join(f"{d:,}" for d in found[-2:])
+
+
+def _gpu_count_message(tp: int, cp: int, pp: int, dp: int, num_gpus: int) -> tuple[str, object, str]:
+    """What does not divide: tp·cp·pp into the job's GPUs (dp must be whole), or a given dp that misses them."""
+    model_parallel = tp * cp * pp
+    if num_gpus % model_parallel:
+        return ("tp × cp × pp", model_parallel,
+                f"tp ({tp}) × cp ({cp}) × pp ({pp}) = {model_parallel:,} does not divide the job's {num_gpus:,} GPUs "
+                f"({num_gpus:,} / {model_parallel:,} = {num_gpus / model_parallel:,.2f}: dp must be whole); "
+                f"products that divide it: {_divisors(num_gpus)}")
+    return ("tp × cp × pp × dp", model_parallel * dp,
+            f"tp ({tp}) × cp ({cp}) × pp ({pp}) × dp ({dp}) = {model_parallel * dp:,} must equal the job's "
+            f"{num_gpus:,} GPUs (dp {num_gpus // model_parallel:,} does)")
+
+
+def _batch_message(dp: int, mbs: int, global_batch: int) -> tuple[str, object, str]:
+    """What does not divide the global batch: dp itself, or mbs into the sequences per data-parallel rank."""
+    if global_batch % dp:
+        return ("dp", dp, f"dp ({dp:,}) does not divide the global batch ({global_batch:,} sequences; "
+                          f"{global_batch:,} / {dp:,} = {global_batch / dp:,.2f}); choose dp or --gbs accordingly")
+    per_rank = global_batch // dp
+    return ("mbs", mbs, f"mbs ({mbs}) does not divide the {per_rank:,} sequences per data-parallel rank (global batch "
+                        f"{global_batch:,} / dp {dp:,}); mbs values that do: {_divisors(per_rank)}")
 
 
 def validate_one(model: ModelSpec, train: TrainSpec, num_gpus: int, lay: Layouts) -> None:

@@ -271,8 +271,11 @@ def spec_changes(before: ClusterSpec, after: ClusterSpec) -> dict[str, list[Any]
 def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tuple[Split, dict[str, float]]:
     """The step model's split for the probe (module docstring) and the terms matched to the probe's schedule."""
     model, train, lay = setup.model, setup.train, setup.layouts
-    # The host's measured kernel times already hold the eager dispatch gaps (module docstring).
-    constants = constants.with_overrides({"step": {"launch_overhead_us": 0.0}})
+    # The host's kernel rates were measured in this run on the probe's own shapes: they hold the eager dispatch gaps
+    # (module docstring) and the clocks the host sustains now. The catalog's sustained fraction scales burst
+    # benchmarks of GPUs to hours of load; applied to in-run rates it counted the probe's compute 1/0.76 too slow.
+    sustained = constants.step.sustained_compute_fraction
+    constants = constants.with_overrides({"step": {"launch_overhead_us": 0.0, "sustained_compute_fraction": 1.0}})
     step: StepBreakdown = estimate_step(model, cluster, train, lay, constants)
     layers = stage_layers(model, lay, RankOf.FIRST)
     params = rank_params(model, count_params(model), lay, layers)
@@ -295,7 +298,7 @@ def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tu
     split = Split(one(step.compute_s + step.recompute_s + step.optimizer_s), sum(comm.values()),
                   one(step.bubble_s + step.offload_s), detail)
     matched = {"dp_exposed_s_in_step_model": one(step.dp_exposed_s), "dp_unoverlapped_s_used": comm["dp_s"],
-               "step_overhead_s_left_out": one(step.overhead_s),
+               "step_overhead_s_left_out": one(step.overhead_s), "sustained_compute_fraction_left_out": sustained,
                "step_model_step_time_s": one(step.step_time_s)}
     return split, matched
 

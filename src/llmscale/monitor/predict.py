@@ -21,6 +21,7 @@ stall per save, `llmscale goodput`). Their errors are shown against 0.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 from llmscale import __version__
 from llmscale.errors import InputFileError
+from llmscale.specs.bounds import MAX_SECONDS
 from llmscale.specs.model import ModelSpec, Norm
 
 FORMAT = 1
@@ -58,9 +60,21 @@ class Prediction:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Prediction:
-        return cls(data.get("config_sha256"), int(data["world_size"]),
+        """The prediction a document holds; a ValueError when a time is negative or not finite, or a rate is not
+        positive (a hand-edited file predicted a step of −7.9 s)."""
+        made = cls(data.get("config_sha256"), int(data["world_size"]),
                    {k: float(v) for k, v in data["phases_s"].items()}, float(data["peak_flops_per_s_per_rank"]),
                    float(data["model_flops_per_token"]), dict(data.get("detail", {})))
+        bad = next((f"phases_s.{k} = {v}" for k, v in made.phases_s.items() if not 0 <= v <= MAX_SECONDS), None)
+        for name, value in (("peak_flops_per_s_per_rank", made.peak_flops_per_s_per_rank),
+                            ("model_flops_per_token", made.model_flops_per_token)):
+            if bad is None and not (0 < value < math.inf):
+                bad = f"{name} = {value}"
+        if bad is None and made.world_size < 1:
+            bad = f"world_size = {made.world_size}"
+        if bad is not None:
+            raise ValueError(f"{bad} is out of range")
+        return made
 
 
 def _corpus_vocab(cfg: Any) -> int:
@@ -140,7 +154,7 @@ def load_cached(run_dir: Path) -> Prediction | None:
         return None
     try:
         return Prediction.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: phases_s not a mapping
         raise InputFileError(f"{path}: not a prediction llmscale wrote ({exc}); delete it to predict again") from None
 
 

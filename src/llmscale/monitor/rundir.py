@@ -7,6 +7,7 @@ wins (what the run kept), and the earlier ones are counted as `replayed`. Unpars
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from llmscale.errors import InputFileError
 from llmscale.runtime.files import RunPaths, StepRecord, read_steps
 from llmscale.runtime.journal import Event, read
+from llmscale.specs.bounds import MAX_SECONDS
 
 PHASES = ("data", "compute", "comm", "checkpoint", "idle")
 """The step's parts, in the order the contract's `phases_s` lists them; they add up to step_s."""
@@ -55,6 +57,26 @@ def _ranks(paths: RunPaths) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _seconds(value: object) -> bool:
+    """A time of the record: finite, ≥ 0 and at most MAX_SECONDS (a phase of 1e308 s summed to inf)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_SECONDS
+
+
+def well_formed(rec: StepRecord) -> bool:
+    """Whether a parsed record holds what the contract says (counts, finite non-negative seconds, a phase mapping):
+    a line that parses as JSON but holds a text where a number goes is skipped and counted like one that does not
+    parse (the profile would otherwise fail on it, issue 28)."""
+    return (all(_count(v) for v in (rec.step, rec.rank, rec.attempt, rec.tokens)) and isinstance(rec.host, str)
+            and isinstance(rec.time_unix, int | float) and math.isfinite(rec.time_unix) and _seconds(rec.step_s)
+            and isinstance(rec.loss, int | float) and not isinstance(rec.loss, bool) and math.isfinite(rec.loss)
+            and isinstance(rec.phases_s, dict) and all(isinstance(k, str) and _seconds(v)
+                                                       for k, v in rec.phases_s.items()))
+
+
 def read_run(root: Path) -> RunSnapshot:
     """Read `root` (a run directory: it must exist; its files may not yet)."""
     if not root.is_dir():
@@ -64,9 +86,10 @@ def read_run(root: Path) -> RunSnapshot:
     skipped = replayed = 0
     for rank in _ranks(paths):
         records, bad = read_steps(paths, rank)
-        skipped += bad
+        kept = [rec for rec in records if well_formed(rec)]
+        skipped += bad + len(records) - len(kept)
         mine: dict[int, StepRecord] = {}
-        for rec in records:
+        for rec in kept:
             if rec.step in mine:
                 replayed += 1
                 if rec.attempt < mine[rec.step].attempt:

@@ -62,6 +62,7 @@ COLUMNS = [
     Column("layout_text", "layout", "", _or_na(str)),
     Column("gpus_text", "GPUs × jobs", "", _or_na(str)),
     Column("days", "days", "d", _or_na(lambda v: f"{v:,.1f}")),
+    Column("epochs", "epochs", "D/U", _or_na(lambda v: f"{v:,.1f}")),
     Column("goodput", "goodput", "", _or_na(lambda v: f"{v:.3f}")),
     Column("checkpoint_policy", "ckpt", "", _or_na(str), terminal=False),
     Column("mfu", "MFU", "%", _or_na(lambda v: f"{100 * v:.1f}"), terminal=False),
@@ -153,15 +154,16 @@ def _at_edge(entries: list[dict[str, Any]]) -> bool:
 
 def allocation_document(result: AllocationResult, digest: str, family: str, compare: list[str],
                         decomposition: Decomposition | None = None,
-                        sensitivity: dict[str, float] | None = None) -> dict[str, Any]:
-    """The `allocate --json` document."""
+                        sensitivity: dict[str, float] | None = None, unique_source: str = "given") -> dict[str, Any]:
+    """The `allocate --json` document (`unique_source`: where the unique-token cap comes from)."""
     req = result.request
     profile = failures_of(req.cluster, req.constants.failures).name
     entries = [outcome_entry(o, k) for k, o in enumerate(result.outcomes, start=1)]
     document: dict[str, Any] = {
         "llmscale_version": __version__, "input_sha256": digest, "cluster": req.cluster.name,
         "cluster_gpus": req.cluster.num_gpus, "gpus": req.gpus, "law": req.law.value, "family": family,
-        "days": req.days, "flops": req.flops, "unique_tokens": req.unique_tokens, "precision": req.precision.value,
+        "days": req.days, "flops": req.flops, "unique_tokens": req.unique_tokens,
+        "unique_tokens_source": unique_source, "precision": req.precision.value,
         "seq_len": req.seq_len, "job_policy": req.policy.value,
         "goodput": {"failure_profile": profile, "source": goodput_source(profile)},
         "seconds": result.seconds, "candidates": entries,
@@ -169,6 +171,7 @@ def allocation_document(result: AllocationResult, digest: str, family: str, comp
         "recommendation_at_ladder_edge": _at_edge(entries),
         "compared": _compared(entries, compare),
         "compute_optimal": optimum_entry(result.optimum),
+        "shape_optimum": optimum_entry(result.shape_optimum) if result.shape_optimum is not None else None,
         "frontier": {kind: [optimum_entry(a) for a in points] for kind, points in result.frontier.items()},
     }
     if sensitivity:

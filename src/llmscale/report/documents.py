@@ -16,6 +16,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import load_frameworks
 from llmscale.io.resolve import Job
+from llmscale.report.mfu_conventions import mfu_conventions
 from llmscale.report.moe_table import moe_layer_document
 from llmscale.search.plan import Candidate, PlanResult
 from llmscale.search.plausibility import MfuExcess
@@ -98,6 +99,7 @@ def explain_document(job: Job, step: StepBreakdown, i: int = 0) -> dict[str, Any
         "step_time_s": float(step.step_time_s[i]),
         "breakdown": step_parts(step, i),
         "mfu": float(step.mfu[i]),
+        "mfu_conventions": mfu_conventions(job.model, job.cluster, job.train, step, i).as_dict(),
         "hfu": float(step.hfu[i]),
         "tflops_per_gpu": float(step.tflops_per_gpu[i]),
         "tokens_per_s_per_gpu": float(step.tokens_per_s_per_gpu[i]),
@@ -213,7 +215,10 @@ def plan_document(result: PlanResult, job: Job) -> dict[str, Any]:
         "roomier": top_entry(chosen.roomier, check) if chosen.roomier else None,
         "jobs": {"gpus_per_job": result.gpus_per_job, "concurrent_jobs": result.concurrent_jobs,
                  "cluster_gpus": result.cluster_gpus, "tokens_per_s_per_job": per_job,
-                 "cluster_tokens_per_s": per_job * result.concurrent_jobs},
+                 "cluster_tokens_per_s": per_job * result.concurrent_jobs,
+                 "days": best.days if best else None, "gpu_hours": best.gpu_hours if best else None,
+                 "effective_days": best.effective_days if best else None,
+                 "deadline_days": result.deadline_days, "meets_deadline": result.meets_deadline},
         "job_sizes": [
             {"num_gpus": s.num_gpus, "generated": s.generated, "evaluated": s.evaluated, "feasible": s.feasible,
              "rejected": {reason.name.lower(): n for reason, n in s.rejected.items()},

@@ -51,8 +51,11 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
         return
     best = chosen.top[0]
     console.print(f"[bold]recommendation[/bold]: one job of {jobs['gpus_per_job']:,} GPUs trains "
-                  f"{train.total_tokens:.3g} tokens in {best.days:,.1f} days ({jobs['tokens_per_s_per_job']:,.0f} "
-                  f"tokens/s; {_why_size(result)})")
+                  f"{train.total_tokens:.3g} tokens in {best.days:,.1f} days, {best.gpu_hours:,.0f} GPU-hours "
+                  f"({jobs['tokens_per_s_per_job']:,.0f} tokens/s; {_why_size(result)})")
+    if result.meets_deadline is False:
+        console.print(f"[bold]misses the deadline[/bold]: {best.effective_days:,.1f} days under failures > "
+                      f"--deadline {result.deadline_days:,.4g} days; more GPUs, fewer tokens or a smaller model")
     if jobs["concurrent_jobs"] > 1:
         console.print(f"the cluster holds {jobs['concurrent_jobs']:,} such jobs at once "
                       f"({jobs['cluster_tokens_per_s']:,.0f} tokens/s together)")

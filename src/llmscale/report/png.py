@@ -133,11 +133,12 @@ def draw_panel(img: np.ndarray, panel: Panel, box: tuple[int, int, int, int]) ->
         draw_line(img, (left, y), (right, y), GRID, width=1)
         label = f"{value:.1f}"
         draw_text(img, left - text_width(label) - 6, int(y) - 7, label)
-    for value, label in panel.x_ticks:
-        if lo - 1e-9 <= np.log10(value) <= hi + 1e-9:
-            x = float(px(np.array(value)))
-            draw_line(img, (x, top), (x, bottom), GRID, width=1)
-            draw_text(img, int(x) - text_width(label) // 2, bottom + 8, label)
+    shown = [(float(px(np.array(value))), label) for value, label in panel.x_ticks
+             if lo - 1e-9 <= np.log10(value) <= hi + 1e-9]
+    for x, _ in shown:
+        draw_line(img, (x, top), (x, bottom), GRID, width=1)
+    for x, label in apart(shown):
+        draw_text(img, int(x) - text_width(label) // 2, bottom + 8, label)
     draw_line(img, (left, bottom), (right, bottom), INK)
     draw_line(img, (left, top), (left, bottom), INK)
     if panel.marker_x is not None and panel.marker_x > 0:
@@ -155,6 +156,28 @@ def draw_panel(img: np.ndarray, panel: Panel, box: tuple[int, int, int, int]) ->
     draw_text(img, left, top - 52, panel.title)
     draw_text(img, (left + right - text_width(panel.x_label)) // 2, bottom + 32, panel.x_label)
     draw_text(img, left - 64, top - 26, panel.y_label)
+
+
+TICK_GAP = 8
+"""Pixels kept free between two x-axis labels."""
+
+
+def apart(ticks: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """The x-axis labels (centred at x) that do not overlap: the last (the axis' end) always, then from the left
+    each one that keeps TICK_GAP from the one before it and from the last."""
+    if not ticks:
+        return []
+
+    def span(tick: tuple[float, str]) -> tuple[float, float]:
+        return tick[0] - text_width(tick[1]) / 2, tick[0] + text_width(tick[1]) / 2
+
+    last = ticks[-1]
+    kept: list[tuple[float, str]] = []
+    for tick in ticks[:-1]:
+        low, high = span(tick)
+        if (not kept or low >= span(kept[-1])[1] + TICK_GAP) and high + TICK_GAP <= span(last)[0]:
+            kept.append(tick)
+    return [*kept, last]
 
 
 def encode_png(img: np.ndarray) -> bytes:

@@ -3,6 +3,7 @@ the JSON documents (`report.documents`) are built from. Human units (GiB, B para
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -15,6 +16,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import STEP_PARTS, StepBreakdown
 from llmscale.io.catalog import Kind
 from llmscale.io.resolve import Job
+from llmscale.report.mfu_conventions import mfu_conventions
 from llmscale.report.moe_table import moe_layer_table
 from llmscale.report.text import layout_line
 from llmscale.specs.framework import CHOICE_SETTINGS
@@ -22,7 +24,16 @@ from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
 from llmscale.validation.validate import ValidationReport, ValidationRow
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+
+def _width() -> int | None:
+    """The terminal's width; when piped, COLUMNS if set (as `COLUMNS=200 llmscale … | less`), else 150."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else 150
+
+
+console = Console(width=_width())
 
 def _gib(value: float) -> str:
     return f"{value / GIB:,.2f}"
@@ -190,6 +201,8 @@ def explain_table(job: Job, step: StepBreakdown, i: int = 0, record_note: str | 
         f"{float(step.tflops_per_gpu[i]):,.0f} model TFLOP/s per GPU · "
         f"{float(step.tokens_per_s_per_gpu[i]):,.0f} tokens/s per GPU · {step.tokens_per_step:,.0f} tokens per step"
     )
+    for line in mfu_conventions(job.model, job.cluster, job.train, step, i).lines():
+        console.print(line)
     if record_note is not None:
         console.print(f"[yellow]MFU {float(step.mfu[i]):.1%} is {escape(record_note)}[/yellow]")
     if frameworks is not None:

@@ -171,7 +171,7 @@ def read_lines(path: Path) -> Lines:
             continue
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder recurses
             out.skipped += 1
             continue
         if isinstance(row, dict):
@@ -216,7 +216,7 @@ def read_heartbeat(paths: RunPaths, rank: int) -> Heartbeat | None:
         row = json.loads(paths.heartbeat(rank).read_text(encoding="utf-8"))
         return Heartbeat(int(row["pid"]), int(row["step"]), float(row["time_unix"]), int(row["attempt"]),
                          BeatPhase(row.get("phase", "train")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

@@ -48,6 +48,7 @@ from llmscale.scaling.laws import (
     predict_loss,
     training_flops,
 )
+from llmscale.scaling.optimum import shape_optimum
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
@@ -166,6 +167,9 @@ class AllocationResult:
     frontier: dict[str, list[Allocation]]
     """"dense" and/or "moe": the law's compute-optimal allocations across the candidates' compute range."""
     seconds: float
+    shape_optimum: Allocation | None = None
+    """The least-loss allocation of the recommendation's shape at its compute, counted as the candidates are
+    (laws.shape_optimum; None: no feasible candidate)."""
 
     @property
     def best(self) -> Outcome | None:
@@ -318,7 +322,9 @@ def allocate(models: list[ModelSpec], request: Request,
     budgets = frontier_budgets(min(spent), max(spent))
     frontier = {kind: [compute_optimal(request.law, c, moe) for c in budgets] for kind, moe in kinds.items()}
     optimum = compute_optimal(request.law, budget, "moe" in kinds)
-    return AllocationResult(request, outcomes, optimum, frontier, time.perf_counter() - start)
+    best = outcomes[0] if outcomes[0].feasible else None
+    shaped = shape_optimum(request.law, best.scale, best.compute_flops, request.unique_tokens) if best else None
+    return AllocationResult(request, outcomes, optimum, frontier, time.perf_counter() - start, shaped)
 
 
 def pure_optimum(law: ScalingLaw, flops: float, moe: bool) -> dict[str, Allocation]:

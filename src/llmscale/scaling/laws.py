@@ -18,8 +18,9 @@ Compute-optimal allocation under C = 6·N·D (Hoffmann Eq. 4), closed form for t
 The MoE law has no closed form: for each G the loss is minimised over log N_active on a grid, with D set by
 Krajewski's FLOPs (Eq. 10/11): F = (12·h²·c_f + h·X·G·c_r)·D·n_blocks and their shape rule h = 64·n_blocks.
 
-Data-constrained repetition (Muennighoff et al. 2023, arXiv:2305.16264; huggingface/datablations README):
-with R_D = D/U − 1 repetitions,
+Data-constrained repetition (Muennighoff et al. 2023, arXiv:2305.16264 §3.1, the effective-data and
+effective-parameter equations; constants of huggingface/datablations README 'Parametric Fit': R_D* = 15.387756,
+R_N* = 5.309743): with R_D = D/U − 1 repetitions,
     D′ = U + U·R_D*·(1 − e^{−R_D/R_D*}),   U_N = min(N, N_opt(U)),  R_N = N/U_N − 1,
     N′ = U_N + U_N·R_N*·(1 − e^{−R_N/R_N*}),   L = E + A/N′^α + B/D′^β.
 

@@ -155,7 +155,9 @@ def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, constants: 
     gpus, largest = sized.gpus_per_job, fitting[-1]
     rule = _best(model, cluster, train, gpus, rule_of_thumb_space(cluster), constants)
     bf16 = _best(model, cluster, train, gpus, None, constants)
-    fp8 = _best(model, cluster, train.model_copy(update={"precision": Precision.FP8}), gpus, None, constants)
+    has_fp8 = cluster.gpu.supports(Precision.FP8)  # an A100 has no FP8 tensor cores: no FP8 lever (gain 1)
+    fp8 = (_best(model, cluster, train.model_copy(update={"precision": Precision.FP8}), gpus, None, constants)
+           if has_fp8 else bf16)
     chosen = sized.chosen
     hourly_largest = hourly_sync_goodput(model, cluster, train, largest, constants)
     # The goodput lever is the checkpoint policy at the planned job size: the job-size part of goodput belongs
@@ -164,7 +166,8 @@ def decompose(model: ModelSpec, cluster: ClusterSpec, tokens: float, constants: 
     factors = [
         Factor("layout (MFU)", "MFU", _mfu(rule) if rule.top else float("nan"), _mfu(bf16),
                "rule-of-thumb layouts (tp = node, 1F1B, full recompute, ZeRO-1)", "searched best layout"),
-        Factor("FP8", "tokens/s/GPU", _per_gpu(bf16), _per_gpu(fp8), "best BF16 layout", "best FP8 layout"),
+        Factor("FP8", "tokens/s/GPU", _per_gpu(bf16), _per_gpu(fp8), "best BF16 layout",
+               "best FP8 layout" if has_fp8 else f"none: {cluster.gpu.name} has no FP8 tensor cores"),
         Factor("goodput", "fraction", hourly_chosen, size_goodput(chosen),
                f"jobs of {gpus:,} GPUs, sync checkpoints every 60 min (Kokolis et al.)",
                f"jobs of {gpus:,} GPUs, {_policy_text(chosen)}"),

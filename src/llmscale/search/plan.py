@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import Enum
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason
 from llmscale.layout.space import SpaceOptions, candidate_count, generate
 from llmscale.reliability.estimate import JobReliability, layout_goodput, reliability_rows
+from llmscale.search.results import Candidate, JobSizeResult, Objective, PlanResult
 from llmscale.search.targets import SearchTarget, Supports, runnable_by
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, SearchConstants
@@ -37,96 +37,6 @@ from llmscale.specs.framework import Framework
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
-
-
-class Objective(str, Enum):
-    """What the search ranks layouts by."""
-
-    THROUGHPUT = "throughput"
-    """Most tokens per second for the job."""
-    TIME_TO_TRAIN = "time"
-    """Least wall time to train the TrainSpec's tokens."""
-    COST = "cost"
-    """Least GPU-hour cost (the cluster's price per GPU-hour)."""
-    ENERGY = "energy"
-    """Least facility energy (GPU TDP and node overhead, times PUE)."""
-    EFFECTIVE_TIME = "effective-time"
-    """Least effective time-to-train: wall time ÷ goodput under failures at the best checkpoint policy (goodput.py)."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One scored layout."""
-
-    layout_index: int
-    step: StepBreakdown
-    layouts: Layouts
-    num_gpus: int
-    days: float
-    cost_usd: float | None
-    energy_j: float | None
-    reliability: JobReliability | None = None
-    """Goodput, best checkpoint policy and intervals (resilience.layout_goodput)."""
-    frameworks: tuple[Framework, ...] = ()
-    """The catalog frameworks whose features include this layout (search.targets.runnable_by)."""
-
-    @property
-    def memory_fraction(self) -> float:
-        """Share of the GPU's memory the most-loaded GPU needs."""
-        memory = self.step.memory
-        return float(memory.total_bytes[self.layout_index] / memory.capacity_bytes)
-
-
-@dataclass(frozen=True)
-class JobSizeResult:
-    """The best layouts for one job size."""
-
-    num_gpus: int
-    generated: int
-    """Candidate combinations built before the rules filtered them."""
-    evaluated: int
-    """Valid layouts scored by the cost model."""
-    feasible: int
-    """Scored layouts that fit in memory."""
-    rejected: dict[Reason, int]
-    top: list[Candidate]
-    roomier: Candidate | None = None
-    """The best layout that leaves ≥ `headroom_margin` more of the GPU's memory free than top[0] while its
-    objective stays within `headroom_tolerance` of it (None: no such layout, or top[0] is it)."""
-
-
-@dataclass(frozen=True)
-class PlanResult:
-    """The search over job sizes and the chosen job size."""
-
-    sizes: list[JobSizeResult]
-    objective: Objective
-    target: SearchTarget
-    global_batch: int
-    seconds: float
-    gpus_per_job: int
-    concurrent_jobs: int
-    cluster_gpus: int
-    floor: float = 0.9
-    """The scaling floor the job size was chosen with (SearchConstants.scaling_floor)."""
-    framework_label: str = ""
-    """The target framework and its checked commit (`megatron-core @ d98e8a6`), or `any`."""
-
-    @property
-    def chosen(self) -> JobSizeResult:
-        return next(size for size in self.sizes if size.num_gpus == self.gpus_per_job)
-
-    @property
-    def generated_layouts(self) -> int:
-        return sum(size.generated for size in self.sizes)
-
-    @property
-    def evaluated_layouts(self) -> int:
-        return sum(size.evaluated for size in self.sizes)
-
-    @property
-    def feasible_layouts(self) -> int:
-        return sum(size.feasible for size in self.sizes)
 
 
 def critical_batch_sequences(model: ModelSpec, train: TrainSpec, const: SearchConstants) -> int:
@@ -302,10 +212,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
          supports: Supports | None = None, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5,
          target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None,
-         force: bool = False) -> PlanResult:
+         force: bool = False, deadline_days: float | None = None) -> PlanResult:
     """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
     jobs. `supports` says what each framework runs (io.catalog.load_frameworks); `target` which one the plan is for
-    and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress)."""
+    and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress).
+    `deadline_days`: choose the job size by `deadline_job_size` instead of the objective's rule."""
     check_objective(objective, cluster)
     supports = supports or {}
     target = target or SearchTarget(framework=Framework.MEGATRON_CORE if supports else Framework.ANY)
@@ -319,13 +230,15 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
         if on_size is not None:
             on_size(i, len(sizes), size)
         results.append(search_job_size(model, cluster, train, size, objective, top, constants, target, supports))
-    chosen = _choose_job_size(results, objective, constants.search.scaling_floor)
+    chosen = (_choose_job_size(results, objective, constants.search.scaling_floor) if deadline_days is None
+              else deadline_job_size(results, deadline_days))
     return PlanResult(
         sizes=results, objective=objective, target=target, global_batch=train.global_batch,
         seconds=time.perf_counter() - start, gpus_per_job=chosen,
         concurrent_jobs=max(1, cluster.num_gpus // chosen), cluster_gpus=cluster.num_gpus,
         floor=constants.search.scaling_floor,
         framework_label=_framework_label(target, supports),
+        deadline_days=deadline_days,
     )
 
 
@@ -371,6 +284,19 @@ def _choose_job_size(results: list[JobSizeResult], objective: Objective, floor: 
     return min(ranked, key=lambda r: (measure[objective](r.top[0]), -r.num_gpus)).num_gpus
 
 
+def deadline_job_size(results: list[JobSizeResult], deadline_days: float) -> int:
+    """The cheapest job that trains by the deadline: among the job sizes whose best layout's effective days (failures
+    included, `Candidate.effective_days`) are ≤ `deadline_days`, the one of fewest GPU-hours (the smaller job on a
+    tie); when none makes it, the one that finishes soonest (the plan says it misses the deadline)."""
+    ranked = [r for r in results if r.top]
+    if not ranked:
+        return results[-1].num_gpus
+    in_time = [r for r in ranked if r.top[0].effective_days <= deadline_days]
+    if not in_time:
+        return min(ranked, key=lambda r: (r.top[0].effective_days, r.num_gpus)).num_gpus
+    return min(in_time, key=lambda r: (r.top[0].effective_days * r.num_gpus, r.num_gpus)).num_gpus
+
+
 def _per_gpu_rate(c: Candidate, objective: Objective) -> float:
     rate = float(c.step.tokens_per_s_per_gpu[c.layout_index])
     if objective is Objective.EFFECTIVE_TIME and c.reliability is not None:
@@ -382,6 +308,12 @@ def job_size_rule(result: PlanResult) -> str:
     """Why `result.gpus_per_job` won, in words (the rule `_choose_job_size` applied, or that the size was given)."""
     if len(result.sizes) == 1:
         return "the job size given"
+    if result.deadline_days is not None:
+        if result.meets_deadline:
+            return (f"the job of fewest GPU-hours whose effective time, failures included, is within the "
+                    f"{result.deadline_days:,.4g}-day deadline")
+        return (f"no job size trains within the {result.deadline_days:,.4g}-day deadline, failures included: "
+                "this one finishes soonest")
     if result.objective in (Objective.THROUGHPUT, Objective.EFFECTIVE_TIME):
         rate = "per-GPU rate × goodput" if result.objective is Objective.EFFECTIVE_TIME else "per-GPU rate"
         return (f"the largest job whose best {rate} stays ≥ {result.floor:.0%} of the best job size's: beyond it, "

@@ -68,6 +68,8 @@ MAX_TOKENS = 1e16
 """Tokens a run trains on: the largest published runs are ~3·10¹³ (Llama 4: 30T)."""
 MAX_DAYS = 10_000.0
 """Wall-clock days of a run or a deadline: ~27 years, beyond any hardware's service life."""
+MIN_DAYS = 1e-3
+"""Wall-clock days of a run or a deadline, at least: 1.44 minutes, shorter than any training run (1e-300 is a slip)."""
 MAX_PER_YEAR = 1e6
 """Interruptions per unit-year of one cause: one every ~30 s of a GPU's life; published rates are ≤ ~10²."""
 MAX_SECONDS = 1e7

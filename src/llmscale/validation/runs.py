@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from llmscale.errors import InputFileError, SpecError
 from llmscale.io.files import parse_spec
 from llmscale.io.strict import parse_text, read_text
+from llmscale.specs.base import MIN_MAGNITUDE
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import MLASpec, ModelSpec, Norm
 from llmscale.specs.train import Precision
@@ -187,6 +188,11 @@ def run_from_row(row: Mapping[str, Any], where: str = "published run") -> Publis
     if unknown:
         raise SpecError(unknown[0], row[unknown[0]], "is not a column of the published-runs schema "
                         "(docs/published-runs.md)", where)
+
+    tiny = next((k for k, v in row.items() if isinstance(v, float) and 0 < abs(v) < MIN_MAGNITUDE), None)
+    if tiny is not None:  # checked for every column, read for this row's model type or not
+        raise SpecError(str(tiny), row[tiny], f"a non-zero number below {MIN_MAGNITUDE:g} in magnitude is no "
+                        "published measurement", where)
 
     def num(key: str) -> int | None:
         return _int(row, key, where)

@@ -172,9 +172,10 @@ class ValidationReport:
 
 def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path | None = None,
                   allow_unsealed: bool = False, facts: Facts = Facts.PROFILE,
-                  framework: str | None = None) -> ValidationReport:
+                  framework: str | None = None, force_calibration: bool = False) -> ValidationReport:
     """Predict every row of a published-runs file; a row that cannot be read or evaluated (a wrong type, a
-    missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash."""
+    missing field, an unknown GPU, a layout that breaks a rule) is skipped with its reason, never a crash. A
+    profile measured on a CPU is refused (`check_profile_device`) unless `force_calibration`."""
     runs: list[PublishedRun] = []
     skipped: list[SkippedRow] = []
     for i, row in enumerate(raw_rows):
@@ -186,9 +187,21 @@ def validate_rows(raw_rows: list[dict[str, Any]], where: str, calibration: Path 
         _check_framework(framework, runs)
         runs = [run for run in runs if _of_framework(run, framework)]
     profile = load_profile(calibration, allow_unsealed) if calibration is not None else None
+    if profile is not None and not force_calibration:
+        check_profile_device(profile, str(calibration))
     report = validate_runs(runs, load_constants(), profile, facts)
     record = CalibrationRecord.of(profile) if profile is not None else None
     return ValidationReport(report.rows, tuple(skipped) + report.skipped, record, facts)
+
+
+def check_profile_device(profile: CalibrationProfile, where: str) -> None:
+    """Refuse a profile whose device measurements come from a CPU: every published run ran on GPUs, and a CPU's
+    GEMM peak would set their predicted throughput near zero (as `plan` and `explain` refuse it: io.resolve
+    .check_calibration_device). A storage-only profile measured the file system and applies anywhere."""
+    if profile.device.kind == "cpu" and (profile.gemm or profile.memory or profile.scopes):
+        raise LlmscaleError(f"--calibration {where} was measured on {profile.device.kind} ({profile.device.name}), "
+                            "not on a GPU; the published runs ran on GPUs: refusing to apply it (give "
+                            "--force-calibration to apply it anyway)")
 
 
 def _check_framework(framework: str, runs: list[PublishedRun]) -> None:
