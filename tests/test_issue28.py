@@ -575,3 +575,35 @@ def test_profile_refuses_an_edited_prediction_and_skips_absurd_phases(tmp_path: 
     write_step(run_dir, 3, 0, data=1e308)
     code, out, err = run(capsys, "profile", str(run_dir), "--no-predict")
     assert code == 0 and "inf" not in out, err
+
+
+def test_a_step_record_with_a_number_too_large_for_a_float_is_skipped() -> None:
+    # The long fuzz run (benchmarks/fuzz_issue28_long.md): a time_unix of 10^134 raised OverflowError in profile.
+    from llmscale.monitor.rundir import well_formed
+    from llmscale.runtime.files import StepRecord
+
+    good = StepRecord(step=1, rank=0, attempt=1, host="h", time_unix=1e9, step_s=0.1, phases_s={"compute": 0.1},
+                      loss=3.0, tokens=512)
+    assert well_formed(good)
+    for field in ("time_unix", "loss"):
+        huge = StepRecord(**{**good.__dict__, field: 10**400})
+        assert not well_formed(huge), field
+
+
+def test_a_batch_rounding_beyond_any_batch_is_refused() -> None:
+    # The same run: a re-sealed profile's batch_rounding_sequences of 10^30 overflowed a C long in plan.
+    from pydantic import ValidationError
+
+    from llmscale.io.catalog import load_constants
+
+    search = load_constants().search.model_dump()
+    with pytest.raises(ValidationError, match="batch_rounding_sequences"):
+        type(load_constants().search).model_validate({**search, "batch_rounding_sequences": 10**30})
+
+
+def test_goodput_names_its_mitigations_argument() -> None:
+    import llmscale
+    from llmscale.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"^mitigations = 'bogus'"):
+        llmscale.goodput(mitigations=["bogus"])

@@ -64,7 +64,7 @@ def goodput(cluster: ClusterRef = None, gpus: int | None = None, model: ModelRef
     dense peak, a lower bound). `to_frame()`: one row per checkpoint policy."""
     intervals = numbers_arg("intervals_min", intervals_min)  # None: no extra intervals, as ()
     given = names_arg("mitigations", mitigations, "['predictive-migration']")
-    chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigation") for m in given))
+    chosen = tuple(dict.fromkeys(choice(Mitigation, m, "mitigations") for m in given))
     whole("gpus", gpus)
     request = JobRequest(model=ref_arg("model", model, ModelSpec), cluster=ref_arg("cluster", cluster, ClusterSpec),
                          gpus=gpus, expect_sha256=text_arg("expect_sha256", expect_sha256))

@@ -66,13 +66,18 @@ def _seconds(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_SECONDS
 
 
+def _finite(value: object) -> bool:
+    """A number that converts to a finite float (an int of a thousand digits overflows instead)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= 1e300
+            and math.isfinite(value))
+
+
 def well_formed(rec: StepRecord) -> bool:
     """Whether a parsed record holds what the contract says (counts, finite non-negative seconds, a phase mapping):
     a line that parses as JSON but holds a text where a number goes is skipped and counted like one that does not
     parse (the profile would otherwise fail on it, issue 28)."""
     return (all(_count(v) for v in (rec.step, rec.rank, rec.attempt, rec.tokens)) and isinstance(rec.host, str)
-            and isinstance(rec.time_unix, int | float) and math.isfinite(rec.time_unix) and _seconds(rec.step_s)
-            and isinstance(rec.loss, int | float) and not isinstance(rec.loss, bool) and math.isfinite(rec.loss)
+            and _finite(rec.time_unix) and _seconds(rec.step_s) and _finite(rec.loss)
             and isinstance(rec.phases_s, dict) and all(isinstance(k, str) and _seconds(v)
                                                        for k, v in rec.phases_s.items()))
 

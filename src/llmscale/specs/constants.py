@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
+from llmscale.specs.bounds import MAX_GLOBAL_BATCH
 from llmscale.specs.collective import Collective
 from llmscale.specs.failures import FailureSpec, Mitigation, MitigationSpec
 from llmscale.specs.train import Routing
@@ -118,7 +119,8 @@ class SearchConstants(Spec):
 
     batch_law_coefficient: PositiveFloat = Field(description="B_opt = coefficient · C^exponent tokens")
     batch_law_exponent: PositiveFloat = Field(description="B_opt = coefficient · C^exponent tokens")
-    batch_rounding_sequences: PositiveInt = Field(description="the critical batch is rounded down to a multiple")
+    batch_rounding_sequences: PositiveInt = Field(le=MAX_GLOBAL_BATCH,
+                                                  description="the critical batch is rounded down to a multiple")
     scaling_floor: float = Field(gt=0, le=1, description="a bigger job is worth it while its per-GPU rate stays above")
     state_bytes_per_param: PositiveFloat = Field(description="training state per parameter that must fit a job")
     usable_memory_fraction: float = Field(gt=0, le=1, description="share of GPU memory the training state may use")
