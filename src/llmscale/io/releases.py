@@ -50,22 +50,29 @@ def load_sources() -> dict[str, Source]:
             for key, body in table.items()}
 
 
+def _bodies() -> list[dict[str, Any]]:
+    bodies: list[dict[str, Any]] = catalog_file("frameworks.yaml")["releases"]
+    return bodies
+
+
 @cache
+def _release(i: int) -> ReleaseProfile:
+    """Release i of catalog/frameworks.yaml, checked: each rule cites a known source, and a rule that sets a run or
+    model setting conditions only on the job (or on zero, for a ZeRO-3-only setting). Parsed when first needed."""
+    where = f"catalog frameworks.yaml releases[{i}]"
+    release = parse_spec(ReleaseProfile, _bodies()[i], where=where)
+    ids = frozenset(catalog_file("frameworks.yaml")["sources"])  # each source itself: load_sources, the tests
+    for j, rule in enumerate(release.rules):
+        _check_rule(rule, ids, f"{where} ({release.label}) rules[{j}]")
+    return release
+
+
 def load_releases() -> tuple[ReleaseProfile, ...]:
-    """Every release profile of catalog/frameworks.yaml, checked: each rule cites a known source, and a rule that
-    sets a run or model setting conditions only on the job (or on zero, for a ZeRO-3-only setting)."""
-    sources = load_sources()
-    releases = []
-    for i, body in enumerate(catalog_file("frameworks.yaml")["releases"]):
-        where = f"catalog frameworks.yaml releases[{i}]"
-        release = parse_spec(ReleaseProfile, body, where=where)
-        for j, rule in enumerate(release.rules):
-            _check_rule(rule, sources, f"{where} ({release.label}) rules[{j}]")
-        releases.append(release)
-    return tuple(releases)
+    """Every release profile of catalog/frameworks.yaml, checked (`_release`)."""
+    return tuple(_release(i) for i in range(len(_bodies())))
 
 
-def _check_rule(rule: ProfileRule, sources: Mapping[str, Source], where: str) -> None:
+def _check_rule(rule: ProfileRule, sources: frozenset[str], where: str) -> None:
     if rule.source not in sources:
         raise SpecError("source", rule.source, "an id of the sources table", where=where)
     unknown = sorted(set(rule.when.gpu or ()) - set(names(Kind.GPUS)))
@@ -81,23 +88,25 @@ def _check_rule(rule: ProfileRule, sources: Mapping[str, Source], where: str) ->
 
 def frameworks() -> list[str]:
     """The framework names that have releases."""
-    return sorted({r.framework for r in load_releases()})
+    return sorted({str(body["framework"]) for body in _bodies()})
 
 
 def find_release(text: str | None) -> ReleaseProfile:
-    """`NAME@RELEASE`, or `NAME` for its newest release (None: the default framework's newest)."""
+    """`NAME@RELEASE`, or `NAME` for its newest release (None: the default framework's newest); only that release
+    is parsed."""
     name, at, release = (text or DEFAULT_FRAMEWORK).strip().partition("@")
     if at and not release:
         raise SpecError("--framework", text, f"NAME@RELEASE with a release after the @, or {name} for its newest")
-    candidates = [r for r in load_releases() if r.framework == name]
+    candidates = [i for i, body in enumerate(_bodies()) if body["framework"] == name]
     if not candidates:
         raise SpecError("--framework", text, f"one of {', '.join(frameworks())} (optionally @RELEASE), or any")
+    dated = sorted(candidates, key=lambda i: str(_bodies()[i]["date"]))
     if not release:
-        return max(candidates, key=lambda r: r.date)
-    for candidate in candidates:
-        if candidate.release == release:
-            return candidate
-    known = ", ".join(f"{name}@{r.release}" for r in sorted(candidates, key=lambda r: r.date))
+        return _release(dated[-1])
+    for i in candidates:
+        if str(_bodies()[i]["release"]) == release:
+            return _release(i)
+    known = ", ".join(f"{name}@{_bodies()[i]['release']}" for i in dated)
     raise SpecError("--framework", text, f"a release of {name}: {known}")
 
 

@@ -141,7 +141,8 @@ def ep_overlap_runs(lay: Layouts | dict[str, np.ndarray]) -> np.ndarray:
     """Where the EP all-to-all overlap can run: ep > 1, pp = 1 or interleaved (Megatron's combined 1F1B) or DualPipe
     (DeepSeek-V3 §3.2.1), no full recompute (Reason.EP_OVERLAP)."""
     get = (lambda name: lay[name]) if isinstance(lay, dict) else lay.column
-    pipelined_ok = (get("pp") == 1) | np.isin(get("schedule"), (Schedule.INTERLEAVED.code, Schedule.DUALPIPE.code))
+    schedule = get("schedule")
+    pipelined_ok = (get("pp") == 1) | (schedule == Schedule.INTERLEAVED.code) | (schedule == Schedule.DUALPIPE.code)
     result: np.ndarray = (get("ep") > 1) & pipelined_ok & (get("recompute") != Recompute.FULL.code)
     return result
 

@@ -157,10 +157,7 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     opts = opts or SpaceOptions()
     values = candidate_values(model, cluster, train, num_gpus, opts)
     values |= _mode_values(model, opts)
-    cols = _product(values)
-    replica = cols["tp"] * cols["cp"] * cols["pp"]
-    whole = num_gpus % replica == 0
-    cols = {k: v[whole] for k, v in cols.items()}
+    cols, generated = _whole_product(values, num_gpus)
     dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
     flags: dict[str, np.ndarray] = {}
@@ -179,10 +176,24 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     reasons = np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
     counts = {Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)}
     rejected: dict[Reason, int] = {r: n for r, n in counts.items() if r is not Reason.OK}
-    not_whole = int((~whole).sum())
+    not_whole = generated - lay.size
     if not_whole:  # tp·cp·pp does not divide the GPU count: no whole dp
         rejected[Reason.GPU_COUNT] = rejected.get(Reason.GPU_COUNT, 0) + not_whole
-    return Space(lay.take(reasons == Reason.OK), generated=int(whole.size), rejected=rejected)
+    return Space(lay.take(reasons == Reason.OK), generated=generated, rejected=rejected)
+
+
+def _whole_product(values: dict[str, list[Any]], num_gpus: int) -> tuple[dict[str, np.ndarray], int]:
+    """The Cartesian product of the candidate lists without the (tp, cp, pp) whose product does not divide the GPU
+    count (pruned before the product is built, in the product's own order: tp, cp, pp vary slowest), and how many
+    combinations the whole product has."""
+    names = list(values)
+    assert names[:3] == ["tp", "cp", "pp"], names
+    triple = _product({name: values[name] for name in names[:3]})
+    keep = np.flatnonzero(num_gpus % (triple["tp"] * triple["cp"] * triple["pp"]) == 0)
+    rest = _product({"triple": keep.tolist(), **{name: values[name] for name in names[3:]}})
+    index = rest.pop("triple").astype(np.int64)  # an empty keep list builds a float array
+    cols = {name: triple[name][index] for name in names[:3]} | rest
+    return cols, math.prod(len(v) for v in values.values())
 
 
 _PRODUCT = frozenset({"tp", "cp", "pp", "vpp", "ep", "mbs", "zero", "recompute", "schedule", "offload_optimizer",
