@@ -44,21 +44,27 @@ class RecordCheck:
         if excess is None or self._reference_job is None:
             return excess
         mine = layout if layout is not None else self.job.resolved_layout
-        named = tuple(feature(t.term, (self.job, mine), (self._reference_job, self._reference_job.resolved_layout))
+        ref_job = self._reference_job
+        named = tuple(feature(t.term, (self.job, mine, float(step.step_time_s[i])),
+                              (ref_job, ref_job.resolved_layout, float(self._reference.step_time_s[0])))
                       for t in excess.terms)
         return replace(excess, features=named)
 
 
-Side = tuple[Job, Layout]
+Side = tuple[Job, Layout, float]
+"""A job, its layout and its predicted step time (s)."""
 
 
 def feature(term: str, mine: Side, record: Side) -> str:
     """What in this job's layout or run makes `term` smaller (or the kernels faster) than in the record run's: the
-    fields behind the term on both sides, or '' where they are the same (the gain then comes from elsewhere)."""
-    (job, lay), (ref, rlay) = mine, record
+    fields behind the term on both sides (for the fixed per-step costs, the step they spread over), or '' where they
+    are the same (the gain then comes from elsewhere)."""
+    (job, lay, step_s), (ref, rlay, ref_step_s) = mine, record
+    steps = {id(job): step_s, id(ref): ref_step_s}
     describe = {
         "bubble_s": lambda j, x: f"{x.resolved_schedule.value} v{x.vpp} over {_micro(j, x)} micro-batches, pp {x.pp}",
-        "overhead_s": lambda j, x: f"{j.train.tokens_per_step // _gpus(x):,} tokens per GPU per step",
+        "overhead_s": lambda j, x: f"{steps[id(j)]:.2f} s steps of {j.train.tokens_per_step // _gpus(x):,} tokens "
+                                   "per GPU",
         KERNELS: lambda j, x: f"hidden {j.model.hidden}, {x.mbs * j.train.seq_len // x.cp:,} tokens per micro-batch, "
                               f"tp {x.tp}",
         "tp_exposed_s": lambda j, x: f"tp {x.tp}, TP overlap {'on' if x.tp_comm_overlap else 'off'}",
@@ -67,7 +73,7 @@ def feature(term: str, mine: Side, record: Side) -> str:
         "pp_exposed_s": lambda j, x: f"pp {x.pp}",
         "cp_exposed_s": lambda j, x: f"cp {x.cp}",
         "recompute_s": lambda j, x: f"recompute {x.recompute.value}",
-        "optimizer_s": lambda j, x: f"ZeRO-{x.zero}, dp {x.dp}",
+        "optimizer_s": lambda j, x: f"{steps[id(j)]:.2f} s steps per optimizer pass (ZeRO-{x.zero}, dp {x.dp})",
         "offload_s": lambda j, x: f"offload: optimizer {x.offload_optimizer}, {x.offload_activations} layers",
     }.get(term)
     if describe is None:
