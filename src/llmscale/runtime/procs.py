@@ -116,3 +116,17 @@ def oom_kills() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+PR_SET_PDEATHSIG = 1
+"""linux/prctl.h: the signal this process gets when its parent thread exits (man 2 prctl)."""
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send `sig` to this process when the thread that forked it exits; False where the call is
+    unavailable. Kept across execve (not across a set-user-ID exec), cleared in a fork's child."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
