@@ -1,7 +1,8 @@
 """The storage tier's checkpoint writer (runtime/storage.py) with the real DCP process-based async_save, in this
 process (a gloo group of one): the writer is DCP's spawned child, started before the first save; killing it fails
 the save in flight (its directory removed, the committed one kept) and the next save starts a fresh writer and
-commits. The writer processes are this test's children, stopped in a finally."""
+commits; a stopped (SIGSTOP) writer fails its save at the deadline and is killed, not left to hang the trainer's exit.
+The writer processes are this test's children, stopped in a finally."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch.distributed as dist  # noqa: E402
 
 from llmscale.runtime import writer as storage  # noqa: E402
 from llmscale.runtime.manifests import committed  # noqa: E402
+from llmscale.runtime.procs import is_zombie  # noqa: E402
 from llmscale.runtime.storage import StorageTier  # noqa: E402
 
 
@@ -68,4 +70,12 @@ def test_the_writer_starts_before_the_first_save_and_a_killed_one_is_noticed(tmp
     assert fresh is not None and fresh != pid
     third = tier.poll(block=True)
     assert third is not None and third.ok
+    assert [c.step for c in committed(tmp_path)] == [3, 1]
+
+    tier.save_timeout_s = 1.0                                           # the chaos suite's stop_writer: SIGSTOP
+    tier.save(4, {"w": torch.full((4,), 4.0)})
+    os.kill(fresh, signal.SIGSTOP)
+    stopped = tier.poll(block=True)
+    assert stopped is not None and not stopped.ok and "after 1 s" in stopped.reason, stopped
+    assert is_zombie(fresh)  # killed and reaped: a stopped writer left alive hangs the trainer's exit (was the case)
     assert [c.step for c in committed(tmp_path)] == [3, 1]

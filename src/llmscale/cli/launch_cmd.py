@@ -3,7 +3,9 @@
 (runtime/supervisor.py) — torch's elastic agent (one torchrun per node across hosts, runtime/multinode.py), a fresh
 rendezvous per attempt, restarts on exits and hangs, the fault journal. `llmscale launch --example [--run-dir DIR]`
 runs the packaged example (llmscale/runtime/example/run.yaml and train.py of the installed package, so it works
-from any directory). torch is imported after `require_torch()`."""
+from any directory). One launcher per run directory (runtime/runlock.py); SIGINT, SIGTERM or SIGHUP stop the run with
+one line and exit 130 (runtime/interrupt.py). torch is imported by the first attempt, after the run directory's
+checks."""
 
 from __future__ import annotations
 
@@ -60,11 +62,15 @@ def launch(
 ) -> None:
     """Launch a training run from one hashed config: restarts on exit or hang, resumes from the newest checkpoint,
     journals every fault (llmscale journal RUN_DIR)."""
-    from llmscale.measure import require_torch
+    from importlib.util import find_spec
+
+    from llmscale.measure import INSTALL_HINT
 
     config, train = _resolve(config, train, example)
-    require_torch()
+    if find_spec("torch") is None:  # imported by the first attempt: a refused launch (lock, config hash) stays quick
+        raise LlmscaleError(f"this command needs torch, which is not installed: {INSTALL_HINT}")
     from llmscale.runtime.config import load_config
+    from llmscale.runtime.interrupt import EXIT_CODE
     from llmscale.runtime.supervisor import LaunchRequest
     from llmscale.runtime.supervisor import launch as run_launch
 
@@ -91,6 +97,8 @@ def launch(
     outcome = run_launch(LaunchRequest(config, run_dir, script, tuple(train[1:]), allow_config_change, exclude_from,
                                        metrics_port, server, hostfile, node_exec),
                          say=typer.echo)
-    if not outcome.completed:
+    if outcome.exit_code == EXIT_CODE:
+        typer.echo(f"error: {outcome.reason}", err=True)
+    elif not outcome.completed:
         typer.echo(f"error: stopped after {outcome.attempts} attempt(s): {outcome.reason}", err=True)
     raise typer.Exit(outcome.exit_code)

@@ -28,12 +28,10 @@ the first three `restart.phase_timeout_s` and TRAIN `restart.heartbeat_timeout_s
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,65 +43,16 @@ import torch.distributed as dist
 from llmscale.errors import LlmscaleError
 from llmscale.runtime import journal
 from llmscale.runtime.config import AUTO, RunConfig, config_sha256, load_config
+from llmscale.runtime.entry import record_error
 from llmscale.runtime.files import PHASES, BeatPhase, Heartbeat, RunPaths, StepRecord, append_step, write_heartbeat
 from llmscale.runtime.memtier import MemoryTier
-from llmscale.runtime.procs import set_parent_death_signal
+from llmscale.runtime.procs import die_with_launcher
 from llmscale.runtime.restore import Restorer
 from llmscale.runtime.storage import StorageTier
 from llmscale.runtime.tiers import TierState
 from llmscale.runtime.writer import start_writer, stop_writer
 
 ENV_RUN_DIR, ENV_ATTEMPT, ENV_CONFIG = "LLMSCALE_RUN_DIR", "LLMSCALE_ATTEMPT", "LLMSCALE_CONFIG"
-ENV_PARENT = "LLMSCALE_PARENT_PID"
-"""Set by `llmscale launch` when it is this rank's parent (one node, in-process agent)."""
-ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
-"""Where torch's elastic agent reads a failed worker's message (torch/distributed/elastic/multiprocessing/errors)."""
-
-
-def die_with_launcher() -> None:
-    """Under `llmscale launch`: ask the kernel to SIGKILL this rank when its parent (the launcher's agent, or the
-    node's torchrun) exits, so no rank trains on unsupervised; if the parent is already gone, exit now."""
-    if ENV_RUN_DIR not in os.environ:
-        return
-    set_parent_death_signal()
-    expected = os.environ.get(ENV_PARENT, "")
-    parent = os.getppid()
-    if parent == 1 or (expected.isdigit() and int(expected) != parent):
-        raise SystemExit(f"error: this rank's launcher (pid {expected or '?'}) is gone; not training unsupervised")
-
-
-def record_error(exc: BaseException) -> None:
-    """Hand `exc`'s one-line message to torch's elastic agent (its worker error file, when it set one), so the
-    journal's fault names the trainer's exception instead of torch's placeholder."""
-    path = os.environ.get(ENV_ERROR_FILE)
-    if not path or os.path.exists(path):
-        return
-    text = str(exc).strip().splitlines()
-    message = f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"message": message, "timestamp": int(time.time())}, handle)
-    except OSError:
-        pass
-
-
-def run(main: Callable[[], object]) -> int:
-    """Run a training entry point: its exit status, 0 when it returns; a LlmscaleError (bad input the runtime
-    refused) is one `error:` line and status 2, any other exception is recorded for the launcher and re-raised.
-    Destroys the default process group either way."""
-    try:
-        main()
-    except LlmscaleError as exc:
-        record_error(exc)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        record_error(exc)
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
 
 
 @dataclass(frozen=True)

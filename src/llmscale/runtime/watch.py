@@ -35,6 +35,9 @@ from llmscale.runtime.files import BeatPhase, RunPaths, read_heartbeat
 from llmscale.runtime.journal import Cause
 from llmscale.runtime.procs import descendants, is_zombie, kill_pids, state_of
 
+TORCH_PLACEHOLDER = "To enable traceback see"
+"""torch's elastic agent's message for a worker that wrote no error file (torch/distributed/elastic/multiprocessing/
+errors/__init__.py ProcessFailure): the trainer's own exception is recorded there by session.record_error."""
 NETWORK_WORDS = re.compile(r"connection (reset|closed|refused)|timed out|timeout|gloo|nccl|broken pipe", re.I)
 
 
@@ -145,11 +148,14 @@ def attribute(result: AttemptResult, hang: HangFound | None, oom_risen: bool,
         cause = Cause.OOM if sig == "SIGKILL" and oom_risen else Cause.PROCESS_KILLED
         return Attribution(cause, f.rank, f.pid, f.exit_code, sig, f"rank {f.rank} pid {f.pid} killed by {sig}")
     f = candidates[0]
+    said = f.message if not f.message.startswith(TORCH_PLACEHOLDER) else (
+        "the trainer recorded no message (an exception outside the Session: wrap the entry point in "
+        "llmscale.runtime.entry.run)")
     if checkpoint_failed:
         cause = Cause.CHECKPOINT_IO
-    elif NETWORK_WORDS.search(f.message):
+    elif NETWORK_WORDS.search(said):
         cause = Cause.NETWORK
     else:
         cause = Cause.PROCESS_EXIT
     return Attribution(cause, f.rank, f.pid, f.exit_code, None,
-                       f"rank {f.rank} pid {f.pid} exited with code {f.exit_code}: {f.message[:300]}")
+                       f"rank {f.rank} pid {f.pid} exited with code {f.exit_code}: {said[:300]}")

@@ -28,9 +28,10 @@ import torch.distributed as dist
 
 from llmscale.errors import LlmscaleError
 from llmscale.runtime.config import RunConfig, load_config
+from llmscale.runtime.entry import run
 from llmscale.runtime.example.data import CharBatches, Vocab, corpus_text
 from llmscale.runtime.example.model import GPT, num_params
-from llmscale.runtime.session import Context, Session, init_distributed, run
+from llmscale.runtime.session import Context, Session, init_distributed
 
 
 def lr_factor(config: RunConfig, step: int) -> float:
