@@ -1,9 +1,11 @@
 """The Session API in this process (a gloo group of one): a loader without state_dict is refused in one line unless
 `data.resumable: false`; a run without a scheduler saves and resumes; the run config's `user:` section reaches the
-script as written. The checkpoint writer is this test's child, stopped at the end; the memory tier is removed."""
+script as written; the converted loop of docs/runtime.md runs as written. The checkpoint writer is this test's
+child, stopped at the end; the memory tiers are removed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -111,3 +113,40 @@ def test_a_resume_at_another_world_size_needs_one_global_data_position(world_of_
         restorer._apply_storage(ctx, LoadOutcome(8, world_of_one, 0.0, state=loaded, saved_world=2))
     message = str(refused.value)
     assert "\n" not in message and "rank 1: {'position': 9} vs rank 0: {'position': 16}" in message, message
+
+
+def _block(text: str, marker: str) -> str:
+    """The fenced code block after `<!-- marker -->` in a markdown text."""
+    after = text.split(f"<!-- {marker} -->", 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1]
+
+
+def test_the_documented_session_loop_runs(tmp_path: Path) -> None:
+    # docs/runtime.md's converted loop and run YAML, as written (fewer steps), run as one process
+    import subprocess
+    import sys
+
+    import yaml
+
+    from llmscale.runtime.manifests import committed
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "runtime.md").read_text(encoding="utf-8")
+    (tmp_path / "train.py").write_text(_block(text, "session-example"), encoding="utf-8")
+    config = yaml.safe_load(_block(text, "session-config"))
+    config["schedule"]["total_steps"] = config["user"]["steps"] = 6
+    config["checkpoint"] = {"memory_every_steps": 2, "storage_every_steps": 3}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "LLMSCALE_RUN_DIR": str(run),
+           "LLMSCALE_CONFIG": str(tmp_path / "run.yaml"), "LLMSCALE_ATTEMPT": "0"}
+    env.pop("LLMSCALE_PARENT_PID", None)
+    try:
+        done = subprocess.run([sys.executable, str(tmp_path / "train.py")], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        steps = [json.loads(line)["step"] for line in RunPaths(run).steps(0).read_text().splitlines()]
+        assert steps == [1, 2, 3, 4, 5, 6]
+        assert [c.step for c in committed(RunPaths(run).checkpoints)] == [6, 3]
+    finally:
+        shutil.rmtree(RunPaths(run).memory_tier(), ignore_errors=True)

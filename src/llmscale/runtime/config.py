@@ -96,8 +96,9 @@ class BatchConfig(Spec):
 class DataConfig(Spec):
     path: str | None = Field(None, min_length=1, max_length=4096,
                              description="a UTF-8 text file; None = the corpus shipped in runtime/example/")
-    resumable: bool = Field(True, description="the loader has state_dict()/load_state_dict() and a resume continues "
-                                              "at its position; false: a resume restarts the loader (other batches)")
+    resumable: bool = Field(True, strict=True,
+                            description="the loader has state_dict()/load_state_dict() and a resume continues at its "
+                                        "position; false: a resume restarts the loader (other batches)")
 
 
 class CheckpointConfig(Spec):

@@ -90,6 +90,15 @@ def init_distributed(backend: str | None = None) -> Context:
     return Context(dist.get_rank(), dist.get_world_size(), local_rank, device, host)
 
 
+def current_config(path: Path | None = None) -> RunConfig:
+    """The run config of this launch (LLMSCALE_CONFIG, set by `llmscale launch`), else the file at `path`: a
+    script reads its own settings (`.user`) before it builds the model."""
+    given = os.environ.get(ENV_CONFIG)
+    if given is None and path is None:
+        raise LlmscaleError(f"no run config: set {ENV_CONFIG} (llmscale launch does) or pass its path")
+    return load_config(Path(given) if given else path)  # type: ignore[arg-type]
+
+
 class Session:
     """One rank's runtime for one attempt (module docstring)."""
 
