@@ -71,7 +71,8 @@ def job(cluster: NetnsCluster, tmp_path: Path) -> Iterator[tuple[Path, list[subp
 def _launch(tmp_path: Path, steps: int) -> subprocess.Popen[str]:
     return start_launch(tmp_path / "run.yaml", tmp_path / "run", TRAINER, "--hostfile", str(tmp_path / "hosts.txt"),
                         "--node-exec", NETNS, "--exclude-from", str(tmp_path / "exclude.txt"),
-                        env={"GLOO_SOCKET_IFNAME": IFNAME, "STANDIN_STEPS": str(steps), "STANDIN_STEP_S": "0.1"},
+                        env={"GLOO_SOCKET_IFNAME": IFNAME, "STANDIN_STEPS": str(steps), "STANDIN_STEP_S": "0.1",
+                             "STANDIN_COMM": "gloo"},
                         log=tmp_path / "launch.log")
 
 

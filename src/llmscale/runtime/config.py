@@ -133,6 +133,9 @@ class RestartConfig(Spec):
                                      description="restart time the 'auto' intervals assume before one is measured")
     memory_share_recoverable: float = Field(0.9, ge=0.0, le=1.0,
                                             description="share of interruptions the memory tier recovers")
+    backoff_s: float = Field(0.5, ge=0.0, le=3600.0,
+                             description="wait before the n-th consecutive attempt without progress: backoff_s × "
+                                         "2^(n−1), at most 16 × backoff_s")
 
 
 class RunConfig(Spec):
@@ -191,7 +194,8 @@ class RunConfig(Spec):
         return self.model
 
 
-ADDED_DEFAULTS: tuple[tuple[tuple[str, ...], Any], ...] = ((("user",), None), (("data", "resumable"), True))
+ADDED_DEFAULTS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("user",), None), (("data", "resumable"), True), (("restart", "backoff_s"), 0.5))
 """Keys added after run directories existed: hashed only when set away from their default, so those directories
 resume under the hash they were launched with."""
 

@@ -4,7 +4,8 @@ per attempt (watch.py), a journal line for everything it does (journal.py), and 
 - every attempt starts fresh workers under a fresh rendezvous; the trainer's session resumes from the newest
   complete tier (memory snapshot if newer, else the newest committed storage checkpoint);
 - after a failed attempt the next starts at once if the failed one made progress (a step no earlier attempt had
-  reached), else after a backoff of 0.5 s × 2^(n−1), at most 8 s, for the n-th consecutive attempt without progress;
+  reached), else after a backoff of restart.backoff_s × 2^(n−1) (0.5 s, at most 8 s, by default) for the n-th
+  consecutive attempt without progress;
 - the job stops — `stop` journaled with the reason, exit status 1 — after `restart.max_attempts` attempts or
   `restart.max_attempts_without_progress` consecutive attempts with no new step; it completes (status 0) when one
   attempt's workers all exit 0.
@@ -42,8 +43,8 @@ from llmscale.runtime.rundir import changed_message, plan_hosts, prepare_run
 from llmscale.runtime.runlock import Holder, RunLock
 from llmscale.runtime.watch import HangWatch, attribute
 
-BACKOFF_BASE_S = 0.5
-BACKOFF_MAX_S = 8.0
+BACKOFF_MAX_FACTOR = 16
+"""The backoff doubles up to 16 × restart.backoff_s (8 s at the default 0.5 s)."""
 BAD_INPUT_EXIT = 2
 """A rank that exits 2 refused its input (entry.run: a LlmscaleError): the job stops, the next attempt would too."""
 ENV_PARENT = "LLMSCALE_PARENT_PID"
@@ -233,7 +234,7 @@ def _loop(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, say: Call
         if stop is not None:
             return stop
         if st.without_progress:
-            time.sleep(min(BACKOFF_BASE_S * 2 ** (st.without_progress - 1), BACKOFF_MAX_S))
+            time.sleep(restart.backoff_s * min(2 ** (st.without_progress - 1), BACKOFF_MAX_FACTOR))
         st.attempt += 1
 
 
