@@ -58,7 +58,11 @@ class RunLock:
         """Why the file system refused the lock (then it is not enforced)."""
 
     def acquire(self) -> Holder | None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise LlmscaleError(f"run_dir = {str(self.path.parent)!r}: cannot open {LOCK_FILE} "
+                                f"({exc.strerror or exc})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -23,8 +23,10 @@ import os
 import shutil
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -256,8 +258,11 @@ def _relaunch(run_dir: Path, previous: Holder | None, say: Callable[[str], None]
     if previous is not None and paths.config_sha256.is_file():
         from llmscale.runtime.config import load_config
 
-        world = load_config(paths.config).layout.dp if paths.config.is_file() else 1
-        sha = paths.config_sha256.read_text(encoding="ascii").strip()
+        try:
+            world = load_config(paths.config).layout.dp
+            sha = paths.config_sha256.read_text(encoding="ascii").strip()
+        except (LlmscaleError, OSError, UnicodeDecodeError):  # the dead launcher's config, unreadable: ranks unknown
+            world, sha = 1, "unknown"
         event = journal_death(paths, world, sha, previous, orphans)
         say(f"launch: the previous launcher ({previous.describe()}) died without stopping its job"
             + (f" (attempt {event.attempt} journaled as a launcher fault)" if event else "")
@@ -310,7 +315,7 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
         say(f"launch: warning: no lock on {lock.path} ({lock.unsupported}): one launcher per run directory is not "
             "enforced on this file system")
     try:
-        with interruptible():
+        with interruptible() if threading.current_thread() is threading.main_thread() else nullcontext():
             become_subreaper()
             _relaunch(run_dir, previous, say)
             paths, st, nproc = _prepare(req, run_dir, say)
