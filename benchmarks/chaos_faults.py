@@ -52,8 +52,10 @@ class Fault:
 def plan(rng: random.Random, count: int, every: int, memory: bool,
          kinds: tuple[str, ...] = KINDS) -> tuple[list[Fault], int]:
     """`count` faults of `kinds` at increasing save steps (each attempt makes progress past the last) and the run's
-    total steps. The commit phases hit rank 0, the rank that commits. After a writer fault the next fault waits two
-    more save intervals: the stopped writer's save fails only at save_timeout_s, when the next save waits for it.
+    total steps. The commit phases hit rank 0, the rank that commits. Faults are two save intervals apart: a commit
+    phase fires when the save is committed, a few steps after it, and the memory tier may resume the next attempt
+    right there, past a fault planned one interval later. After a writer fault the next waits two intervals more:
+    the stopped writer's save fails only at save_timeout_s, when the next save waits for it.
     The first faults of a run take the kinds in turn (every kind in every run that has room for it), the rest are
     drawn at random."""
     usable = [k for k in kinds if memory or k not in MEMORY_ONLY]
@@ -62,7 +64,7 @@ def plan(rng: random.Random, count: int, every: int, memory: bool,
     for i in range(count):
         kind = order[i] if i < len(order) else rng.choice(usable)
         rank = 0 if kind in ("after_files", "after_manifest") else rng.randrange(2)
-        step += every
+        step += 2 * every
         fault = Fault(kind, step, rank, attempt)
         out.append(fault)
         attempt += fault.attempt_ends
