@@ -27,6 +27,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class Run:
     launches: int = 0
     orphans: list[int] = field(default_factory=list)
     stopped: list[int] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
 
     def launch(self) -> subprocess.Popen[str]:
         self.launches += 1
@@ -108,17 +110,24 @@ def _launcher_fault(run: Run, f: cf.Fault) -> None:
 
 
 def _double_launch(run: Run, f: cf.Fault) -> None:
-    """A second launch on the run directory while the first trains: it must be refused, naming the first."""
+    """A second launch on the run directory while the first trains: it must be refused, naming the first. Checked
+    in a thread, so that the driver's next fault is not delivered late (and past the steps the plan counts on)."""
     assert run.proc is not None
     lh.wait_beat(run.run_dir, f.rank, f.attempt, f.step, run.proc)
-    second = lh.start_launch(run.cfg, run.run_dir, lh.EXAMPLE, log=run.log.with_suffix(".second.log"))
-    try:
-        code = second.wait(timeout=120)
-    finally:
-        lh.reap_all(second)
-    said = run.log.with_suffix(".second.log").read_text()
-    run.record({"phase": f.kind, "step": f.step, "rank": f.rank, "attempt": f.attempt, "exit_code": code,
-                "refused": code == 2 and f"pid {run.proc.pid}" in said})
+    log, holder = run.log.with_suffix(".second.log"), run.proc.pid
+    second = lh.start_launch(run.cfg, run.run_dir, lh.EXAMPLE, log=log)
+
+    def settle() -> None:
+        try:
+            code = second.wait(timeout=120)
+        finally:
+            lh.reap_all(second)
+        run.record({"phase": f.kind, "step": f.step, "rank": f.rank, "attempt": f.attempt, "exit_code": code,
+                    "refused": code == 2 and f"pid {holder}" in log.read_text()})
+
+    thread = threading.Thread(target=settle, daemon=True)
+    thread.start()
+    run.threads.append(thread)
 
 
 def _rank_fault(run: Run, f: cf.Fault) -> None:
@@ -149,6 +158,8 @@ def drive(out: Path, index: int, faults: list[cf.Fault], total: int, memory: int
                 break
         assert run.proc is not None
         run.proc.wait(timeout=1800)
+        for thread in run.threads:
+            thread.join(timeout=150)
     finally:
         for pid in run.stopped:  # a stopped rank the supervisor did not kill: continue it, then kill it (by pid)
             for sig in (signal.SIGCONT, signal.SIGKILL):

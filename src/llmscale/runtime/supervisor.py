@@ -244,6 +244,7 @@ def _interrupted(paths: RunPaths, st: _State, nproc: int, exc: Interrupted) -> L
     """Journal a stop signal: the attempt it cut (a `launcher` fault) and the stop (interrupt.py)."""
     if st.running:
         st.attempts_run += 1
+        reconcile(paths, st.checkpoints, nproc, st.cfg_sha, st.attempt)  # commits the stopped trainers did not journal
         jr.append(paths.root, _event(st, jr.EventKind.FAULT, step=steps_by_attempt(paths, nproc).get(st.attempt),
                                      pid=os.getpid(), host=socket.gethostname(), signal=exc.name,
                                      cause=jr.Cause.LAUNCHER, message=f"llmscale launch got {exc.name}: the "

@@ -81,8 +81,9 @@ class HangWatch(threading.Thread):
     def _check(self, now: float) -> tuple[int, int | None, int | None, float | None] | None:
         """The hung rank, if any (module docstring). While any rank is in a slow phase within its deadline, its
         peers wait for it in a collective with training heartbeats: they get the phase deadline too — except a
-        stopped process (SIGSTOP), which never resumes by itself. Of the ranks past their deadline, a stopped
-        process first (its peers age alike), else the oldest heartbeat."""
+        stopped process (SIGSTOP), which never resumes by itself. Once any rank is past its deadline, a stopped
+        process is the one hung — even when its own heartbeat is younger (a peer that wrote its heartbeat first and
+        then waited for it in the collective ages past the deadline first) — else the oldest heartbeat."""
         beats = {}
         for rank in range(self.world):
             beat = read_heartbeat(self.paths, rank)
@@ -104,6 +105,10 @@ class HangWatch(threading.Thread):
                 late.append((not stopped, beat.time_unix, rank, beat.pid, beat.step))
         if not late:
             return None
+        stopped_ranks = [(b.time_unix, r, b.pid, b.step) for r, b in beats.items() if state_of(b.pid) in ("T", "t")]
+        if stopped_ranks:
+            when, rank, pid, step = min(stopped_ranks)
+            return rank, pid, step, when
         _, when, rank, pid, step = min(late)
         return rank, pid, step, when
 
