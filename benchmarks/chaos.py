@@ -91,7 +91,10 @@ def _orphans_after_death(run: Run) -> None:
 
 
 def _launcher_fault(run: Run, f: cf.Fault) -> None:
-    """SIGKILL or SIGTERM the launcher mid-attempt, damage the tiers for resave / mem_corrupt, relaunch."""
+    """SIGKILL or SIGTERM the launcher mid-attempt, damage the tiers for resave / mem_corrupt, relaunch. A double
+    launch still starting must meet the live launcher first: its check is waited for."""
+    for thread in run.threads:
+        thread.join(timeout=150)
     proc = run.proc
     assert proc is not None
     lh.wait_beat(run.run_dir, f.rank, f.attempt, f.step + 2 + random.Random(f.step).random(), proc)
