@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 
 from llmscale.runtime import journal as jr
 from llmscale.runtime.files import RunPaths, read_heartbeat
+from llmscale.runtime.reconcile import NOTE
 from tests.launch_helpers import reap_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,6 +267,11 @@ def test_sigint_stops_the_run_with_130_and_one_line(tmp_path: Path, procs: list[
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
         beats = [read_heartbeat(RunPaths(run), r) for r in (0, 1)]
+    # a storage save committed (its manifest written) by a trainer the stop signal cuts before its journal line
+    sha = (run / "config.sha256").read_text().strip()
+    cut = run / "checkpoints" / "step_00000003.saving-a0"
+    cut.mkdir(parents=True)
+    (cut / "manifest.json").write_text(json.dumps({"step": 3, "config_sha256": sha, "time_unix": time.time()}))
     os.kill(proc.pid, signal.SIGINT)   # what Ctrl-C sends the launcher (its ranks run in their own sessions)
     code, out, err = finish(proc, 60)
     assert code == 130, err[-3000:]
@@ -275,3 +281,8 @@ def test_sigint_stops_the_run_with_130_and_one_line(tmp_path: Path, procs: list[
     (fault,) = events(tmp_path, jr.EventKind.FAULT)
     assert (fault.attempt, fault.cause, fault.signal, fault.pid) == (0, jr.Cause.LAUNCHER, "SIGINT", proc.pid)
     assert events(tmp_path, jr.EventKind.STOP)[-1].reason.startswith("interrupted by SIGINT")  # type: ignore[union-attr]
+    # the cut commit is journaled by the stopped launcher, in its attempt, before the attempt's fault
+    journal = jr.read(run).events
+    (found,) = [e for e in journal if e.event is jr.EventKind.CHECKPOINT_SAVED and e.step == 3]
+    assert (found.attempt, found.tier, found.message) == (0, "storage", NOTE)
+    assert journal.index(found) < journal.index(fault)
