@@ -12,9 +12,9 @@ per attempt (watch.py), a journal line for everything it does (journal.py), and 
 
 Workers get LLMSCALE_RUN_DIR, LLMSCALE_ATTEMPT and LLMSCALE_CONFIG (the run dir's copy of the config) besides the
 agent's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...). At the end the supervisor kills and reaps any process
-left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>). After a failed attempt
-(and before the first of a resumed launch) it journals the commits a killed trainer did not (reconcile.py); a fresh
-run directory starts without a leftover memory tier.
+left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>). After a failed attempt,
+after a stop signal and before the first attempt of a resumed launch it journals the commits a killed trainer did not
+(reconcile.py); a fresh run directory starts without a leftover memory tier.
 """
 
 from __future__ import annotations
