@@ -1,7 +1,7 @@
 """Measured vs predicted goodput of the example GPT under `llmscale launch`, with failures injected as a Poisson
 process over wall time — restarts included — at two rates.
 
-    PYTHONPATH=src python benchmarks/goodput_measured.py --mtbf-s 20 40 --steps 7000 18000 --out /tmp/goodput
+    PYTHONPATH=src python benchmarks/goodput_measured.py --mtbf-s 20 40 --steps 21000 48000 --out /tmp/goodput
 
 Injector: arrivals at rate 1 / MTBF over the whole run; each SIGKILLs a trainer process of the attempt running at
 that moment — training, or still starting, rendezvousing or restoring (a failure that strikes a restart, which the
@@ -25,6 +25,7 @@ Beside it: the prediction with the injected λ, and montecarlo.simulate over the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -32,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
@@ -42,11 +43,13 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from llmscale.reliability.intervals import segment_efficiency  # noqa: E402
 from llmscale.reliability.montecarlo import SimulationInputs, simulate  # noqa: E402
-from llmscale.runtime.files import RunPaths, read_lines  # noqa: E402
+from llmscale.runtime.files import RunPaths, append_line, read_lines  # noqa: E402
 from llmscale.runtime.procs import descendants  # noqa: E402
 from tests.launch_helpers import EXAMPLE, example_config, reap_all, reap_run, start_launch  # noqa: E402
 
 MEMORY_EVERY, STORAGE_EVERY = 10, 100
+KILLS = "goodput_kills.jsonl"
+"""Each delivered kill (time_unix, attempt, pid), in the run directory: `--measure-only` reads them back."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ def inject(run_dir: Path, proc: subprocess.Popen[str], mtbf_s: float, rng: rando
             try:
                 os.kill(pid, signal.SIGKILL)
                 kills.append(Kill(time.time(), attempt, pid))
+                append_line(run_dir / KILLS, json.dumps(asdict(kills[-1])))
             except ProcessLookupError:
                 pass
         next_at = time.time() + rng.expovariate(1.0 / mtbf_s)
@@ -134,15 +138,18 @@ def _config(out: Path, mtbf: float, steps: int) -> Path:
     return cfg
 
 
-def run_rate(out: Path, mtbf: float, steps: int, seed: int) -> tuple[dict[str, float], float, float, dict]:
+def run_rate(out: Path, mtbf: float, steps: int, seed: int,
+             measure_only: bool = False) -> tuple[dict[str, float], float, float, dict]:
     run_dir = out / f"mtbf{mtbf:g}"
-    print(f"# injected MTBF {mtbf:g} s, {steps} steps", flush=True)
-    proc = start_launch(_config(out, mtbf, steps), run_dir, EXAMPLE, log=out / f"mtbf{mtbf:g}.log")
-    try:
-        kills = inject(run_dir, proc, mtbf, random.Random(seed))
-    finally:
-        reap_all(proc)
-        reap_run(run_dir)
+    if not measure_only:
+        print(f"# injected MTBF {mtbf:g} s, {steps} steps", flush=True)
+        proc = start_launch(_config(out, mtbf, steps), run_dir, EXAMPLE, log=out / f"mtbf{mtbf:g}.log")
+        try:
+            inject(run_dir, proc, mtbf, random.Random(seed))
+        finally:
+            reap_all(proc)
+            reap_run(run_dir)
+    kills = [Kill(**row) for row in read_lines(run_dir / KILLS).rows]
     m = measure(run_dir, kills)
     tau_s = MEMORY_EVERY * m["step_s"]
     predict = float(segment_efficiency(m["lambda"], 0.0, tau_s, m["c_s"], 1, m["r_s"], m["r_s"]))
@@ -155,12 +162,13 @@ def run_rate(out: Path, mtbf: float, steps: int, seed: int) -> tuple[dict[str, f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mtbf-s", type=float, nargs="+", default=[20.0, 40.0])
-    ap.add_argument("--steps", type=int, nargs="+", default=[7000, 18000], help="total steps, one per MTBF")
+    ap.add_argument("--steps", type=int, nargs="+", default=[21000, 48000], help="total steps, one per MTBF")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/llmscale-goodput"))
+    ap.add_argument("--measure-only", action="store_true", help="read the runs already in --out, run nothing")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = [(mtbf, *run_rate(args.out, mtbf, steps, args.seed + i))
+    rows = [(mtbf, *run_rate(args.out, mtbf, steps, args.seed + i, args.measure_only))
             for i, (mtbf, steps) in enumerate(zip(args.mtbf_s, args.steps, strict=True))]
     print("# goodput = productive step time / wall time; predicted = reliability.intervals.segment_efficiency with the "
           "run's own λ (failures / wall), τ, C and R; [inj]: with the injected λ; MC: montecarlo.simulate, 4000 trials")
