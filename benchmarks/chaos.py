@@ -1,17 +1,18 @@
-"""Randomized kills of the example GPT under `llmscale launch`: the chaos table and the recovery times.
+"""Randomized faults of every kind the runtime must survive, on the example GPT under `llmscale launch`: the chaos
+table, the recovery times, and the verdict on each run.
 
-    PYTHONPATH=src python benchmarks/chaos.py --runs 10 --kills 10 --seed 0 --out /tmp/chaos
+    PYTHONPATH=src python benchmarks/chaos.py --runs 10 --faults 11 --seed 0 --out /tmp/chaos
 
-Each run gets `--kills` faults, one per attempt at a random rank: SIGKILL inside a storage save (save_start,
-save_writing, after_files, after_manifest: runtime/chaos.py's hook points), SIGKILL from outside at a random
-moment of a step (compute), SIGSTOP from outside (hang: the heartbeat watch must kill the attempt), or the
-checkpoint writer killed (kill_writer: the save in flight fails, training goes on, the next save starts fresh
-writers). Then a corrupt shard and a full disk (a 1600 KiB tmpfs) under `launch`. Odd runs use the memory tier
-every 2 steps, even runs storage only. Every run is checked against one
-uninterrupted run with the same seed (runtime/verify.py): no committed checkpoint lost, no resume from a partial
-one, every step's loss bitwise equal. Prints the table, the blocking time per save (storage, memory), the restore
-time per tier, and the time from kill to training again (detect + restart + load + first step), from the journal,
-the step logs and the kill times the hooks record (chaos_kills.jsonl; the driver's own for compute kills).
+Each run gets `--faults` faults of the kinds in benchmarks/chaos_faults.py — SIGKILL of a rank inside each phase of a
+storage save, of a rank mid-step, SIGSTOP of a rank (a hang), SIGKILL and SIGSTOP of a checkpoint writer, SIGKILL and
+SIGTERM of the launcher (then a relaunch), a second launch on the same run directory, a re-save after a resume fell
+back past a corrupt checkpoint, a corrupt memory snapshot — at increasing save steps, one per attempt for those that
+end one. Odd runs use the memory tier every 2 steps, even runs storage only. Then a corrupt shard and a full disk (a
+1600 KiB tmpfs) under `launch`. Every run is checked against one uninterrupted run with the same seed
+(runtime/verify.py): no committed checkpoint lost or unloadable, no resume from a partial one, every step's loss
+bitwise equal; every delivered fault journaled with its cause (chaos_faults.journaled); no process of the run
+directory left after a launcher died or after the run (orphans). Prints the table, the blocking time per save, the
+restore time per tier, and the time from a kill to training again (detect + restart + load + first step).
 """
 
 from __future__ import annotations
@@ -21,109 +22,193 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT), str(ROOT / "benchmarks")]
+
+import chaos_faults as cf  # noqa: E402
+from chaos_extra import corrupt_shard, full_disk, recovery  # noqa: E402
 
 from llmscale.runtime import journal as jr  # noqa: E402
-from llmscale.runtime.files import RunPaths, read_lines  # noqa: E402
-from llmscale.runtime.verify import losses, verify_run  # noqa: E402
-from tests.launch_helpers import EXAMPLE, example_config, reap_all, start_launch, wait_beat  # noqa: E402
+from llmscale.runtime.files import RunPaths, append_line, read_lines  # noqa: E402
+from llmscale.runtime.verify import Losses, losses, verify_run  # noqa: E402
+from tests import launch_helpers as lh  # noqa: E402
 
-SAVE_PHASES = ("save_start", "save_writing", "after_files", "after_manifest")
-PHASES = (*SAVE_PHASES, "compute", "kill_writer", "hang")
-EXTERNAL = ("compute", "hang")
-"""Delivered by this driver from outside: SIGKILL of the rank's pid, or SIGSTOP (a hang the heartbeat must catch)."""
 EVERY = 5
 
 
-def plan(rng: random.Random, kills: int) -> list[tuple[str, int, int]]:
-    """(phase, step, rank) per fault, at increasing save steps (each attempt makes progress past the last); the
-    commit phases on rank 0, the rank that commits."""
-    out = []
-    for i in range(kills):
-        phase = rng.choice(PHASES)
-        rank = 0 if phase in ("after_files", "after_manifest") else rng.randrange(2)  # rank 0 commits
-        out.append((phase, EVERY * (i + 2), rank))
-    return out
-
-
 def write_config(path: Path, total: int, memory: int, attempts: int, ckdir: str = "") -> Path:
-    return example_config(path, "chaos-bench", total, d_model=32, seq_len=32, micro_batch=4, seed=7,
+    return lh.example_config(path, "chaos-bench", total, d_model=32, seq_len=32, micro_batch=4, seed=7,
                           memory_every=memory, storage_every=EVERY, warmup_steps=5, max_attempts=attempts,
-                          without_progress=3, heartbeat_timeout_s=5, save_timeout_s=30, checkpoint_dir=ckdir or None)
+                          without_progress=3, heartbeat_timeout_s=5, save_timeout_s=8, checkpoint_dir=ckdir or None)
 
 
-def run_one(out: Path, index: int, faults: list[tuple[str, int, int]], total: int, memory: int) -> Path:
+@dataclass
+class Run:
+    """One chaos run being driven."""
+
+    index: int
+    run_dir: Path
+    cfg: Path
+    log: Path
+    chaos: str
+    proc: subprocess.Popen[str] | None = None
+    launches: int = 0
+    orphans: list[int] = field(default_factory=list)
+    stopped: list[int] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def launch(self) -> subprocess.Popen[str]:
+        self.launches += 1
+        self.proc = lh.start_launch(self.cfg, self.run_dir, lh.EXAMPLE, env={"LLMSCALE_CHAOS": self.chaos},
+                                 log=self.log.with_suffix(f".{self.launches}.log"))
+        return self.proc
+
+    def record(self, row: dict[str, object]) -> None:
+        append_line(self.run_dir / "chaos_kills.jsonl", json.dumps({**row, "time_unix": time.time()}))
+
+
+def _orphans_after_death(run: Run) -> None:
+    """Processes of the run directory still alive 5 s after its launcher died (each rank and writer must die with
+    it); any found are counted, then killed (they were started by the launcher this driver started)."""
+    deadline = time.monotonic() + 5
+    left = lh.run_processes(run.run_dir)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = lh.run_processes(run.run_dir)
+    run.orphans += left
+    lh.reap_run(run.run_dir)
+
+
+def _launcher_fault(run: Run, f: cf.Fault) -> None:
+    """SIGKILL or SIGTERM the launcher mid-attempt, damage the tiers for resave / mem_corrupt, relaunch. A double
+    launch still starting must meet the live launcher first: its check is waited for."""
+    for thread in run.threads:
+        thread.join(timeout=150)
+    proc = run.proc
+    assert proc is not None
+    lh.wait_beat(run.run_dir, f.rank, f.attempt, f.step + 2 + random.Random(f.step).random(), proc)
+    row = {"phase": f.kind, "step": f.step, "rank": f.rank, "attempt": f.attempt, "pid": proc.pid}
+    os.kill(proc.pid, signal.SIGTERM if f.kind == "launcher_term" else signal.SIGKILL)
+    row["exit_code"] = proc.wait(timeout=120)
+    _orphans_after_death(run)
+    paths = RunPaths(run.run_dir)
+    if f.kind == "resave":
+        shutil.rmtree(paths.memory_tier(), ignore_errors=True)  # a lost host: storage it is
+        row["corrupted_step"] = cf.corrupt_newest_storage(paths.checkpoints)
+    elif f.kind == "mem_corrupt":
+        row["corrupted_step"] = cf.corrupt_newest_snapshot(paths, f.rank)
+    run.record(row)
+    run.launch()
+
+
+def _double_launch(run: Run, f: cf.Fault) -> None:
+    """A second launch on the run directory while the first trains: it must be refused, naming the first. Checked
+    in a thread, so that the driver's next fault is not delivered late (and past the steps the plan counts on)."""
+    assert run.proc is not None
+    lh.wait_beat(run.run_dir, f.rank, f.attempt, f.step, run.proc)
+    log, holder = run.log.with_suffix(".second.log"), run.proc.pid
+    second = lh.start_launch(run.cfg, run.run_dir, lh.EXAMPLE, log=log)
+
+    def settle() -> None:
+        try:
+            code = second.wait(timeout=120)
+        finally:
+            lh.reap_all(second)
+        run.record({"phase": f.kind, "step": f.step, "rank": f.rank, "attempt": f.attempt, "exit_code": code,
+                    "refused": code == 2 and f"pid {holder}" in log.read_text()})
+
+    thread = threading.Thread(target=settle, daemon=True)
+    thread.start()
+    run.threads.append(thread)
+
+
+def _rank_fault(run: Run, f: cf.Fault) -> None:
+    assert run.proc is not None
+    beat = lh.wait_beat(run.run_dir, f.rank, f.attempt, f.step - 2 + random.Random(f.step).random() * 1.5, run.proc)
+    os.kill(beat.pid, signal.SIGKILL if f.kind == "compute" else signal.SIGSTOP)
+    run.stopped += [beat.pid] if f.kind == "hang" else []
+    run.record({"phase": f.kind, "step": beat.step, "rank": f.rank, "attempt": f.attempt, "pid": beat.pid})
+
+
+def drive(out: Path, index: int, faults: list[cf.Fault], total: int, memory: int) -> Run:
+    """Start the run, deliver every fault the driver delivers (the hooks fire by themselves), wait for the end."""
     run_dir = out / f"run{index:03d}"
     cfg = write_config(out / f"run{index:03d}.yaml", total, memory, len(faults) + 5)
-    attempt, hooks, external = 0, [], []
-    for phase, step, rank in faults:
-        if phase in EXTERNAL:
-            external.append((attempt, step - 2, rank, phase))
-        else:
-            hooks.append(f"{phase}:{step}:{rank}:{attempt}")
-        if phase != "kill_writer":
-            attempt += 1
-    proc = start_launch(cfg, run_dir, EXAMPLE, env={"LLMSCALE_CHAOS": ",".join(hooks)},
-                        log=out / f"run{index:03d}.log")
-    stopped: list[int] = []
+    run = Run(index, run_dir, cfg, out / f"run{index:03d}.log", cf.hooks(faults))
+    run.launch()
     try:
-        for a, step, rank, phase in external:
+        for f in faults:
             try:
-                beat = wait_beat(run_dir, rank, a, step + random.Random(step).random() * 1.5, proc)
+                if f.kind in cf.LAUNCHER:
+                    _launcher_fault(run, f)
+                elif f.kind == "double_launch":
+                    _double_launch(run, f)
+                elif f.kind in cf.RANK_EXTERNAL:
+                    _rank_fault(run, f)
             except AssertionError as exc:
-                print(f"# run {index}: {phase} not delivered: {exc}", flush=True)
+                print(f"# run {index}: {f.kind} not delivered: {exc}", flush=True)
                 break
-            os.kill(beat.pid, signal.SIGKILL if phase == "compute" else signal.SIGSTOP)
-            stopped += [beat.pid] if phase == "hang" else []
-            with open(run_dir / "chaos_kills.jsonl", "a") as f:
-                f.write(json.dumps({"phase": phase, "step": beat.step, "rank": rank, "attempt": a,
-                                    "time_unix": time.time()}) + "\n")
-        proc.wait(timeout=900)
+        assert run.proc is not None
+        run.proc.wait(timeout=1800)
+        for thread in run.threads:
+            thread.join(timeout=150)
     finally:
-        for pid in stopped:  # a stopped rank the supervisor did not kill: continue it, then kill it (by pid)
+        for pid in run.stopped:  # a stopped rank the supervisor did not kill: continue it, then kill it (by pid)
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-        reap_all(proc)
-    if proc.returncode != 0:
-        print(f"# run {index}: launch exited {proc.returncode}; see {out}/run{index:03d}.log", flush=True)
-    return run_dir
+        if run.proc is not None:
+            lh.reap_all(run.proc)
+        run.orphans += lh.run_processes(run_dir)
+        lh.reap_run(run_dir)
+    if run.proc is not None and run.proc.returncode != 0:
+        print(f"# run {index}: last launch exited {run.proc.returncode}; see {run.log}.*", flush=True)
+    return run
 
 
-def recovery(run_dir: Path) -> list[dict[str, float]]:
-    """Per kill that ended an attempt: detect, restart, load, first step, and the total kill → training again."""
-    events = jr.read(run_dir).events
-    kills = read_lines(run_dir / "chaos_kills.jsonl").rows
-    first_step: dict[int, float] = {}
-    for rank in (0, 1):
-        for row in read_lines(RunPaths(run_dir).steps(rank)).rows:
-            start = row["time_unix"] - row["step_s"]
-            a = row["attempt"]
-            first_step[a] = min(first_step.get(a, start), start)
-    out = []
-    for kill in kills:
-        if kill["phase"] == "kill_writer":
-            continue
-        a = kill["attempt"]
-        fault = next((e for e in events if e.event is jr.EventKind.FAULT and e.attempt == a), None)
-        restores = [e for e in events if e.event is jr.EventKind.RESTORE and e.attempt == a + 1]
-        if fault is None or a + 1 not in first_step:
-            continue
-        load = max((e.load_s or 0.0) for e in restores) if restores else 0.0
-        began = (max(e.time_unix for e in restores) - load) if restores else first_step[a + 1]
-        out.append({"detect_s": fault.time_unix - kill["time_unix"], "restart_s": began - fault.time_unix,
-                    "load_s": load, "total_s": first_step[a + 1] - kill["time_unix"],
-                    "tier": 1.0 if restores and restores[0].tier == "memory" else 0.0})
-    return out
+@dataclass
+class Tally:
+    delivered: Counter[str] = field(default_factory=Counter)
+    unjournaled: list[str] = field(default_factory=list)
+    committed: int = 0
+    lost: int = 0
+    partial: int = 0
+    equal: int = 0
+    orphans: int = 0
+    recov: list[dict[str, float]] = field(default_factory=list)
+    blocking: dict[str, list[float]] = field(default_factory=lambda: {"storage": [], "memory": []})
+
+
+def check(run: Run, reference: Losses, total: int, t: Tally) -> bool:
+    rows = read_lines(run.run_dir / "chaos_kills.jsonl").rows
+    events = jr.read(run.run_dir).events
+    t.delivered.update(str(r["phase"]) for r in rows)
+    missing = [f"{r['phase']}@{r['step']} attempt {r['attempt']}" for r in rows if not cf.journaled(r, events)]
+    t.unjournaled += [f"run {run.index}: {m}" for m in missing]
+    v = verify_run(run.run_dir, reference, 2, total)
+    t.committed += len(v.committed)
+    t.lost += len(v.lost)
+    t.partial += len(v.partial_resumes)
+    t.equal += not v.curve_mismatches
+    t.orphans += len(run.orphans)
+    for problem in v.lost + v.partial_resumes + v.curve_mismatches[:3] + missing:
+        print(f"# run {run.index}: {problem}", flush=True)
+    t.recov += recovery(run.run_dir)
+    for e in events:
+        if e.event in (jr.EventKind.CHECKPOINT_SAVED, jr.EventKind.MEMORY_SNAPSHOT) and e.save_blocking_s:
+            t.blocking["memory" if e.event is jr.EventKind.MEMORY_SNAPSHOT else "storage"].append(e.save_blocking_s)
+    return v.ok and not missing and not run.orphans
 
 
 def _stats(values: list[float]) -> str:
@@ -133,108 +218,52 @@ def _stats(values: list[float]) -> str:
     return f"median {statistics.median(values):.3f} s  p90 {q[8]:.3f} s  max {max(values):.3f} s  (n={len(values)})"
 
 
-def _launch(cfg: Path, run_dir: Path, log: Path, chaos: str = "") -> int:
-    proc = start_launch(cfg, run_dir, EXAMPLE, env={"LLMSCALE_CHAOS": chaos}, log=log)
-    try:
-        proc.wait(timeout=900)
-    finally:
-        reap_all(proc)
-    return proc.returncode
-
-
-def corrupt_shard(out: Path, reference: dict[tuple[int, int], float], total: int) -> str:
-    """Killed at step 20's save with max_attempts 1 (the job stops: steps 10 and 15 committed), one byte of step
-    15's rank-0 shard flipped, relaunched: the resume must skip step 15 (SHA256 differs), load step 10, finish with
-    the reference curve."""
-    run_dir, cfg = out / "corrupt", write_config(out / "corrupt.yaml", total, 1000, 1)
-    first = _launch(cfg, run_dir, out / "corrupt.log", "save_start:20:0:0")
-    shard = run_dir / "checkpoints" / "step_00000015" / "__0_0.distcp"
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    shard.write_bytes(bytes(data))
-    second = _launch(cfg, run_dir, out / "corrupt2.log")
-    v = verify_run(run_dir, reference, 2, total, spared={15})
-    failed = [e for e in jr.read(run_dir).of_kind(jr.EventKind.CHECKPOINT_FAILED) if e.attempt == 1]
-    ok = first == 1 and second == 0 and v.ok and v.restores[-1][2] == 10 and any(
-        e.cause is jr.Cause.CHECKPOINT_IO and "SHA256" in (e.reason or "") for e in failed)
-    return (f"corrupt shard under launch: exits {first} then {second}, restores {v.restores}, journaled "
-            f"{[(e.cause.value if e.cause else None, (e.reason or '')[:60]) for e in failed[:1]]}, lost {v.lost}, "
-            f"curve mismatches {len(v.curve_mismatches)}: {'OK' if ok else 'FAILED'}")
-
-
-def full_disk(out: Path, reference: dict[tuple[int, int], float], total: int) -> str:
-    """The storage tier on a 1600 KiB tmpfs (two checkpoints of this model fit, ~630 KB each): later saves fail with
-    ENOSPC (checkpoint_failed), training goes on, the committed checkpoints stay intact, the curve is the
-    reference's."""
-    mount = out / "small"
-    mount.mkdir(exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1600k", "tmpfs", str(mount)], capture_output=True)
-    if mounted.returncode:
-        return "full disk under launch: not run (mounting a tmpfs is not permitted here)"
-    try:
-        run_dir, cfg = out / "fulldisk", write_config(out / "fulldisk.yaml", total, 1000, 3, str(mount))
-        code = _launch(cfg, run_dir, out / "fulldisk.log")
-        failed = jr.read(run_dir).of_kind(jr.EventKind.CHECKPOINT_FAILED)
-        v = verify_run(run_dir, reference, 2, total, keep=2)
-        kept = sorted(int(p.name[5:]) for p in mount.glob("step_*") if (p / "manifest.json").is_file())
-        enospc = sum("space" in (e.reason or "").lower() for e in failed)
-        ok = code == 0 and enospc > 0 and v.ok and len(kept) >= 1
-        return (f"full disk under launch: exit {code}, {len(failed)} checkpoint_failed ({enospc} no space), "
-                f"committed kept {kept}, lost {v.lost}, curve mismatches {len(v.curve_mismatches)}: "
-                f"{'OK' if ok else 'FAILED'}")
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
+def report(args: argparse.Namespace, t: Tally, total: int, started: float) -> None:
+    trials = sum(t.delivered.values())
+    print(f"# chaos: {args.runs} runs x {args.faults} faults, seed {args.seed}, {total} steps each, 2 ranks gloo CPU, "
+          f"{time.time() - started:.0f} s")
+    print(" ".join(f"{k:>14}" for k in ("delivered", *cf.KINDS)))
+    print(" ".join(f"{v:>14}" for v in (trials, *(t.delivered[k] for k in cf.KINDS))))
+    print(f"{'committed':>10} {'lost':>5} {'partial':>7} {'unjournaled':>11} {'orphans':>7} {'curves_equal':>12}")
+    print(f"{t.committed:>10} {t.lost:>5} {t.partial:>7} {len(t.unjournaled):>11} {t.orphans:>7} "
+          f"{f'{t.equal}/{args.runs}':>12}")
+    ok = t.lost == 0 and t.partial == 0 and t.equal == args.runs and not t.unjournaled and t.orphans == 0
+    print("result:", "OK" if ok else "FAILED")
+    print(f"save blocking, storage tier: {_stats(t.blocking['storage'])}")
+    print(f"save blocking, memory tier:  {_stats(t.blocking['memory'])}")
+    for tier, flag in (("memory", 1.0), ("storage", 0.0)):
+        rows = [r for r in t.recov if r["tier"] == flag]
+        print(f"restore ({tier} tier) load: {_stats([r['load_s'] for r in rows])}")
+        print(f"kill -> training again ({tier}): {_stats([r['total_s'] for r in rows])}")
+    for part in ("detect_s", "restart_s", "load_s"):
+        print(f"  {part[:-2]}: {_stats([r[part] for r in t.recov])}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--kills", type=int, default=10, help="faults per run")
+    ap.add_argument("--faults", type=int, default=11, help="faults per run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/llmscale-chaos"))
+    ap.add_argument("--no-extra", action="store_true", help="skip the corrupt-shard and full-disk cases")
+    ap.add_argument("--kinds", nargs="+", choices=cf.KINDS, default=list(cf.KINDS), help="the fault kinds drawn")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
-    total = EVERY * (args.kills + 3)
-    ref = run_one(args.out, 999, [], total, 1000)
-    reference = losses(ref, 2)
-    phases: Counter[str] = Counter()
-    committed = lost = partial = equal = 0
-    recov: list[dict[str, float]] = []
-    blocking: dict[str, list[float]] = {"storage": [], "memory": []}
-    started = time.time()
-    for i in range(args.runs):
-        faults = plan(rng, args.kills)
-        run_dir = run_one(args.out, i, faults, total, 2 if i % 2 else 1000)
-        phases.update(k["phase"] for k in read_lines(run_dir / "chaos_kills.jsonl").rows)  # delivered, not planned
-        v = verify_run(run_dir, reference, 2, total)
-        committed, lost, partial = committed + len(v.committed), lost + len(v.lost), partial + len(v.partial_resumes)
-        equal += not v.curve_mismatches
-        for problem in v.lost + v.partial_resumes + v.curve_mismatches[:3]:
-            print(f"# run {i}: {problem}", flush=True)
-        recov += recovery(run_dir)
-        for e in jr.read(run_dir).events:
-            if e.event in (jr.EventKind.CHECKPOINT_SAVED, jr.EventKind.MEMORY_SNAPSHOT) and e.save_blocking_s:
-                blocking["memory" if e.event is jr.EventKind.MEMORY_SNAPSHOT else "storage"].append(e.save_blocking_s)
-        print(f"# run {i}: {len(faults)} faults, verdict {'OK' if v.ok else 'FAILED'}", flush=True)
-    trials = sum(phases.values())
-    print(f"# chaos: {args.runs} runs x {args.kills} faults, seed {args.seed}, {total} steps each, 2 ranks gloo CPU, "
-          f"{time.time() - started:.0f} s")
-    print(f"{'trials':>7} " + " ".join(f"{p:>14}" for p in PHASES) + f" {'committed':>9} {'lost':>5} "
-          f"{'partial':>7} {'curves_equal':>12}")
-    print(f"{trials:>7} " + " ".join(f"{phases[p]:>14}" for p in PHASES) + f" {committed:>9} {lost:>5} "
-          f"{partial:>7} {f'{equal}/{args.runs}':>12}")
-    print("result:", "OK" if lost == 0 and partial == 0 and equal == args.runs else "FAILED")
-    print(f"save blocking, storage tier: {_stats(blocking['storage'])}")
-    print(f"save blocking, memory tier:  {_stats(blocking['memory'])}")
-    for tier, flag in (("memory", 1.0), ("storage", 0.0)):
-        rows = [r for r in recov if r["tier"] == flag]
-        print(f"restore ({tier} tier) load: {_stats([r['load_s'] for r in rows])}")
-        print(f"kill -> training again ({tier}): {_stats([r['total_s'] for r in rows])}")
-    for part in ("detect_s", "restart_s", "load_s"):
-        print(f"  {part[:-2]}: {_stats([r[part] for r in recov])}")
-    print(corrupt_shard(args.out, reference, total), flush=True)
-    print(full_disk(args.out, reference, total), flush=True)
+    plans = [cf.plan(rng, args.faults, EVERY, i % 2 == 1, tuple(args.kinds)) for i in range(args.runs)]
+    total = max(steps for _, steps in plans)  # one reference curve for every run
+    reference = losses(drive(args.out, 999, [], total, 1000).run_dir, 2)
+    t, started = Tally(), time.time()
+    for i, (faults, _) in enumerate(plans):
+        memory = 2 if i % 2 else 1000
+        run = drive(args.out, i, faults, total, memory)
+        verdict = check(run, reference, total, t)
+        print(f"# run {i}: {len(faults)} faults, {run.launches} launches, verdict {'OK' if verdict else 'FAILED'}",
+              flush=True)
+    report(args, t, total, started)
+    if not args.no_extra:
+        print(corrupt_shard(args.out, reference, total, write_config), flush=True)
+        print(full_disk(args.out, reference, total, write_config), flush=True)
 
 
 if __name__ == "__main__":

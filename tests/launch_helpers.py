@@ -79,3 +79,18 @@ def reap_all(proc: subprocess.Popen[str]) -> None:
                 os.kill(pid, sig)
     with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
         proc.communicate(timeout=30)
+
+
+def run_processes(run_dir: Path) -> list[int]:
+    """Live processes of this user started for `run_dir` by a launcher (LLMSCALE_RUN_DIR in their environment)."""
+    from llmscale.runtime.procs import processes_with_env
+
+    return processes_with_env("LLMSCALE_RUN_DIR", str(Path(run_dir).absolute()))
+
+
+def reap_run(run_dir: Path) -> list[int]:
+    """SIGKILL (by pid) what a launcher this test or benchmark started left of `run_dir` (a launcher killed by the
+    test cannot reap its own); the pids that would not die."""
+    from llmscale.runtime.procs import kill_and_wait
+
+    return kill_and_wait(run_processes(run_dir))

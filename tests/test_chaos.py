@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 
 from llmscale.runtime import journal as jr
 from llmscale.runtime.verify import Losses, losses, verify_run
-from tests.launch_helpers import EXAMPLE, example_config, reap_all, start_launch, wait_beat
+from tests.launch_helpers import EXAMPLE, example_config, reap_all, run_processes, start_launch, wait_beat
 
 TOTAL = 40
 def config(tmp: Path, memory: int) -> Path:
@@ -66,8 +66,10 @@ def test_kill_in_every_save_phase_the_writer_and_a_hang(tmp_path: Path, referenc
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     break
+        left = run_processes(run_dir)           # nothing of the run outlives its launcher
         reap_all(proc)
     assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-3000:]
+    assert left == []
     v = verify_run(run_dir, reference, 2, TOTAL)
     assert v.ok, (v.lost, v.partial_resumes, v.curve_mismatches[:5])
     faults = jr.read(run_dir).of_kind(jr.EventKind.FAULT)

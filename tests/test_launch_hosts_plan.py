@@ -82,3 +82,38 @@ def test_plans_refused_or_left_to_the_in_process_agent(tmp_path: Path) -> None:
     assert hostfile_of(str(one), None) == one
     with pytest.raises(LlmscaleError, match="names another hostfile"):
         hostfile_of(str(one), other)
+
+
+def test_a_nodes_process_dies_with_the_launcher() -> None:
+    # the launcher starts each node's command through DIE_WITH_LAUNCHER (multinode.run_nodes): here a stand-in
+    # launcher starts `sleep` that way and is SIGKILLed; the sleep must die with it
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from llmscale.runtime.multinode import DIE_WITH_LAUNCHER
+    from llmscale.runtime.procs import is_zombie
+
+    launcher = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {DIE_WITH_LAUNCHER!r}, str(os.getpid()), 'sleep', '60'])\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    node: int | None = None
+    try:
+        assert launcher.stdout is not None
+        node = int(launcher.stdout.readline())
+        deadline = time.monotonic() + 10
+        while "sleep" not in Path(f"/proc/{node}/cmdline").read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.02)  # exec'd into the node's command
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
+        while not is_zombie(node) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert is_zombie(node)
+    finally:
+        for pid in (launcher.pid, node):
+            if pid is not None and not is_zombie(pid):
+                os.kill(pid, signal.SIGKILL)
+        launcher.wait(timeout=10)

@@ -119,6 +119,19 @@ def test_summary_figures_worked_by_hand(tmp_path: Path) -> None:
     assert s.checkpoints_saved == 1 and s.stop_reason == "completed"
 
 
+def test_a_failure_that_strikes_the_restart_does_not_count_every_step_lost(tmp_path: Path) -> None:
+    # attempt 0 fails at step 678; attempt 1 is killed while starting (no restore: no step of its own); attempt 2
+    # restores step 670 from memory: incident 0 lost 8 steps (was 678: the whole run, "restored" from nothing)
+    ev = j.EventKind
+    for row in (j.Event(ev.FAULT, 0, "s", time_unix=10.0, step=678, cause=j.Cause.PROCESS_KILLED, detect_s=0.1),
+                j.Event(ev.FAULT, 1, "s", time_unix=20.0, steps_lost=0, cause=j.Cause.PROCESS_KILLED, detect_s=0.1),
+                j.Event(ev.RESTORE, 2, "s", time_unix=31.0, rank=0, tier="memory", restored_step=670, load_s=1.0)):
+        j.append(tmp_path, row)
+    first, second = summarize(j.read(tmp_path), 0.5).incidents
+    assert (first.steps_lost, first.restored_step, first.restart_s, first.lost_s) == (8, 670, None, None)
+    assert (second.steps_lost, second.restart_s, second.lost_s) == (0, pytest.approx(10.0), pytest.approx(11.1))
+
+
 def test_journal_cli_text_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from llmscale.cli.main import main
 

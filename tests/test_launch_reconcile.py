@@ -1,7 +1,8 @@
-"""The supervisor's journal reconciliation (runtime/reconcile.py) on files written by hand: a committed storage
-checkpoint and a memory snapshot every rank holds, which the trainer died before journaling, are journaled once;
-a snapshot only one rank holds, a manifest of another config and a directory without a manifest are not; a fresh
-run's leftover memory tier is removed."""
+"""The supervisor's journal reconciliation (runtime/reconcile.py) and a dead launcher's fault (relaunch.py), on files
+written by hand: a committed storage checkpoint and a memory snapshot every rank holds, which the trainer died before
+journaling, are journaled once; a snapshot only one rank holds, a manifest of another config and a directory without
+a manifest are not; a fresh run's leftover memory tier is removed; a dead launcher's fault goes to the attempt it
+was running, the next one when it died between attempts, none when it had stopped its job."""
 
 from __future__ import annotations
 
@@ -55,3 +56,18 @@ def test_a_fresh_run_removes_a_leftover_memory_tier(tmp_path: Path) -> None:
         assert not fresh_memory_tier(paths)
     finally:
         shutil.rmtree(paths.memory_tier(), ignore_errors=True)
+
+
+def test_a_dead_launchers_fault_goes_to_the_attempt_it_was_running(tmp_path: Path) -> None:
+    from llmscale.runtime.relaunch import Orphans, journal_death
+    from llmscale.runtime.runlock import Holder
+
+    paths, dead, none = RunPaths(tmp_path), Holder(4242, "h1", 1.0), Orphans((), ())
+    ev = jr.EventKind
+    jr.append(tmp_path, jr.Event(ev.ATTEMPT_START, 3, SHA, time_unix=10.0))
+    found = journal_death(paths, 2, SHA, dead, none)                     # died while attempt 3 ran
+    assert found is not None and (found.attempt, found.cause, found.pid, found.host) == (3, jr.Cause.LAUNCHER, 4242,
+                                                                                         "h1")
+    assert journal_death(paths, 2, SHA, dead, none).attempt == 4  # type: ignore[union-attr]  # after its fault: next
+    jr.append(tmp_path, jr.Event(ev.STOP, 4, SHA, reason="completed"))
+    assert journal_death(paths, 2, SHA, dead, none) is None              # it had stopped its job: no fault

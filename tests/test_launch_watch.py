@@ -71,3 +71,23 @@ def test_no_heartbeat_at_all_gets_the_phase_deadline(tmp_path: Path) -> None:
     assert watch._check(NOW) is None
     watch.started_unix = NOW - 101.0
     assert watch._check(NOW) == (0, None, None, None)
+
+
+def test_a_stopped_rank_is_the_hang_even_when_its_peer_is_late_first(tmp_path: Path) -> None:
+    # rank 1 wrote its heartbeat, then rank 0 its own and was stopped: rank 1 waits for it in the all-reduce and passes
+    # the training deadline first (11 s), while the stopped rank 0's heartbeat is 9.5 s old: rank 0 is the hang (the
+    # chaos benchmark found rank 1 blamed)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        watch = _watch(tmp_path, {0: (child.pid, 9.5, BeatPhase.TRAIN), 1: (os.getpid(), 11.0, BeatPhase.TRAIN)})
+        found = None
+        for _ in range(50):  # the kernel reports the stop asynchronously
+            found = watch._check(NOW)
+            if found is not None and found[0] == 0:
+                break
+            os.sched_yield()
+        assert found == (0, child.pid, 5, NOW - 9.5)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)

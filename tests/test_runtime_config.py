@@ -32,6 +32,9 @@ BASE: dict[str, Any] = {"name": "t"}
     ({"optimizer": {"lr": float("nan")}}, "optimizer.lr", "finite"),
     ({"seed": True}, "seed", "must be a number, not bool"),                       # true is not 1
     ({"precision": "fp8"}, "precision", "'fp32' or 'bf16'"),
+    ({"user": {"warmup": float("nan")}}, "user", "plain values only"),               # not JSON: not hashable
+    ({"user": ["a"]}, "user", "valid dictionary"),                                   # settings are a mapping
+    ({"data": {"resumable": "no"}}, "data.resumable", "valid boolean"),
 ])
 def test_a_bad_value_is_one_line_naming_field_value_and_rule(edit: dict[str, Any], field: str, allowed: str) -> None:
     with pytest.raises(SpecError) as info:
@@ -48,6 +51,15 @@ def test_hash_ignores_spelling_and_sees_every_value() -> None:
     assert config_sha256(implicit) == config_sha256(explicit)  # defaults written out or not: the same config
     changed = parse_config({"name": "t", "seed": 1235})
     assert config_sha256(changed) != config_sha256(implicit)
+    # the user's own settings: passed through as written and hashed; absent (or default data.resumable) they leave
+    # the hash of a config written before those keys existed unchanged (regression pin: this repository's hash of
+    # {"name": "t"} before them, computed with the parent commit's config_sha256)
+    user = parse_config({"name": "t", "user": {"layers": [4, 8], "note": None}})
+    assert user.user == {"layers": [4, 8], "note": None}
+    assert config_sha256(user) != config_sha256(implicit)
+    assert config_sha256(parse_config({"name": "t", "user": {"layers": [4, 9], "note": None}})) != config_sha256(user)
+    assert config_sha256(parse_config({"name": "t", "data": {"resumable": True}})) == config_sha256(implicit)
+    assert config_sha256(implicit).startswith("a4c5791e")
     assert len(config_sha256(implicit)) == 64
 
 

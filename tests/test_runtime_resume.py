@@ -1,8 +1,13 @@
 """The runtime's tiers end to end, with the example trainer in child processes this test starts (and kills by pid):
-a killed run resumes from the memory tier (its /dev/shm files outlive it) or, without them, from storage; a
-corrupt shard falls back to the older checkpoint; a partial step directory is never loaded; a full disk fails a save
-without losing the committed ones; and every resumed loss curve equals the uninterrupted one bit for bit (CPU,
-deterministic ops). One rank, and two ranks on gloo with torchrun's variables."""
+a killed run resumes from the memory tier (its /dev/shm files outlive it) — from the older snapshot when the newest
+is corrupt — or, without them, from storage (two ranks: both); a corrupt shard falls back to the older checkpoint
+and the re-save of its step never overwrites (the new commit loads, the corrupt one is quarantined, then cleaned); a
+partial step directory is never loaded; an unreadable manifest is journaled and moved away; a full disk fails a save
+without losing the committed ones; two ranks resume bitwise, and on one rank through DCP's resharding with the data
+position kept. Every resumed loss curve equals the uninterrupted one bit for bit (CPU, deterministic ops).
+
+The uninterrupted and killed runs are made once per module (one rank) and copied per test — with their memory tier
+when a test resumes from it (the tier's directory is named by the run directory's path)."""
 
 from __future__ import annotations
 
@@ -18,21 +23,22 @@ import pytest
 
 pytest.importorskip("torch")
 
+from llmscale.runtime.agent import free_port
 from llmscale.runtime.files import RunPaths
-from llmscale.runtime.storage import committed
+from llmscale.runtime.manifests import MANIFEST, QUARANTINE, committed, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"name": "tiny", "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "seq_len": 32},
         "schedule": {"warmup_steps": 2, "total_steps": 12}, "batch": {"micro_batch_size": 4, "global_batch_size": 8},
-        "checkpoint": {"memory_every_steps": 3, "storage_every_steps": 4}}
+        "checkpoint": {"memory_every_steps": 1, "storage_every_steps": 4}}
 KILL_AT = 10
+"""Killed after step 10's saves: memory snapshots 9 and 10 (every step, two kept), storage 4 and 8 committed."""
 
 
 def _config(tmp: Path, ranks: int = 1, **changes: Any) -> Path:
     cfg = json.loads(json.dumps(TINY))
     cfg.update(changes)
-    if ranks > 1:
-        cfg.update(layout={"dp": ranks}, nproc_per_node=ranks)
+    cfg.update(layout={"dp": ranks}, nproc_per_node=ranks)
     path = tmp / f"run{ranks}.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")
     return path
@@ -40,9 +46,8 @@ def _config(tmp: Path, ranks: int = 1, **changes: Any) -> Path:
 
 def _train(run_dir: Path, config: Path, ranks: int = 1, kill_at: int | None = None) -> list[int]:
     """Run the example on `ranks` processes (torchrun's variables on loopback); their exit codes."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MASTER_ADDR": "127.0.0.1"}
-    env["MASTER_PORT"] = str(20000 + (os.getpid() * 7 + len(str(run_dir))) % 20000)
-    for name in ("LLMSCALE_RUN_DIR", "LLMSCALE_CONFIG", "LLMSCALE_ATTEMPT"):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    for name in ("LLMSCALE_RUN_DIR", "LLMSCALE_CONFIG", "LLMSCALE_ATTEMPT", "LLMSCALE_PARENT_PID"):
         env.pop(name, None)
     cmd = [sys.executable, "-m", "llmscale.runtime.example.train", "--run-dir", str(run_dir), "--config", str(config)]
     cmd += ["--kill-at-step", str(kill_at)] if kill_at is not None else []
@@ -89,63 +94,78 @@ def _drop_memory(run_dir: Path) -> None:
     shutil.rmtree(RunPaths(run_dir).memory_tier(), ignore_errors=True)
 
 
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """An uninterrupted run and a run SIGKILLed after step KILL_AT, one rank."""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An uninterrupted run and a run SIGKILLed after step KILL_AT, one rank; the copies' memory tiers removed after."""
     tmp = tmp_path_factory.mktemp("rt")
     config = _config(tmp)
     base, killed = tmp / "base", tmp / "killed"
-    assert _train(base, config) == [0]
-    _drop_memory(base)
-    assert _train(killed, config, kill_at=KILL_AT) == [-9]
-    yield {"base": base, "killed": killed, "config": config, "tmp": tmp}
-    for run in (killed, tmp / "storage", tmp / "corrupt"):  # the resumed runs' memory tiers
-        _drop_memory(run)
+    copies: list[Path] = []
+    try:
+        assert _train(base, config) == [0]
+        assert _train(killed, config, kill_at=KILL_AT) == [-9]
+        yield {"base": base, "killed": killed, "config": config, "tmp": tmp, "copies": copies}
+    finally:
+        for run in (base, killed, *copies):
+            _drop_memory(run)
 
 
-def _copy(runs: dict[str, Path], name: str) -> Path:
-    """A copy of the killed run's directory: another path, so no memory tier (its run id differs)."""
+def _copy(runs: dict[str, Any], name: str, memory: bool) -> Path:
+    """A copy of the killed run's directory, with a copy of its memory tier or none."""
     target = runs["tmp"] / name
     shutil.copytree(runs["killed"], target)
+    runs["copies"].append(target)
+    if memory:
+        shutil.copytree(RunPaths(runs["killed"]).memory_tier(), RunPaths(target).memory_tier())
     return target
 
 
-def test_memory_tier_outlives_the_killed_trainer_and_resumes_bitwise(runs: dict[str, Path]) -> None:
-    killed = runs["killed"]
-    snapshots = sorted(RunPaths(killed).memory_tier(0).glob("step_*.pt"))
-    assert [p.name for p in snapshots] == ["step_00000006.pt", "step_00000009.pt"]  # every 3 steps, two kept
-    assert _train(killed, runs["config"]) == [0]
-    restore = _events(killed, "restore")[-1]
-    assert (restore["tier"], restore["restored_step"], restore["steps_lost"]) == ("memory", 9, KILL_AT - 9)
-    assert _losses(killed) == _losses(runs["base"])
-
-
-def test_storage_tier_resumes_bitwise_when_no_memory_tier(runs: dict[str, Path]) -> None:
-    run = _copy(runs, "storage")
-    newest = committed(RunPaths(run).checkpoints)
-    assert newest, "the killed run committed no storage checkpoint"
+def test_the_memory_tier_outlives_the_trainer_and_a_corrupt_newest_snapshot_falls_back_to_the_older(
+        runs: dict[str, Any]) -> None:
+    # snapshot 10 fails its hash; 9 is still newer than storage's 8: the resume takes it (it went to storage before)
+    run = _copy(runs, "memory_corrupt", memory=True)
+    manifests = sorted(p.name for p in RunPaths(run).memory_tier(0).glob("step_*.json"))
+    assert manifests == ["step_00000009.json", "step_00000010.json"]  # every step, two kept, after the SIGKILL
+    newest = json.loads((RunPaths(run).memory_tier(0) / "step_00000010.json").read_text())
+    _flip(RunPaths(run).memory_tier(0) / newest["data"])
     assert _train(run, runs["config"]) == [0]
     restore = _events(run, "restore")[-1]
-    assert (restore["tier"], restore["restored_step"]) == ("storage", newest[0][0])
+    assert (restore["tier"], restore["restored_step"], restore["steps_lost"]) == ("memory", 9, 1)
+    (failed,) = _events(run, "checkpoint_failed")
+    assert (failed["tier"], failed["step"]) == ("memory", 10) and "SHA256 differs" in failed["reason"]
     assert _losses(run) == _losses(runs["base"])
 
 
-def test_a_corrupt_shard_falls_back_to_the_older_checkpoint(runs: dict[str, Path]) -> None:
-    run = _copy(runs, "corrupt")
-    done = committed(RunPaths(run).checkpoints)
-    shard = next(p for p in sorted(done[0][1].iterdir()) if p.suffix == ".distcp")
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    shard.write_bytes(bytes(data))
-    partial = RunPaths(run).checkpoints / "step_00000011"  # newer, complete files, but no manifest: never loaded
-    shutil.copytree(done[0][1], partial)
-    (partial / "manifest.json").unlink()
+def test_a_corrupt_shard_falls_back_and_the_resave_never_overwrites(runs: dict[str, Any]) -> None:
+    run = _copy(runs, "corrupt", memory=False)
+    root = RunPaths(run).checkpoints
+    newest, older = committed(root)
+    _flip(next(p for p in sorted(newest.path.iterdir()) if p.suffix == ".distcp"))
+    partial = root / "step_00000011"  # newer, complete files, but no manifest: never loaded
+    shutil.copytree(newest.path, partial)
+    (partial / MANIFEST).unlink()
+    torn = root / "step_00000009"  # a manifest that does not parse: journaled, moved away, never loaded
+    shutil.copytree(older.path, torn)
+    (torn / MANIFEST).write_text('{"step": 9, "files": {', encoding="utf-8")
     assert _train(run, runs["config"]) == [0]
-    restore = _events(run, "restore")
-    older = done[1][0] if len(done) > 1 else None
-    assert (restore[-1]["restored_step"] if restore else None) == older
+    assert [e["restored_step"] for e in _events(run, "restore")] == [older.step]
     reasons = " ".join(e.get("reason", "") for e in _events(run, "checkpoint_failed"))
-    assert "SHA256 differs" in reasons and "step_00000011: partial save" in reasons
+    assert "step_00000008: __0_0.distcp: SHA256 differs from the manifest; moved to quarantine/" in reasons, reasons
+    assert "step_00000011: partial save (no manifest) removed" in reasons
+    assert "step_00000009: manifest.json unreadable" in reasons
+    # step 8 re-saved after the fallback: a fresh commit that loads (its manifest lists its own files only, never
+    # itself), the corrupt copy quarantined and deleted once the new one committed; nothing else left behind
+    kept = committed(root)
+    assert [c.step for c in kept] == [12, 8] and all(verify(c.path, c.manifest) == "" for c in kept)
+    assert MANIFEST not in kept[1].manifest["files"]
+    assert sorted(p.name for p in root.iterdir() if p.name != QUARANTINE) == ["step_00000008", "step_00000012"]
+    assert not any((root / QUARANTINE).glob("*"))
     assert _losses(run) == _losses(runs["base"])
 
 
@@ -157,6 +177,7 @@ def test_a_full_disk_fails_the_save_but_keeps_the_committed_checkpoint(tmp_path:
     try:
         # ~110 k parameters: a checkpoint (weights + two Adam moments, fp32) of ~1.3 MB; the second does not fit.
         config = _config(tmp_path, model={"n_layer": 2, "n_head": 2, "d_model": 64, "seq_len": 32},
+                         schedule={"warmup_steps": 2, "total_steps": 8},
                          checkpoint={"dir": str(mount), "memory_every_steps": 100, "storage_every_steps": 4})
         run = tmp_path / "run"
         assert _train(run, config) == [0]  # training went on
@@ -164,32 +185,40 @@ def test_a_full_disk_fails_the_save_but_keeps_the_committed_checkpoint(tmp_path:
         assert failed and all(e["cause"] == "checkpoint_io" for e in failed)
         # torch's writer reports the short write of a full disk as its own RuntimeError, inside DCP's exception
         assert all("CheckpointException" in e["reason"] for e in failed)
-        assert [e["step"] for e in failed] == [8, 12]
+        assert [e["step"] for e in failed] == [8]
         kept = committed(mount)
-        assert kept and kept[0][0] == 4
-        from llmscale.runtime.storage import verify
-
-        assert verify(kept[0][1], kept[0][2]) == ""
+        assert [c.step for c in kept] == [4] and verify(kept[0].path, kept[0].manifest) == ""
+        assert sorted(p.name for p in mount.iterdir()) == ["step_00000004"]  # the failed save's directory removed
     finally:
         subprocess.run(["umount", str(mount)], check=False)
         _drop_memory(tmp_path / "run")
 
 
-def test_two_ranks_resume_bitwise_from_memory_and_storage(tmp_path: Path) -> None:
+def test_two_ranks_resume_bitwise_and_on_one_rank_by_resharding(tmp_path: Path) -> None:
     config = _config(tmp_path, ranks=2)
-    base, killed = tmp_path / "base", tmp_path / "killed"
+    base, killed, storage, one = (tmp_path / n for n in ("base", "killed", "storage", "one"))
     try:
         assert _train(base, config, ranks=2) == [0, 0]
         assert -9 in _train(killed, config, ranks=2, kill_at=KILL_AT)
-        storage = tmp_path / "storage"
         shutil.copytree(killed, storage)
-        assert _train(killed, config, ranks=2) == [0, 0]
-        assert _train(storage, config, ranks=2) == [0, 0]
-        assert {e["tier"] for e in _events(killed, "restore")} == {"memory"}
-        assert {e["tier"] for e in _events(storage, "restore")} == {"storage"}
+        shutil.copytree(killed, one)
+        assert [c.step for c in committed(RunPaths(storage).checkpoints)] == [8, 4]
+        assert _train(killed, config, ranks=2) == [0, 0]     # its memory tier: snapshots 9 and 10 on both ranks
+        assert _train(storage, config, ranks=2) == [0, 0]    # a copy (another path): no memory tier, storage
+        for run, tier, step, lost in ((killed, "memory", KILL_AT, 0), (storage, "storage", 8, 2)):
+            got = {(e["rank"], e["tier"], e["restored_step"], e["steps_lost"]) for e in _events(run, "restore")}
+            assert got == {(0, tier, step, lost), (1, tier, step, lost)}, got
         for rank in (0, 1):
             assert _losses(killed, rank) == _losses(base, rank) == _losses(storage, rank)
         assert _losses(base, 0) != _losses(base, 1)  # the ranks saw different data
+        # dp 2 -> 1: the model and optimizer through DCP's resharding; the one rank draws both ranks' micro-batches
+        # (two accumulated), so its loss is the mean of the two ranks' losses up to float rounding
+        assert _train(one, _config(tmp_path, ranks=1)) == [0]
+        (restore,) = _events(one, "restore")
+        assert (restore["tier"], restore["restored_step"], restore["resharded_from"]) == ("storage", 8, 2)
+        got, b0, b1 = _losses(one), _losses(base, 0), _losses(base, 1)
+        for step in range(9, 13):
+            assert got[step] == pytest.approx((b0[step] + b1[step]) / 2, rel=1e-5), step
     finally:
-        for run in (base, killed, tmp_path / "storage"):
+        for run in (base, killed, storage, one):
             _drop_memory(run)

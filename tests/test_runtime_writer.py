@@ -1,7 +1,8 @@
 """The storage tier's checkpoint writer (runtime/storage.py) with the real DCP process-based async_save, in this
 process (a gloo group of one): the writer is DCP's spawned child, started before the first save; killing it fails
 the save in flight (its directory removed, the committed one kept) and the next save starts a fresh writer and
-commits. The writer processes are this test's children, stopped in a finally."""
+commits; a stopped (SIGSTOP) writer fails its save at the deadline and is killed, not left to hang the trainer's exit.
+The writer processes are this test's children, stopped in a finally."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from llmscale.runtime import storage  # noqa: E402
-from llmscale.runtime.storage import StorageTier, committed  # noqa: E402
+from llmscale.runtime import writer as storage  # noqa: E402
+from llmscale.runtime.manifests import committed  # noqa: E402
+from llmscale.runtime.procs import is_zombie  # noqa: E402
+from llmscale.runtime.storage import StorageTier  # noqa: E402
 
 
 @pytest.fixture
@@ -32,7 +35,7 @@ def group() -> Iterator[Any]:
     try:
         yield g
     finally:
-        storage._stop_writer()
+        storage.stop_writer()
         dist.destroy_process_group()
 
 
@@ -59,12 +62,20 @@ def test_the_writer_starts_before_the_first_save_and_a_killed_one_is_noticed(tmp
     failed = tier.poll(block=True)
     assert failed is not None and not failed.ok and failed.step == 2, failed
     assert tier.writer_lost
-    assert [step for step, _, _ in committed(tmp_path)] == [1]          # the committed checkpoint kept
-    assert not (tmp_path / "step_00000002").exists()                    # the failed one removed
+    assert [c.step for c in committed(tmp_path)] == [1]          # the committed checkpoint kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000001"]  # the failed one removed
 
     tier.save(3, {"w": torch.full((4,), 3.0)})                          # agrees the loss, starts a fresh writer
     fresh = storage.writer_pid()
     assert fresh is not None and fresh != pid
     third = tier.poll(block=True)
     assert third is not None and third.ok
-    assert [step for step, _, _ in committed(tmp_path)] == [3, 1]
+    assert [c.step for c in committed(tmp_path)] == [3, 1]
+
+    tier.save_timeout_s = 1.0                                           # the chaos suite's stop_writer: SIGSTOP
+    tier.save(4, {"w": torch.full((4,), 4.0)})
+    os.kill(fresh, signal.SIGSTOP)
+    stopped = tier.poll(block=True)
+    assert stopped is not None and not stopped.ok and "after 1 s" in stopped.reason, stopped
+    assert is_zombie(fresh)  # killed and reaped: a stopped writer left alive hangs the trainer's exit (was the case)
+    assert [c.step for c in committed(tmp_path)] == [3, 1]

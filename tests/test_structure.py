@@ -90,7 +90,8 @@ def _imports_torch(path: Path) -> bool:
 
 TORCH_PACKAGES = {"measure", "runtime"}
 """torch is an optional extra for measuring and running: only these packages may import it."""
-TORCH_FREE_RUNTIME = {"__init__.py", "config.py", "journal.py", "incidents.py", "files.py", "hosts.py"}
+TORCH_FREE_RUNTIME = {"__init__.py", "config.py", "journal.py", "incidents.py", "files.py", "hosts.py", "manifests.py",
+                      "entry.py", "runlock.py", "relaunch.py", "interrupt.py", "procs.py"}
 """The run-dir formats and the journal: read by the CLI and the monitor on machines without torch."""
 
 

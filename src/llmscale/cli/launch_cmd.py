@@ -3,7 +3,9 @@
 (runtime/supervisor.py) — torch's elastic agent (one torchrun per node across hosts, runtime/multinode.py), a fresh
 rendezvous per attempt, restarts on exits and hangs, the fault journal. `llmscale launch --example [--run-dir DIR]`
 runs the packaged example (llmscale/runtime/example/run.yaml and train.py of the installed package, so it works
-from any directory). torch is imported after `require_torch()`."""
+from any directory). One launcher per run directory (runtime/runlock.py); SIGINT, SIGTERM or SIGHUP stop the run with
+one line and exit 130 (runtime/interrupt.py). torch is imported by the first attempt, after the run directory's
+checks."""
 
 from __future__ import annotations
 
@@ -34,6 +36,28 @@ def _resolve(config: Path | None, train: list[str] | None, example: bool) -> tup
     return config, train
 
 
+def _checked(train: list[str], exclude_from: Path | None, hostfile: Path | None, node_exec: str) -> Path:
+    """The training script, once torch and every named file and the node exec template are there (one error line
+    each, before the run directory is touched). torch is imported by the first attempt, so a refused launch (the
+    lock, the config hash) stays quick."""
+    from importlib.util import find_spec
+
+    from llmscale.measure import INSTALL_HINT
+    from llmscale.runtime.nodes import parse_node_exec
+
+    if find_spec("torch") is None:
+        raise LlmscaleError(f"this command needs torch, which is not installed: {INSTALL_HINT}")
+    script = Path(train[0])
+    if not script.is_file():
+        raise LlmscaleError(f"TRAIN.py = {train[0]!r}: not a file (usage: llmscale launch RUN.yaml -- TRAIN.py ...)")
+    if exclude_from is not None and not exclude_from.is_file():
+        raise LlmscaleError(f"--exclude-from = {str(exclude_from)!r}: not a file")
+    parse_node_exec(node_exec)
+    if hostfile is not None and not hostfile.is_file():
+        raise LlmscaleError(f"--hostfile = {str(hostfile)!r}: not a file")
+    return script
+
+
 def launch(
     config: Annotated[Path | None, typer.Argument(help="the run YAML", show_default=False)] = None,
     train: Annotated[list[str] | None, typer.Argument(help="-- TRAIN.py [args...]: the training script and its "
@@ -60,25 +84,15 @@ def launch(
 ) -> None:
     """Launch a training run from one hashed config: restarts on exit or hang, resumes from the newest checkpoint,
     journals every fault (llmscale journal RUN_DIR)."""
-    from llmscale.measure import require_torch
-
-    config, train = _resolve(config, train, example)
-    require_torch()
-    from llmscale.runtime.config import load_config
+    from llmscale.runtime.interrupt import EXIT_CODE
     from llmscale.runtime.supervisor import LaunchRequest
     from llmscale.runtime.supervisor import launch as run_launch
 
-    script = Path(train[0])
-    if not script.is_file():
-        raise LlmscaleError(f"TRAIN.py = {train[0]!r}: not a file (usage: llmscale launch RUN.yaml -- TRAIN.py ...)")
-    if exclude_from is not None and not exclude_from.is_file():
-        raise LlmscaleError(f"--exclude-from = {str(exclude_from)!r}: not a file")
-    from llmscale.runtime.nodes import parse_node_exec
-
-    parse_node_exec(node_exec)  # a bad template is one error line before the run directory is touched
-    if hostfile is not None and not hostfile.is_file():
-        raise LlmscaleError(f"--hostfile = {str(hostfile)!r}: not a file")
+    config, train = _resolve(config, train, example)
+    script = _checked(train, exclude_from, hostfile, node_exec)
     if run_dir is None:
+        from llmscale.runtime.config import load_config
+
         run_dir = Path("runs") / load_config(config).name
     server: Callable[[Path, int], object] | None = None
     if metrics_port is not None:
@@ -91,6 +105,8 @@ def launch(
     outcome = run_launch(LaunchRequest(config, run_dir, script, tuple(train[1:]), allow_config_change, exclude_from,
                                        metrics_port, server, hostfile, node_exec),
                          say=typer.echo)
-    if not outcome.completed:
+    if outcome.exit_code == EXIT_CODE:
+        typer.echo(f"error: {outcome.reason}", err=True)
+    elif not outcome.completed:
         typer.echo(f"error: stopped after {outcome.attempts} attempt(s): {outcome.reason}", err=True)
     raise typer.Exit(outcome.exit_code)

@@ -17,6 +17,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+TORCH_SIGNALS = "SIGQUIT"
+"""The signals left to torch's agent (LaunchConfig.signals_to_handle): the stop signals are the supervisor's."""
+
 
 @dataclass(frozen=True)
 class RankFailure:
@@ -59,6 +62,7 @@ def run_attempt(script: Path, args: list[str], nproc: int, attempt: int, run_key
         min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"{run_key}-attempt{attempt}",
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_configs={"is_host": True},
         rdzv_timeout=rdzv_timeout_s, max_restarts=0, monitor_interval=0.05, local_addr="127.0.0.1",
+        signals_to_handle=TORCH_SIGNALS,  # SIGINT, SIGTERM, SIGHUP stay the supervisor's (interrupt.py)
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir), redirects=Std.NONE, tee=Std.NONE),
     )
     try:

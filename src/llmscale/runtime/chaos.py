@@ -7,9 +7,11 @@ a resumed attempt replays the same steps. Phases, in the order a storage save pa
   save_start      in `save`, before `async_save` returned (the staging copy, the writer's set-up)
   save_writing    right after `async_save` returned: the background process is writing
   after_files     rank 0's commit: every file written, before the manifest
-  after_manifest  rank 0's commit: manifest written, before `latest` moved
-  kill_writer     right after `async_save` returned: SIGKILL the checkpoint writer process (storage.writer_pid: DCP's
+  after_manifest  rank 0's commit: manifest written, before the directory is renamed to step_N/
+  kill_writer     right after `async_save` returned: SIGKILL the checkpoint writer process (writer.writer_pid: DCP's
                   spawned background process, started at session start), not the trainer
+  stop_writer     the same moment: SIGSTOP the writer (it never finishes; the save fails at save_timeout_s and the
+                  writer is killed: writer.stop_writer)
 
 Unset (the default), each call is one dictionary lookup. torch-free.
 """
@@ -36,6 +38,10 @@ class Phase(str, Enum):
     AFTER_FILES = "after_files"
     AFTER_MANIFEST = "after_manifest"
     KILL_WRITER = "kill_writer"
+    STOP_WRITER = "stop_writer"
+
+
+WRITER_PHASES = (Phase.KILL_WRITER, Phase.STOP_WRITER)
 
 
 def armed(phase: Phase, step: int, rank: int) -> bool:
@@ -56,17 +62,18 @@ def armed(phase: Phase, step: int, rank: int) -> bool:
 
 
 def point(phase: Phase, step: int, rank: int, writer_pid: int | None = None) -> None:
-    """SIGKILL this process (or, for KILL_WRITER, the writer `writer_pid`) when armed for this point."""
+    """SIGKILL this process (or, for KILL_WRITER / STOP_WRITER, SIGKILL / SIGSTOP the writer `writer_pid`) when armed
+    for this point."""
     if not armed(phase, step, rank):
         return
     run_dir = os.environ.get("LLMSCALE_RUN_DIR")
     if run_dir:  # when the kill happened, for the kill-to-training-again figure (benchmarks/chaos.py)
         line = json.dumps({"phase": phase.value, "step": step, "rank": rank, "time_unix": time.time(),
                            "attempt": int(os.environ.get("LLMSCALE_ATTEMPT", "0")),
-                           "pid": writer_pid if phase is Phase.KILL_WRITER else os.getpid()})
+                           "pid": writer_pid if phase in WRITER_PHASES else os.getpid()})
         append_line(Path(run_dir) / KILLS_FILE, line)
-    if phase is Phase.KILL_WRITER:
+    if phase in WRITER_PHASES:
         if writer_pid is not None:
-            os.kill(writer_pid, signal.SIGKILL)
+            os.kill(writer_pid, signal.SIGKILL if phase is Phase.KILL_WRITER else signal.SIGSTOP)
         return
     os.kill(os.getpid(), signal.SIGKILL)

@@ -15,6 +15,7 @@ model it planned for, the data-parallel degree and the micro/global batch of its
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,8 @@ from llmscale.io.files import read_document
 from llmscale.specs.base import FieldProblem, Spec
 from llmscale.specs.fingerprint import canonical_json
 
+MAX_USER_BYTES = 1 << 20
+"""The `user:` section's size limit as JSON (a settings block, not a data file)."""
 AUTO = "auto"
 """An interval chosen by the runtime from llmscale's two-tier goodput model after the first saves (session.py)."""
 
@@ -93,6 +96,9 @@ class BatchConfig(Spec):
 class DataConfig(Spec):
     path: str | None = Field(None, min_length=1, max_length=4096,
                              description="a UTF-8 text file; None = the corpus shipped in runtime/example/")
+    resumable: bool = Field(True, strict=True,
+                            description="the loader has state_dict()/load_state_dict() and a resume continues at its "
+                                        "position; false: a resume restarts the loader (other batches)")
 
 
 class CheckpointConfig(Spec):
@@ -127,6 +133,9 @@ class RestartConfig(Spec):
                                      description="restart time the 'auto' intervals assume before one is measured")
     memory_share_recoverable: float = Field(0.9, ge=0.0, le=1.0,
                                             description="share of interruptions the memory tier recovers")
+    backoff_s: float = Field(0.5, ge=0.0, le=3600.0,
+                             description="wait before the n-th consecutive attempt without progress: backoff_s × "
+                                         "2^(n−1), at most 16 × backoff_s")
 
 
 class RunConfig(Spec):
@@ -145,6 +154,20 @@ class RunConfig(Spec):
     restart: RestartConfig = Field(default_factory=RestartConfig)
     nproc_per_node: int = Field(1, ge=1, le=1024)
     hosts: str | None = Field(None, min_length=1, max_length=4096, description="a hostfile (runtime/hosts.py)")
+    user: dict[str, Any] | None = Field(None, description="the training script's own settings, passed to it "
+                                                          "untouched (RunConfig.user) and hashed with the rest")
+
+    @model_validator(mode="after")
+    def _user_is_plain(self) -> RunConfig:
+        if self.user is not None:
+            try:
+                canonical = json.dumps(self.user, sort_keys=True, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise FieldProblem("user", "…", "plain values only: mappings with text keys, lists, text, finite "
+                                   f"numbers, true/false, null ({exc})") from None
+            if len(canonical) > MAX_USER_BYTES:
+                raise FieldProblem("user", f"{len(canonical)} bytes", f"at most {MAX_USER_BYTES} bytes as JSON")
+        return self
 
     @model_validator(mode="after")
     def _layout_matches(self) -> RunConfig:
@@ -171,9 +194,22 @@ class RunConfig(Spec):
         return self.model
 
 
+ADDED_DEFAULTS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("user",), None), (("data", "resumable"), True), (("restart", "backoff_s"), 0.5))
+"""Keys added after run directories existed: hashed only when set away from their default, so those directories
+resume under the hash they were launched with."""
+
+
 def config_sha256(cfg: RunConfig) -> str:
-    """SHA256 (hex) of the canonical resolved config (module docstring)."""
-    return hashlib.sha256(canonical_json(cfg.model_dump(mode="json")).encode("ascii")).hexdigest()
+    """SHA256 (hex) of the canonical resolved config (module docstring; ADDED_DEFAULTS)."""
+    document = cfg.model_dump(mode="json")
+    for path, default in ADDED_DEFAULTS:
+        parent = document
+        for key in path[:-1]:
+            parent = parent[key]
+        if parent.get(path[-1]) == default and type(parent.get(path[-1])) is type(default):
+            del parent[path[-1]]
+    return hashlib.sha256(canonical_json(document).encode("ascii")).hexdigest()
 
 
 def parse_config(data: dict[str, Any], where: str = "run config") -> RunConfig:

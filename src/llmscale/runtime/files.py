@@ -226,3 +226,14 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
         while block := handle.read(chunk_bytes):
             digest.update(block)
     return digest.hexdigest()
+
+
+def steps_by_attempt(paths: RunPaths, world: int) -> dict[int, int]:
+    """The highest step completed in each attempt, over every rank's step log."""
+    best: dict[int, int] = {}
+    for rank in range(world):
+        for row in read_lines(paths.steps(rank)).rows:
+            a, s = row.get("attempt"), row.get("step")
+            if isinstance(a, int) and isinstance(s, int):
+                best[a] = max(best.get(a, -1), s)
+    return best

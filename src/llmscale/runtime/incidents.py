@@ -10,9 +10,10 @@ where detect_s is the fault event's (the rank's last sign of life — its heartb
 restart_s runs from the fault record to the start of the next attempt's restore (process start, imports,
 rendezvous, process groups: `restore.time_unix − load_s − fault.time_unix`), load_s is the slowest rank's restore,
 steps_lost = the last step reached before the fault − the restored step, and step_s the median step time of the run
-(from `steps/rank*.jsonl`). Measured MTBF = wall time of the journal (first to last event) / incidents — the
-figure reliability/ predicts as 1 / λ (Kokolis et al. arXiv:2410.21680 §3 measure it the same way on Meta's
-clusters).
+(from `steps/rank*.jsonl`). When the next attempt failed before it restored (a failure that struck the restart),
+the restored step is the first later attempt's, and restart and load are left to the incidents in between.
+Measured MTBF = wall time of the journal (first to last event) / incidents — the figure reliability/ predicts as
+1 / λ (Kokolis et al. arXiv:2410.21680 §3 measure it the same way on Meta's clusters).
 
 torch-free.
 """
@@ -93,18 +94,22 @@ def median_step_s(run_dir: Path) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _restore_after(events: tuple[Event, ...], attempt: int) -> Event | None:
-    """The slowest restore of the next attempt (None: it restored nothing, a fresh start)."""
-    nxt = [e for e in events if e.event is EventKind.RESTORE and e.attempt == attempt + 1]
-    return max(nxt, key=lambda e: e.load_s or 0.0) if nxt else None
+def _restore_after(events: tuple[Event, ...], attempt: int) -> tuple[Event | None, bool]:
+    """The slowest restore of the first later attempt that restored (None: none did, a fresh start), and whether
+    that attempt is the next one (else the restarts in between failed before restoring: their own incidents)."""
+    later = sorted({e.attempt for e in events if e.event is EventKind.RESTORE and e.attempt > attempt})
+    if not later:
+        return None, True
+    nxt = [e for e in events if e.event is EventKind.RESTORE and e.attempt == later[0]]
+    return max(nxt, key=lambda e: e.load_s or 0.0), later[0] == attempt + 1
 
 
 def _incident(fault: Event, events: tuple[Event, ...], step_s: float | None) -> Incident:
-    restore = _restore_after(events, fault.attempt)
-    load_s = restore.load_s if restore else None
+    restore, next_one = _restore_after(events, fault.attempt)
+    load_s = restore.load_s if restore and next_one else None
     restored = restore.restored_step if restore else None
     restart_s = None
-    if restore is not None:
+    if restore is not None and next_one:
         restart_s = max(0.0, restore.time_unix - (load_s or 0.0) - fault.time_unix)
     lost_steps = fault.steps_lost
     if lost_steps is None and fault.step is not None:

@@ -10,7 +10,7 @@ The cause classes follow the attribution of Llama 3's 54-day interruption table 
 Table 5: faulty GPU / HBM / software bug / network switch and cable / host maintenance ...) reduced to what a
 supervisor can tell apart from the outside, as NVIDIA's nvidia-resiliency-ext fault attribution does (heartbeat
 timeout → hang, process exit with a signal or a code): killed by a signal, exited non-zero, hung, checkpoint I/O,
-out of memory, network (a collective timeout or a reset connection), unknown.
+out of memory, network (a collective timeout or a reset connection), the launcher itself stopped or died, unknown.
 
 torch-free: the CLI reads journals on machines without torch.
 """
@@ -68,6 +68,9 @@ class Cause(str, Enum):
     """The kernel's OOM killer ended a rank (its cgroup's oom_kill count rose)."""
     NETWORK = "network"
     """A collective timed out or a connection was reset, with no rank found dead first."""
+    LAUNCHER = "launcher"
+    """`llmscale launch` itself stopped (SIGINT, SIGTERM, SIGHUP: `signal`) or died (SIGKILL, found by the next
+    launch: runtime/relaunch.py) while an attempt ran."""
     UNKNOWN = "unknown"
 
 

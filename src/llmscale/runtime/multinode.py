@@ -51,6 +51,19 @@ PASS_THROUGH = ("PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SO
 do not carry the caller's environment."""
 STOP_GRACE_S = 3.0
 POLL_S = 0.05
+DIE_WITH_LAUNCHER = """import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    os._exit(1)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    sys.stderr.write(f"cannot start {sys.argv[2]!r}: {exc}\\n")
+    os._exit(127)
+"""
+"""Run before each node's command, in its process (then exec'd): the kernel SIGKILLs it when the launcher dies, so a
+node's torchrun — and its ranks, which die with it (session.die_with_launcher) — never trains on unsupervised. Over
+ssh or srun this kills the local client; what runs remotely is left to ssh's and Slurm's own clean-up."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +124,9 @@ def plan_multinode(hosts: list[Host], exclusions: list[Exclusion], needed: int, 
 
 
 def node_env(host: str) -> dict[str, str]:
-    """LLMSCALE_* of this process (the supervisor set the attempt's), LLMSCALE_HOST = host, and PASS_THROUGH."""
-    env = {k: v for k, v in os.environ.items() if k.startswith("LLMSCALE_")}
+    """LLMSCALE_* of this process (the supervisor set the attempt's; not LLMSCALE_PARENT_PID: a node's ranks are
+    torchrun's children), LLMSCALE_HOST = host, and PASS_THROUGH."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("LLMSCALE_") and k != "LLMSCALE_PARENT_PID"}
     env.update({k: os.environ[k] for k in PASS_THROUGH if k in os.environ})
     env["LLMSCALE_HOST"] = host
     return env
@@ -214,7 +228,8 @@ def run_nodes(commands: list[NodeCommand], log_dir: Path, stopped: Callable[[], 
         for c, log in zip(commands, logs, strict=True):
             with open(log, "wb") as handle:
                 try:
-                    procs.append(subprocess.Popen(list(c.argv), stdin=subprocess.DEVNULL, stdout=handle,
+                    argv = [sys.executable, "-c", DIE_WITH_LAUNCHER, str(os.getpid()), *c.argv]
+                    procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle,
                                                   stderr=subprocess.STDOUT, start_new_session=True))
                 except OSError as exc:  # the template's program is missing: this attempt fails, said so
                     return NodesResult(AttemptResult(False, (), f"node {c.host}: cannot start {c.argv[0]!r}: {exc}"))

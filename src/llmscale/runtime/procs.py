@@ -116,3 +116,75 @@ def oom_kills() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+PR_SET_PDEATHSIG = 1
+"""linux/prctl.h: the signal this process gets when its parent thread exits (man 2 prctl)."""
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send `sig` to this process when the thread that forked it exits; False where the call is
+    unavailable. Kept across execve (not across a set-user-ID exec), cleared in a fork's child."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def ancestors(pid: int | None = None) -> set[int]:
+    """This process (or `pid`) and every process above it, from /proc's ppid fields."""
+    out, current = set(), os.getpid() if pid is None else pid
+    while current and current not in out:
+        out.add(current)
+        current = _parent_of(current) or 0
+    return out
+
+
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live processes of this user whose initial environment has `key=value` (/proc/PID/environ), except this
+    process and its ancestors; children listed before their parents where /proc says so."""
+    wanted = f"{key}={value}".encode()
+    mine = ancestors()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if wanted in environ.split(b"\0") and not is_zombie(int(entry)):
+            found.append(int(entry))
+    return sorted(found, reverse=True)
+
+
+def kill_and_wait(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    """SIGCONT + SIGKILL each pid, reap our own children among them, and wait until every one is gone (an orphan
+    is reaped by its new parent); the pids still there after `timeout_s` (in uninterruptible sleep)."""
+    for pid in pids:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+    reap(pids, timeout_s=0.5)
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in pids if not is_zombie(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if not is_zombie(p)]
+    return left
+
+
+def die_with_launcher() -> None:
+    """Under `llmscale launch` (LLMSCALE_RUN_DIR set): ask the kernel to SIGKILL this rank when its parent (the
+    launcher's in-process agent, or a node's torchrun) exits, so no rank trains on unsupervised; if that parent is
+    already gone (LLMSCALE_PARENT_PID, set when the launcher is the parent, no longer is), exit now."""
+    if "LLMSCALE_RUN_DIR" not in os.environ:
+        return
+    set_parent_death_signal()
+    expected = os.environ.get("LLMSCALE_PARENT_PID", "")
+    parent = os.getppid()
+    if parent == 1 or (expected.isdigit() and int(expected) != parent):
+        raise SystemExit(f"error: this rank's launcher (pid {expected or '?'}) is gone; not training unsupervised")

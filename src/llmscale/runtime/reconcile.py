@@ -21,6 +21,7 @@ from typing import Any
 
 from llmscale.runtime import journal as jr
 from llmscale.runtime.files import RunPaths
+from llmscale.runtime.manifests import committed
 
 NOTE = "committed on disk, not journaled by its trainer (killed after the commit): found by the supervisor"
 
@@ -34,12 +35,12 @@ def _manifest(path: Path) -> dict[str, Any] | None:
 
 
 def storage_commits(checkpoints: Path, sha: str) -> dict[int, float]:
-    """step → manifest time of every committed storage checkpoint of this config under `checkpoints`."""
-    out = {}
-    for path in checkpoints.glob("step_*/manifest.json"):
-        row = _manifest(path)
-        if row is not None and row.get("config_sha256") == sha:
-            out[int(row["step"])] = float(row.get("time_unix", 0.0))
+    """step → manifest time of every committed storage checkpoint of this config under `checkpoints` (whatever its
+    directory's name: manifests.py)."""
+    out: dict[int, float] = {}
+    for commit in committed(checkpoints):
+        if commit.manifest.get("config_sha256") == sha:
+            out.setdefault(commit.step, commit.time_unix)
     return out
 
 
@@ -50,7 +51,8 @@ def memory_commits(root: Path, world: int, sha: str) -> dict[int, float]:
         mine = {}
         for path in (root / f"rank{rank}").glob("step_*.json"):
             row = _manifest(path)
-            data = path.with_suffix(".pt")
+            name = row.get("data") if row is not None else None
+            data = path.with_name(name) if isinstance(name, str) and "/" not in name else path.with_suffix(".pt")
             try:
                 ok = row is not None and row.get("config_sha256") == sha and data.stat().st_size == row.get("bytes")
             except OSError:

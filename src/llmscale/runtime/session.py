@@ -14,9 +14,11 @@ yields 1 … total_steps, starting after the restored one. Time inside a step th
 code, reading the loss) is counted as compute, so the phases sum to the step time.
 
 Resume (`__enter__`): the memory tier when every rank holds a complete snapshot newer than the newest committed
-storage checkpoint (memtier.agree), else the storage tier (storage.StorageTier.load, which falls back to older
-checkpoints), else from scratch; a `restore` event records the tier, step, steps lost (the newest step in this
-rank's step records minus the restored one) and load time. All runtime collectives use a dedicated gloo group.
+storage checkpoint (the newest such step whose every copy verifies: restore.py), else the storage tier
+(storage.StorageTier.load, which falls back to older checkpoints and reshards to another world size), else from
+scratch; a `restore` event records the tier, step, steps lost (the last step in this rank's step records minus the
+restored one) and load time. The scheduler may be None; a loader needs state_dict()/load_state_dict() unless the
+config says `data.resumable: false`. All runtime collectives use a dedicated gloo group.
 
 Heartbeats carry the phase (files.BeatPhase): STARTUP while DCP's checkpoint writer process is started (before step
 1, so that no save pays for its spawn), RESTORE while a checkpoint loads, CHECKPOINT before a step's storage save
@@ -41,11 +43,14 @@ import torch.distributed as dist
 from llmscale.errors import LlmscaleError
 from llmscale.runtime import journal
 from llmscale.runtime.config import AUTO, RunConfig, config_sha256, load_config
+from llmscale.runtime.entry import record_error
 from llmscale.runtime.files import PHASES, BeatPhase, Heartbeat, RunPaths, StepRecord, append_step, write_heartbeat
 from llmscale.runtime.memtier import MemoryTier
+from llmscale.runtime.procs import die_with_launcher
 from llmscale.runtime.restore import Restorer
-from llmscale.runtime.storage import StorageTier, _stop_writer, start_writer
+from llmscale.runtime.storage import StorageTier
 from llmscale.runtime.tiers import TierState
+from llmscale.runtime.writer import start_writer, stop_writer
 
 ENV_RUN_DIR, ENV_ATTEMPT, ENV_CONFIG = "LLMSCALE_RUN_DIR", "LLMSCALE_ATTEMPT", "LLMSCALE_CONFIG"
 
@@ -61,7 +66,9 @@ class Context:
 
 def init_distributed(backend: str | None = None) -> Context:
     """Join (or start) the default process group: from torchrun's variables when set, else a group of one on
-    loopback. gloo on CPU (one intra-op thread per rank, deterministic), NCCL with the local rank's GPU."""
+    loopback. gloo on CPU (one intra-op thread per rank, deterministic), NCCL with the local rank's GPU. Under
+    `llmscale launch` the rank dies with its launcher (die_with_launcher)."""
+    die_with_launcher()
     env = os.environ
     local_rank = int(env.get("LOCAL_RANK", "0"))
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
@@ -83,12 +90,30 @@ def init_distributed(backend: str | None = None) -> Context:
     return Context(dist.get_rank(), dist.get_world_size(), local_rank, device, host)
 
 
+def current_config(path: Path | None = None) -> RunConfig:
+    """The run config of this launch (LLMSCALE_CONFIG, set by `llmscale launch`), else the file at `path`: a
+    script reads its own settings (`.user`) before it builds the model."""
+    given = os.environ.get(ENV_CONFIG)
+    if given is None and path is None:
+        raise LlmscaleError(f"no run config: set {ENV_CONFIG} (llmscale launch does) or pass its path")
+    return load_config(Path(given) if given else path)  # type: ignore[arg-type]
+
+
 class Session:
     """One rank's runtime for one attempt (module docstring)."""
 
     def __init__(self, model: Any, optimizer: Any, scheduler: Any, loader: Any, ctx: Context, run_dir: Path,
                  config: RunConfig, attempt: int = 0) -> None:
-        self.model, self.optimizer, self.scheduler, self.loader = model, optimizer, scheduler, loader
+        die_with_launcher()
+        resumable = config.data.resumable
+        if resumable and not (callable(getattr(loader, "state_dict", None))
+                              and callable(getattr(loader, "load_state_dict", None))):
+            raise LlmscaleError(f"loader: {type(loader).__name__} has no state_dict()/load_state_dict(), so a resumed "
+                                "run would draw other batches than an uninterrupted one; give it both (its position "
+                                "as a small dict: docs/runtime.md) or set data.resumable: false in the run config")
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.loader = loader if resumable else None
+        """The loader whose position is saved and restored; None with data.resumable false."""
         self.ctx, self.config, self.attempt = ctx, config, attempt
         self.paths = RunPaths(Path(run_dir))
         self.sha = config_sha256(config)
@@ -124,9 +149,9 @@ class Session:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.group = dist.new_group(backend="gloo")
         ck = self.config.checkpoint
-        storage = StorageTier(self.paths.storage_tier(ck.dir), self.ctx.rank,
-                              self.ctx.world_size, self.sha, ck.keep, ck.save_timeout_s, self.group)
-        memory = MemoryTier(self.paths.memory_tier(self.ctx.rank), self.sha)
+        storage = StorageTier(self.paths.storage_tier(ck.dir), self.ctx.rank, self.ctx.world_size, self.sha, ck.keep,
+                              ck.save_timeout_s, self.group, tag=f"a{self.attempt}")
+        memory = MemoryTier(self.paths.memory_tier(self.ctx.rank), self.sha, self.ctx.world_size)
         self.tiers = TierState(self.config, storage, memory, self.paths.root)
         self._beat(BeatPhase.STARTUP)
         start_writer(self.group)  # DCP's writer process, before step 1: no save pays for its spawn
@@ -136,6 +161,11 @@ class Session:
         self._beat()
         return self
 
+    @property
+    def user(self) -> dict[str, Any]:
+        """The run config's `user:` section, as written (empty when there is none)."""
+        return dict(self.config.user or {})
+
     def __exit__(self, *exc: object) -> None:
         assert self.tiers is not None
         if exc[0] is None:
@@ -144,7 +174,9 @@ class Session:
             self._report()
             self._beat()
         else:
-            _stop_writer()
+            if isinstance(exc[1], BaseException):
+                record_error(exc[1])
+            stop_writer()
         if self.group is not None:
             dist.destroy_process_group(self.group)
             self.group = None
@@ -186,6 +218,13 @@ class Session:
                                            phases, float(loss), int(tokens)))
         self._beat()
 
+    def wait_for_saves(self) -> None:
+        """Block until the storage save in flight (if any) has committed or failed, and journal it."""
+        assert self.tiers is not None
+        if self.tiers.storage.pending is not None:
+            self.tiers.storage.poll(block=True)
+        self._report()
+
     def _check_writer(self) -> None:
         """A finished or failed save, or a dead background writer, noticed at the start of a step."""
         assert self.tiers is not None
@@ -210,7 +249,8 @@ class Session:
         from llmscale.runtime import state
 
         return {"step": self.step, "model": self.model.state_dict(), "optim": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rank": state.capture(self.loader, self.ctx.device)}
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "rank": state.capture(self.loader, self.ctx.device)}
 
     def _storage_state(self) -> dict[str, Any]:
         from llmscale.runtime.restore import storage_state

@@ -4,16 +4,17 @@ per attempt (watch.py), a journal line for everything it does (journal.py), and 
 - every attempt starts fresh workers under a fresh rendezvous; the trainer's session resumes from the newest
   complete tier (memory snapshot if newer, else the newest committed storage checkpoint);
 - after a failed attempt the next starts at once if the failed one made progress (a step no earlier attempt had
-  reached), else after a backoff of 0.5 s × 2^(n−1), at most 8 s, for the n-th consecutive attempt without progress;
+  reached), else after a backoff of restart.backoff_s × 2^(n−1) (0.5 s, at most 8 s, by default) for the n-th
+  consecutive attempt without progress;
 - the job stops — `stop` journaled with the reason, exit status 1 — after `restart.max_attempts` attempts or
   `restart.max_attempts_without_progress` consecutive attempts with no new step; it completes (status 0) when one
   attempt's workers all exit 0.
 
 Workers get LLMSCALE_RUN_DIR, LLMSCALE_ATTEMPT and LLMSCALE_CONFIG (the run dir's copy of the config) besides the
 agent's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...). At the end the supervisor kills and reaps any process
-left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>). After a failed attempt
-(and before the first of a resumed launch) it journals the commits a killed trainer did not (reconcile.py); a fresh
-run directory starts without a leftover memory tier.
+left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>). After a failed attempt,
+after a stop signal and before the first attempt of a resumed launch it journals the commits a killed trainer did not
+(reconcile.py); a fresh run directory starts without a leftover memory tier.
 """
 
 from __future__ import annotations
@@ -22,23 +23,33 @@ import os
 import shutil
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmscale.errors import LlmscaleError
 from llmscale.runtime import journal as jr
+from llmscale.runtime.agent import AttemptResult
 from llmscale.runtime.config import RestartConfig
-from llmscale.runtime.files import RunPaths, read_lines
+from llmscale.runtime.files import RunPaths, steps_by_attempt
+from llmscale.runtime.interrupt import EXIT_CODE, Interrupted, interruptible, shielded
 from llmscale.runtime.multinode import NodesResult, describe, fresh_port, host_of, plan_extra, run_attempt_nodes
 from llmscale.runtime.nodes import NodePlan
 from llmscale.runtime.procs import become_subreaper, kill_descendants, oom_kills
 from llmscale.runtime.reconcile import fresh_memory_tier, reconcile
+from llmscale.runtime.relaunch import end_orphans, journal_death
 from llmscale.runtime.rundir import changed_message, plan_hosts, prepare_run
+from llmscale.runtime.runlock import Holder, RunLock
 from llmscale.runtime.watch import HangWatch, attribute
 
-BACKOFF_BASE_S = 0.5
-BACKOFF_MAX_S = 8.0
+BACKOFF_MAX_FACTOR = 16
+"""The backoff doubles up to 16 × restart.backoff_s (8 s at the default 0.5 s)."""
+BAD_INPUT_EXIT = 2
+"""A rank that exits 2 refused its input (entry.run: a LlmscaleError): the job stops, the next attempt would too."""
+ENV_PARENT = "LLMSCALE_PARENT_PID"
 
 
 @dataclass(frozen=True)
@@ -78,21 +89,12 @@ class _State:
     """Across hosts (runtime/multinode.py); None: one node, in-process."""
     checkpoints: Path = field(default_factory=Path)
     """The storage tier's directory (checkpoint.dir, else RUN_DIR/checkpoints)."""
+    running: bool = False
+    """An attempt's workers are up (a stop signal now cuts that attempt)."""
 
 
 def _event(st: _State, kind: jr.EventKind, **kw: object) -> jr.Event:
     return jr.Event(kind, st.attempt, st.cfg_sha, **kw)  # type: ignore[arg-type]
-
-
-def steps_by_attempt(paths: RunPaths, world: int) -> dict[int, int]:
-    """The highest step completed in each attempt, over every rank's step log."""
-    best: dict[int, int] = {}
-    for rank in range(world):
-        for row in read_lines(paths.steps(rank)).rows:
-            a, s = row.get("attempt"), row.get("step")
-            if isinstance(a, int) and isinstance(s, int):
-                best[a] = max(best.get(a, -1), s)
-    return best
 
 
 def _first_attempt(run_dir: Path) -> int:
@@ -136,17 +138,31 @@ def _checkpoint_failed(run_dir: Path, attempt: int) -> bool:
     return any(e.attempt == attempt for e in jr.read(run_dir).of_kind(jr.EventKind.CHECKPOINT_FAILED))
 
 
-def _set_env(req: LaunchRequest, paths: RunPaths, attempt: int) -> None:
+def _set_env(req: LaunchRequest, paths: RunPaths, st: _State) -> None:
     os.environ["LLMSCALE_RUN_DIR"] = str(paths.root)
-    os.environ["LLMSCALE_ATTEMPT"] = str(attempt)
+    os.environ["LLMSCALE_ATTEMPT"] = str(st.attempt)
     os.environ["LLMSCALE_CONFIG"] = str(paths.config)
+    if st.nodes is None:  # the in-process agent: this process is every rank's parent (session.die_with_launcher)
+        os.environ[ENV_PARENT] = str(os.getpid())
+    else:
+        os.environ.pop(ENV_PARENT, None)
+
+
+def _run(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, watch: HangWatch,
+         port: int | None) -> tuple[AttemptResult, NodesResult | None]:
+    from llmscale.runtime.agent import run_attempt
+
+    log_dir = paths.root / "logs" / f"attempt_{st.attempt}"
+    if st.nodes is None:
+        return run_attempt(req.script, list(req.args), nproc, st.attempt, paths.root.name or "run", log_dir), None
+    across = run_attempt_nodes(st.nodes, port or 0, req.script, req.args, st.attempt, paths.root.name or "run",
+                               log_dir, lambda: watch.found is not None)
+    return across.result, across
 
 
 def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, restart: RestartConfig) -> bool:
     """Run one attempt; journal its start and, if it failed, its fault. True when it completed."""
-    from llmscale.runtime.agent import run_attempt
-
-    _set_env(req, paths, st.attempt)
+    _set_env(req, paths, st)
     port = fresh_port() if st.nodes else None
     on = f" on {', '.join(st.nodes.hosts)}" if st.nodes else ""
     jr.append(paths.root, _event(st, jr.EventKind.ATTEMPT_START, message=f"{nproc} rank(s){on}",
@@ -154,18 +170,13 @@ def _one_attempt(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, re
     oom_before = oom_kills()
     watch = HangWatch(paths, nproc, st.attempt, restart.heartbeat_timeout_s, restart.phase_timeout_s)
     watch.start()
-    across: NodesResult | None = None
+    st.running = True
     try:
-        log_dir = paths.root / "logs" / f"attempt_{st.attempt}"
-        if st.nodes is None:
-            result = run_attempt(req.script, list(req.args), nproc, st.attempt, paths.root.name or "run", log_dir)
-        else:
-            across = run_attempt_nodes(st.nodes, port or 0, req.script, req.args, st.attempt,
-                                       paths.root.name or "run", log_dir, lambda: watch.found is not None)
-            result = across.result
+        result, across = _run(req, paths, st, nproc, watch, port)
     finally:
         watch.stop()
         kill_descendants()  # what the workers left behind (a checkpoint writer), by pid
+    st.running = False
     st.attempts_run += 1
     if not result.ok or watch.found is not None:  # commits a killed trainer did not journal (reconcile.py)
         reconcile(paths, st.checkpoints, nproc, st.cfg_sha, st.attempt)
@@ -197,6 +208,20 @@ def _stop(paths: RunPaths, st: _State, reason: str, code: int, completed: bool) 
     return LaunchOutcome(completed, st.attempts_run, reason, code)
 
 
+def _policy_stop(paths: RunPaths, st: _State, restart: RestartConfig, last: jr.Event) -> LaunchOutcome | None:
+    """The stop the restart policy calls for after a failed attempt, or None to go on."""
+    if last.cause is jr.Cause.PROCESS_EXIT and last.exit_code == BAD_INPUT_EXIT:
+        return _stop(paths, st, f"rank {last.rank} refused its input (exit {BAD_INPUT_EXIT}), not retried: "
+                                f"{last.message}", BAD_INPUT_EXIT, False)
+    if st.attempts_run >= restart.max_attempts:
+        return _stop(paths, st, f"restart.max_attempts = {restart.max_attempts} attempts used", 1, False)
+    if st.without_progress >= restart.max_attempts_without_progress:
+        return _stop(paths, st, f"{st.without_progress} consecutive attempt(s) without a new step "
+                                f"(restart.max_attempts_without_progress = "
+                                f"{restart.max_attempts_without_progress})", 1, False)
+    return None
+
+
 def _loop(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, say: Callable[[str], None]) -> LaunchOutcome:
     from llmscale.runtime.config import load_config
 
@@ -207,20 +232,48 @@ def _loop(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int, say: Call
             return _stop(paths, st, "completed", 0, True)
         last = jr.read(paths.root).of_kind(jr.EventKind.FAULT)[-1]
         say(f"launch: attempt {st.attempt} failed: {last.cause.value if last.cause else '?'} ({last.message})")
-        if st.attempts_run >= restart.max_attempts:
-            return _stop(paths, st, f"restart.max_attempts = {restart.max_attempts} attempts used", 1, False)
-        if st.without_progress >= restart.max_attempts_without_progress:
-            return _stop(paths, st, f"{st.without_progress} consecutive attempt(s) without a new step "
-                                    f"(restart.max_attempts_without_progress = "
-                                    f"{restart.max_attempts_without_progress})", 1, False)
+        stop = _policy_stop(paths, st, restart, last)
+        if stop is not None:
+            return stop
         if st.without_progress:
-            time.sleep(min(BACKOFF_BASE_S * 2 ** (st.without_progress - 1), BACKOFF_MAX_S))
+            time.sleep(restart.backoff_s * min(2 ** (st.without_progress - 1), BACKOFF_MAX_FACTOR))
         st.attempt += 1
 
 
-def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutcome:
-    """Prepare the run directory, then run attempts until the job completes or the restart policy stops it."""
-    run_dir = req.run_dir.absolute()
+def _interrupted(paths: RunPaths, st: _State, nproc: int, exc: Interrupted) -> LaunchOutcome:
+    """Journal a stop signal: the attempt it cut (a `launcher` fault) and the stop (interrupt.py)."""
+    if st.running:
+        st.attempts_run += 1
+        reconcile(paths, st.checkpoints, nproc, st.cfg_sha, st.attempt)  # commits the stopped trainers did not journal
+        jr.append(paths.root, _event(st, jr.EventKind.FAULT, step=steps_by_attempt(paths, nproc).get(st.attempt),
+                                     pid=os.getpid(), host=socket.gethostname(), signal=exc.name,
+                                     cause=jr.Cause.LAUNCHER, message=f"llmscale launch got {exc.name}: the "
+                                                                      "attempt's workers were stopped"))
+    return _stop(paths, st, f"interrupted by {exc.name}; llmscale launch again resumes the run", EXIT_CODE, False)
+
+
+def _relaunch(run_dir: Path, previous: Holder | None, say: Callable[[str], None]) -> None:
+    """Before anything else: end what an earlier launcher left running, journal its death (relaunch.py)."""
+    orphans = end_orphans(run_dir)
+    paths = RunPaths(run_dir)
+    if previous is not None and paths.config_sha256.is_file():
+        from llmscale.runtime.config import load_config
+
+        try:
+            world = load_config(paths.config).layout.dp
+            sha = paths.config_sha256.read_text(encoding="ascii").strip()
+        except (LlmscaleError, OSError, UnicodeDecodeError):  # the dead launcher's config, unreadable: ranks unknown
+            world, sha = 1, "unknown"
+        event = journal_death(paths, world, sha, previous, orphans)
+        say(f"launch: the previous launcher ({previous.describe()}) died without stopping its job"
+            + (f" (attempt {event.attempt} journaled as a launcher fault)" if event else "")
+            + f"; {orphans.describe()}")
+    elif orphans.ended:
+        say(f"launch: {orphans.describe()}")
+
+
+def _prepare(req: LaunchRequest, run_dir: Path, say: Callable[[str], None]) -> tuple[RunPaths, _State, int]:
+    """Check and copy the config, plan the hosts, journal the launch (module docstring)."""
     prepared = prepare_run(req.config_path, run_dir, req.allow_config_change)
     nodes = plan_hosts(prepared.cfg, req.exclude_from, req.hostfile, req.node_exec)
     paths = RunPaths(run_dir)
@@ -230,8 +283,7 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
         reconcile(paths, st.checkpoints, nodes.nproc, st.cfg_sha, st.attempt)
     elif fresh_memory_tier(paths):
         say(f"launch: removed a leftover memory tier of an earlier job at {paths.memory_tier()}")
-    before = steps_by_attempt(paths, nodes.nproc)
-    st.frontier = max(before.values(), default=-1)
+    st.frontier = max(steps_by_attempt(paths, nodes.nproc).values(), default=-1)
     if prepared.changed:
         jr.append(run_dir, _event(st, jr.EventKind.CONFIG_CHANGED, reason=f"from {prepared.previous_sha256}",
                                   message=changed_message(prepared.changed),
@@ -243,20 +295,55 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
         say(nodes.selection.summary())
     jr.append(run_dir, _event(st, jr.EventKind.LAUNCH, message=" ".join([sys.executable, str(req.script),
                                                                         *req.args]),
-                              extra={"nproc": nodes.nproc, "resumed": prepared.resumed,
+                              extra={"nproc": nodes.nproc, "resumed": prepared.resumed, "pid": os.getpid(),
                                      **(plan_extra(nodes.nodes) if nodes.nodes else {})}))
     say(f"launch: {run_dir} config {prepared.sha256[:12]}… {nodes.nproc} rank(s), attempt {st.attempt}"
         + (" (resume)" if prepared.resumed else "") + (f"; {describe(nodes.nodes)}" if nodes.nodes else ""))
-    become_subreaper()
-    server = _start_metrics(run_dir, req, say)
+    return paths, st, nodes.nproc
+
+
+def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutcome:
+    """Take the run directory's lock, end what a dead launcher left, prepare the run directory, then run attempts
+    until the job completes, the restart policy stops it or a signal does (exit 130)."""
+    run_dir = req.run_dir.absolute()
     try:
-        return _loop(req, paths, st, nodes.nproc, say)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LlmscaleError(f"run_dir = {str(run_dir)!r}: {exc.strerror or exc}") from None
+    lock = RunLock(run_dir)
+    previous = lock.acquire()
+    if lock.unsupported:
+        say(f"launch: warning: no lock on {lock.path} ({lock.unsupported}): one launcher per run directory is not "
+            "enforced on this file system")
+    try:
+        with interruptible() if threading.current_thread() is threading.main_thread() else nullcontext():
+            become_subreaper()
+            _relaunch(run_dir, previous, say)
+            paths, st, nproc = _prepare(req, run_dir, say)
+            return _supervise(req, paths, st, nproc, say)
+    except Interrupted as exc:  # before the first attempt: nothing to journal yet
+        return LaunchOutcome(False, 0, f"interrupted by {exc.name} before the run started", EXIT_CODE)
+    finally:
+        lock.release()
+
+
+def _supervise(req: LaunchRequest, paths: RunPaths, st: _State, nproc: int,
+               say: Callable[[str], None]) -> LaunchOutcome:
+    server = _start_metrics(paths.root, req, say)
+    try:
+        return _loop(req, paths, st, nproc, say)
+    except Interrupted as exc:
+        with shielded():
+            kill_descendants()
+            return _interrupted(paths, st, nproc, exc)
     except BaseException as exc:
-        _stop(paths, st, f"supervisor interrupted: {type(exc).__name__}", 130, False)
+        with shielded():
+            _stop(paths, st, f"supervisor failed: {type(exc).__name__}: {exc}", 1, False)
         raise
     finally:
-        kill_descendants()
-        close = getattr(server, "close", None)
-        if callable(close):
-            close()
-        _cleanup_memory_tier(paths)
+        with shielded():
+            kill_descendants()
+            close = getattr(server, "close", None)
+            if callable(close):
+                close()
+            _cleanup_memory_tier(paths)

@@ -14,14 +14,14 @@ torch-free.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmscale.runtime import journal as jr
+from llmscale.runtime import manifests as mf
 from llmscale.runtime.chaos import KILLS_FILE
-from llmscale.runtime.files import RunPaths, read_lines, sha256_file
+from llmscale.runtime.files import RunPaths, read_lines
 
 Losses = dict[tuple[int, int], float]
 """(rank, step) → loss."""
@@ -72,19 +72,19 @@ def storage_dir(paths: RunPaths) -> Path:
 
 
 def _check_kept(paths: RunPaths, committed: list[int], keep: int, spared: set[int], v: Verdict) -> None:
-    root = storage_dir(paths)
+    """Each of the newest `keep` committed steps has a directory on disk (any name: manifests.py) whose files match
+    its manifest."""
+    on_disk: dict[int, list[mf.Commit]] = {}
+    for c in mf.committed(storage_dir(paths)):
+        on_disk.setdefault(c.step, []).append(c)
     for step in sorted(committed)[-keep:]:
         if step in spared:
             continue
-        d = root / f"step_{step:08d}"
-        try:
-            manifest = json.loads((d / "manifest.json").read_text())
-        except (OSError, ValueError):
-            v.lost.append(f"step {step}: committed, manifest missing")
-            continue
-        bad = [n for n, h in manifest.get("files", {}).items() if not (d / n).is_file() or sha256_file(d / n) != h]
-        if bad:
-            v.lost.append(f"step {step}: files changed or missing: {bad[:3]}")
+        copies = on_disk.get(step, [])
+        if not copies:
+            v.lost.append(f"step {step}: committed, no directory with its manifest")
+        elif all(mf.verify(c.path, c.manifest) for c in copies):
+            v.lost.append(f"step {step}: unloadable: {mf.verify(copies[0].path, copies[0].manifest)}")
 
 
 def _check_restores(events: tuple[jr.Event, ...], kills: list[dict[str, Any]], v: Verdict, spared: set[int]) -> None:

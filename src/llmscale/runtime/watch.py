@@ -35,6 +35,9 @@ from llmscale.runtime.files import BeatPhase, RunPaths, read_heartbeat
 from llmscale.runtime.journal import Cause
 from llmscale.runtime.procs import descendants, is_zombie, kill_pids, state_of
 
+TORCH_PLACEHOLDER = "To enable traceback see"
+"""torch's elastic agent's message for a worker that wrote no error file (torch/distributed/elastic/multiprocessing/
+errors/__init__.py ProcessFailure): the trainer's own exception is recorded there by session.record_error."""
 NETWORK_WORDS = re.compile(r"connection (reset|closed|refused)|timed out|timeout|gloo|nccl|broken pipe", re.I)
 
 
@@ -78,8 +81,9 @@ class HangWatch(threading.Thread):
     def _check(self, now: float) -> tuple[int, int | None, int | None, float | None] | None:
         """The hung rank, if any (module docstring). While any rank is in a slow phase within its deadline, its
         peers wait for it in a collective with training heartbeats: they get the phase deadline too — except a
-        stopped process (SIGSTOP), which never resumes by itself. Of the ranks past their deadline, a stopped
-        process first (its peers age alike), else the oldest heartbeat."""
+        stopped process (SIGSTOP), which never resumes by itself. Once any rank is past its deadline, a stopped
+        process is the one hung — even when its own heartbeat is younger (a peer that wrote its heartbeat first and
+        then waited for it in the collective ages past the deadline first) — else the oldest heartbeat."""
         beats = {}
         for rank in range(self.world):
             beat = read_heartbeat(self.paths, rank)
@@ -101,6 +105,10 @@ class HangWatch(threading.Thread):
                 late.append((not stopped, beat.time_unix, rank, beat.pid, beat.step))
         if not late:
             return None
+        stopped_ranks = [(b.time_unix, r, b.pid, b.step) for r, b in beats.items() if state_of(b.pid) in ("T", "t")]
+        if stopped_ranks:
+            when, rank, pid, step = min(stopped_ranks)
+            return rank, pid, step, when
         _, when, rank, pid, step = min(late)
         return rank, pid, step, when
 
@@ -145,11 +153,14 @@ def attribute(result: AttemptResult, hang: HangFound | None, oom_risen: bool,
         cause = Cause.OOM if sig == "SIGKILL" and oom_risen else Cause.PROCESS_KILLED
         return Attribution(cause, f.rank, f.pid, f.exit_code, sig, f"rank {f.rank} pid {f.pid} killed by {sig}")
     f = candidates[0]
+    said = f.message if not f.message.startswith(TORCH_PLACEHOLDER) else (
+        "the trainer recorded no message (an exception outside the Session: wrap the entry point in "
+        "llmscale.runtime.entry.run)")
     if checkpoint_failed:
         cause = Cause.CHECKPOINT_IO
-    elif NETWORK_WORDS.search(f.message):
+    elif NETWORK_WORDS.search(said):
         cause = Cause.NETWORK
     else:
         cause = Cause.PROCESS_EXIT
     return Attribution(cause, f.rank, f.pid, f.exit_code, None,
-                       f"rank {f.rank} pid {f.pid} exited with code {f.exit_code}: {f.message[:300]}")
+                       f"rank {f.rank} pid {f.pid} exited with code {f.exit_code}: {said[:300]}")

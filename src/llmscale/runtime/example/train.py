@@ -6,7 +6,8 @@ gradients all-reduced explicitly after backward (one flat buffer, SUM then divid
 is exposed and timed as `comm`, and the wait at the barrier before it as `idle`). A resumed run therefore draws the
 same batches and reaches the same losses, bit for bit, as an uninterrupted one.
 
-`--kill-at-step N` sends SIGKILL to this process at the end of step N (after its saves): a crash for tests.
+`--kill-at-step N` sends SIGKILL to this process at the end of step N (after its saves finished): a crash for
+tests.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch.distributed as dist
 
 from llmscale.errors import LlmscaleError
 from llmscale.runtime.config import RunConfig, load_config
+from llmscale.runtime.entry import run
 from llmscale.runtime.example.data import CharBatches, Vocab, corpus_text
 from llmscale.runtime.example.model import GPT, num_params
 from llmscale.runtime.session import Context, Session, init_distributed
@@ -60,7 +62,7 @@ def build(config: RunConfig, ctx: Context) -> tuple[GPT, torch.optim.Optimizer, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(config, step))
     loader = CharBatches(vocab.encode(text), dims.seq_len, config.batch.micro_batch_size, config.seed, ctx.rank,
-                         ctx.device)
+                         ctx.world_size, ctx.device)
     return model, optimizer, scheduler, loader
 
 
@@ -113,6 +115,7 @@ def train(config: RunConfig, ctx: Context, run_dir: Path | None, kill_at: int | 
             if ctx.rank == 0 and (step % 50 == 0 or step == config.schedule.total_steps):
                 print(f"step {step:6d}  loss {loss_sum:.4f}", flush=True)
             if kill_at is not None and step == kill_at:
+                rt.wait_for_saves()  # the saves up to this step committed: a test knows which checkpoints exist
                 os.kill(os.getpid(), signal.SIGKILL)
     if ctx.rank == 0:
         print(f"# steps {first + 1}..{config.schedule.total_steps} in {time.perf_counter() - start:.1f} s",
@@ -126,21 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the run dir's config.yaml, else the shipped example run.yaml)")
     parser.add_argument("--kill-at-step", type=int, default=None, help="SIGKILL this process after step N (tests)")
     args = parser.parse_args(argv)
-    try:
+
+    def go() -> None:
         given = args.config or (Path(os.environ["LLMSCALE_CONFIG"]) if "LLMSCALE_CONFIG" in os.environ else None)
         if given is None and args.run_dir is not None and (args.run_dir / "config.yaml").is_file():
             given = args.run_dir / "config.yaml"
         path = given or Path(str(resources.files("llmscale.runtime.example").joinpath("run.yaml")))
-        config = load_config(path)
-        ctx = init_distributed()
-        train(config, ctx, args.run_dir, args.kill_at_step)
-    except LlmscaleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
+        train(load_config(path), init_distributed(), args.run_dir, args.kill_at_step)
+
+    return run(go)  # a refused input: one `error:` line, exit 2 (the launcher does not retry it)
 
 
 if __name__ == "__main__":
