@@ -155,7 +155,7 @@ def leave_one_out(rows: Rows, start: dict[str, float], rounds: int, group: str) 
     for name, held in sorted(by_group.items()):
         rest = [r for r in rows if key(r[0]) != name]
         fitted = fit(rest, dict(start), rounds)
-        print(f"{name:<26}{summary(held, fitted)}")
+        print(f"{name:<34} {summary(held, fitted)}")
 
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "llmscale" / "catalog"
