@@ -88,19 +88,25 @@ def test_explain_of_a_layout_that_does_not_fit_is_not_runnable(capsys: pytest.Ca
     assert run(capsys, "explain", *GPT3)[0] == 0
 
 
-def test_bench_gemm_cpu_defaults_are_small_and_report_progress(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_gemm_cpu_defaults_are_small_and_report_progress(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from llmscale.cli.bench_cmd import CPU_GEMM_MODEL, CPU_GEMM_SEQ_LEN
     from llmscale.io.resolve import resolve_model
     from llmscale.measure.gemm import gemm_shapes
 
     # The default CPU shapes: ~0.2 TFLOP per round, ~25 s at the ~0.06-0.1 TFLOP/s of a 2-core CPU (measured).
-    shapes = gemm_shapes(resolve_model(CPU_GEMM_MODEL), seq_len=CPU_GEMM_SEQ_LEN)
-    assert sum(s.flops for s in shapes) < 3e11
-    code, out, err = run(capsys, "bench", "gemm", "--device", "cpu", "--model", "llama3-8b", "--seq-len", "8",
+    assert sum(s.flops for s in gemm_shapes(resolve_model(CPU_GEMM_MODEL), seq_len=CPU_GEMM_SEQ_LEN)) < 3e11
+    # The progress lines and one row per shape, on a model file of llama3-8b's shape at 1/16 of its widths (the
+    # catalog model's 2 GB logits weight alone took ~10 s a run on this host)
+    small = tmp_path / "small.yaml"
+    small.write_text("name: small\nfamily: llama3\nlayers: 2\nhidden: 256\nffn_hidden: 896\nheads: 4\nkv_heads: 2\n"
+                     "vocab: 8016\n", encoding="utf-8")
+    shapes = gemm_shapes(resolve_model(str(small)), seq_len=8)
+    code, out, err = run(capsys, "bench", "gemm", "--device", "cpu", "--model", str(small), "--seq-len", "8",
                          "--block-ms", "1", "--json")
     assert code == 0, err
-    assert len(json.loads(out)["rows"]) == len(shapes) and f"[1/{len(shapes)}]" in err
+    assert len(json.loads(out)["rows"]) == len(shapes) == 5 and f"[1/{len(shapes)}]" in err
 
 
 def test_goodput_intervals_are_never_shorter_than_a_step(capsys: pytest.CaptureFixture[str]) -> None:
