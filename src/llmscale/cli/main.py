@@ -231,12 +231,13 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2, and warnings into one line."""
     keep_freed_memory()
-    keep_option_names_whole()
     warnings.showwarning = _warning_line
     for category in (UnsealedProfileWarning, PartialNodeWarning, o.DecimalCountWarning):
         warnings.simplefilter("always", category)  # every run says so, not only the first in a process
     try:
-        return app(args=o.expand_multi_values(sys.argv[1:] if argv is None else argv), standalone_mode=True)
+        args = o.expand_multi_values(sys.argv[1:] if argv is None else argv)
+        keep_option_names_whole(args, {group.name for group in app.registered_groups if group.name})
+        return app(args=args, standalone_mode=True)
     except LlmscaleError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
