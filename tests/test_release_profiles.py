@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.io.catalog import load_cluster, load_model
+from llmscale.io import releases as releases_module
+from llmscale.io.catalog import catalog_file, catalog_section, load_catalog_yaml, load_cluster, load_model
 from llmscale.io.releases import fill, find_release, frameworks, load_releases, load_sources
 from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.profile import SEARCH_FILLED, ReleaseLayouts
@@ -33,6 +34,19 @@ def test_every_release_loads_and_every_rule_cites_a_known_source() -> None:
             assert rule.source in sources, (release.label, rule.source)
     # A code source names the commit it was read at; a paper its section.
     assert all(s.commit is not None or s.repository.startswith("arXiv") for s in sources.values())
+
+
+def test_a_release_read_alone_is_the_release_of_the_whole_file() -> None:
+    # io.releases parses a named release's own lines (and reads the source ids from theirs); the whole file parsed
+    # at once is the reference, so a layout change of frameworks.yaml that the line reader misses fails here
+    whole = catalog_file("frameworks.yaml")
+    assert releases_module.source_ids() == frozenset(whole["sources"])
+    texts = releases_module._release_texts()
+    assert len(texts) == len(whole["releases"]) == len(releases_module._bodies())
+    for text, header, body in zip(texts, releases_module._bodies(), whole["releases"], strict=True):
+        assert load_catalog_yaml(text) == [body]
+        assert header == {key: body[key] for key in ("framework", "release", "date")}
+    assert load_catalog_yaml(catalog_section("frameworks.yaml", "engines")) == {"engines": whole["engines"]}
 
 
 def test_a_framework_without_a_release_is_its_newest_and_a_wrong_one_is_named() -> None:

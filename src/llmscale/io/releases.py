@@ -7,6 +7,8 @@ A setting the user gave always wins; the profile fills the rest; the specs' own 
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -15,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from llmscale.errors import SpecError
-from llmscale.io.catalog import Kind, catalog_file, gpu_key, names
+from llmscale.io.catalog import Kind, catalog_file, catalog_section, gpu_key, load_catalog_yaml, names
 from llmscale.io.files import parse_spec
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import RELEASE_SWITCHES, switch_runs
@@ -50,9 +52,39 @@ def load_sources() -> dict[str, Source]:
             for key, body in table.items()}
 
 
-def _bodies() -> list[dict[str, Any]]:
-    bodies: list[dict[str, Any]] = catalog_file("frameworks.yaml")["releases"]
-    return bodies
+_RELEASE_ITEM = re.compile(r"^  - ", re.MULTILINE)
+"""Where an item of the `releases` list starts (the catalog's two-space block style)."""
+
+_HEADER_KEY = re.compile(r"^(?:  - |    )(?:framework|release|date):.*$", re.MULTILINE)
+"""A release's own framework, release and date lines (keys of the item itself, not of its rules)."""
+
+_SOURCE_ID = re.compile(r"^  ([^\s#][^:]*):\s*$", re.MULTILINE)
+"""A key of the `sources` mapping: an id alone on its line at two spaces (its fields sit at four)."""
+
+
+@cache
+def _release_texts() -> tuple[str, ...]:
+    """The text of each item of catalog/frameworks.yaml `releases`, in order: a release is parsed alone when named
+    (the whole file takes ~30 ms to parse; tests/test_release_profiles.py checks each item parses as in the whole)."""
+    section = catalog_section("frameworks.yaml", "releases")
+    starts = [m.start() for m in _RELEASE_ITEM.finditer(section)]
+    return tuple(section[a:b] for a, b in zip(starts, [*starts[1:], len(section)], strict=True))
+
+
+@cache
+def _bodies() -> tuple[dict[str, Any], ...]:
+    """Each release's framework, release and date, read from its own lines."""
+    headers = []
+    for text in _release_texts():
+        lines = "\n".join(m.group(0).replace("  - ", "    ", 1) for m in _HEADER_KEY.finditer(text))
+        headers.append(load_catalog_yaml(textwrap.dedent(lines)))
+    return tuple(headers)
+
+
+@cache
+def source_ids() -> frozenset[str]:
+    """The ids of catalog/frameworks.yaml `sources`, read from their lines (each source itself: load_sources)."""
+    return frozenset(_SOURCE_ID.findall(catalog_section("frameworks.yaml", "sources")))
 
 
 @cache
@@ -60,8 +92,9 @@ def _release(i: int) -> ReleaseProfile:
     """Release i of catalog/frameworks.yaml, checked: each rule cites a known source, and a rule that sets a run or
     model setting conditions only on the job (or on zero, for a ZeRO-3-only setting). Parsed when first needed."""
     where = f"catalog frameworks.yaml releases[{i}]"
-    release = parse_spec(ReleaseProfile, _bodies()[i], where=where)
-    ids = frozenset(catalog_file("frameworks.yaml")["sources"])  # each source itself: load_sources, the tests
+    (body,) = load_catalog_yaml(_release_texts()[i])
+    release = parse_spec(ReleaseProfile, body, where=where)
+    ids = source_ids()
     for j, rule in enumerate(release.rules):
         _check_rule(rule, ids, f"{where} ({release.label}) rules[{j}]")
     return release
