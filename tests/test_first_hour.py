@@ -88,8 +88,8 @@ def test_explain_of_a_layout_that_does_not_fit_is_not_runnable(capsys: pytest.Ca
     assert run(capsys, "explain", *GPT3)[0] == 0
 
 
-def test_bench_gemm_cpu_defaults_are_small_and_report_progress(capsys: pytest.CaptureFixture[str],
-                                                               tmp_path: Path) -> None:
+def test_bench_gemm_cpu_defaults_are_small_and_report_progress(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     from llmscale.cli.bench_cmd import CPU_GEMM_MODEL, CPU_GEMM_SEQ_LEN
     from llmscale.io.resolve import resolve_model
@@ -107,6 +107,12 @@ def test_bench_gemm_cpu_defaults_are_small_and_report_progress(capsys: pytest.Ca
                          "--block-ms", "1", "--json")
     assert code == 0, err
     assert len(json.loads(out)["rows"]) == len(shapes) == 5 and f"[1/{len(shapes)}]" in err
+    # Without --model and --seq-len a CPU run takes the CPU defaults (here pointed at the small file and seq 8)
+    monkeypatch.setattr("llmscale.cli.bench_cmd.CPU_GEMM_MODEL", str(small))
+    monkeypatch.setattr("llmscale.cli.bench_cmd.CPU_GEMM_SEQ_LEN", 8)
+    code, out, err = run(capsys, "bench", "gemm", "--device", "cpu", "--block-ms", "1", "--json")
+    assert code == 0, err
+    assert [(row["m"], row["k"]) for row in json.loads(out)["rows"]] == [(s.m, s.k) for s in shapes]
 
 
 def test_goodput_intervals_are_never_shorter_than_a_step(capsys: pytest.CaptureFixture[str]) -> None:

@@ -340,6 +340,22 @@ def test_help_keeps_every_flag_name_whole_at_80_columns(capsys: pytest.CaptureFi
     assert all(name in words for name in names if name.startswith("--")), sorted(n for n in names if n not in words)
 
 
+def test_the_help_patch_is_installed_where_help_can_print(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # cli/help_width installs typer's table patch only for a command line that can print help: no command, a group's
+    # name alone, or a help flag anywhere (importing typer.rich_utils costs every other command ~40 ms of start-up)
+    from llmscale.cli.help_width import prints_help
+
+    groups = {"bench"}
+    assert prints_help((), groups) and prints_help(("bench",), groups)
+    assert prints_help(("bench", "collectives", "--help"), groups) and prints_help(("plan", "--help"), groups)
+    assert not prints_help(("plan",), groups) and not prints_help(("bench", "gemm", "--device", "cpu"), groups)
+    # under a group: `bench collectives --help` cut an option name at 80 columns without the patch
+    monkeypatch.setattr("typer.rich_utils.MAX_WIDTH", 80)
+    code, out, _ = run(capsys, "bench", "collectives", "--help")
+    assert code == 0 and "Usage: " in out and "…" not in out, out
+
+
 def main_app() -> Any:
     from llmscale.cli.main import app
 

@@ -34,11 +34,15 @@ class _WholeNamesTable(Table):
 HELP_FLAGS = frozenset({"--help", "-h"})
 
 
+def prints_help(args: Sequence[str], groups: Collection[str]) -> bool:
+    """Whether typer may print help for the command line `args`: a help flag, no command, or a command group's name
+    alone (`groups`)."""
+    return not args or (len(args) == 1 and args[0] in groups) or not HELP_FLAGS.isdisjoint(args)
+
+
 def keep_option_names_whole(args: Sequence[str], groups: Collection[str]) -> None:
-    """Make typer's help tables keep option names whole (idempotent), where `args` can print help: a help flag, no
-    command, or a command group's name alone (`groups`: typer prints the group's help)."""
-    prints_help = not args or (len(args) == 1 and args[0] in groups) or not HELP_FLAGS.isdisjoint(args)
-    if not prints_help:
+    """Make typer's help tables keep option names whole (idempotent), where `args` can print help (`prints_help`)."""
+    if not prints_help(args, groups):
         return
     import typer.rich_utils
 
