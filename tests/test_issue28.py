@@ -623,3 +623,37 @@ def test_goodput_names_its_mitigations_argument() -> None:
 
     with pytest.raises(SpecError, match=r"^mitigations = 'bogus'"):
         llmscale.goodput(mitigations=["bogus"])
+
+
+def test_the_second_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # benchmarks/fuzz_issue28_long.md, 2026-12-06 second run (seed 20261206): four tracebacks, one per input here.
+    from pydantic import ValidationError
+
+    from llmscale.io.catalog import load_constants
+    from llmscale.monitor.predict import Prediction
+
+    # a plan whose layout.recompute is an integer: ValueError in io.releases._moot_dropped under the default release
+    plan = {"model": "llama3-8b", "cluster": "h100-sxm:64", "framework": {"release": "megatron-bridge@26.08"},
+            "top": [{"num_gpus": 64, "layout": {"tp": 8, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "etp": 8, "vpp": 1,
+                                                "mbs": 1, "zero": 1, "recompute": 2**63}}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    code, _, err = run(capsys, "export", "--format", "megatron", "--from-plan", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "recompute" in err, err
+    # a re-sealed calibration's memory.zero3_prefetch_layers of 10^118: OverflowError in the memory model
+    memory = load_constants().memory.model_dump()
+    with pytest.raises(ValidationError, match="zero3_prefetch_layers"):
+        type(load_constants().memory).model_validate({**memory, "zero3_prefetch_layers": 10**118})
+    # an HF Llama config whose vocab_size is the string '1e3': ValueError in io.hfconfig._family
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                                  "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                  "vocab_size": "1e3"}), encoding="utf-8")
+    code, _, err = run(capsys, "hash", str(config))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "vocab" in err, err
+    # a prediction.json whose model_flops_per_token is 10^400: OverflowError in monitor.predict
+    document = {"config_sha256": "ab", "world_size": 2, "phases_s": {"compute": 0.1},
+                "peak_flops_per_s_per_rank": 1e10, "model_flops_per_token": 10**400}
+    with pytest.raises(ValueError, match=r"^model_flops_per_token = an integer of about 10\^400"):
+        Prediction.from_dict(document)

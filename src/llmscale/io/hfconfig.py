@@ -160,7 +160,9 @@ def _family(cfg: _Config) -> str:
     """The family release profiles know it by: the model_type with dashes; `llama` is Llama 3 with its 128K
     vocabulary (meta-llama/Meta-Llama-3-8B config.json vocab_size 128256), else Llama 2."""
     if cfg.model_type == "llama":
-        return "llama3" if int(cfg.data.get("vocab_size") or 0) >= 128000 else "llama2"
+        vocab = cfg.data.get("vocab_size")  # not yet checked: a wrong one is named when the spec is read
+        large = isinstance(vocab, int) and not isinstance(vocab, bool) and vocab >= 128000
+        return "llama3" if large else "llama2"
     return cfg.model_type.replace("_", "-")
 
 

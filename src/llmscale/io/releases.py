@@ -282,7 +282,8 @@ def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> 
     if "recompute_modules" not in chosen:
         return chosen
     recompute = layout.get("recompute") or (chosen["recompute"].set.recompute if "recompute" in chosen else None)
-    if recompute is not None and Recompute(recompute) is Recompute.FULL:
+    known = isinstance(recompute, str) and recompute in {r.value for r in Recompute}  # (another: named later)
+    if known and Recompute(recompute) is Recompute.FULL:
         return {k: v for k, v in chosen.items() if k != "recompute_modules"}
     return {k: v for k, v in chosen.items() if k != "recompute"}
 

@@ -62,9 +62,16 @@ class Prediction:
     def from_dict(cls, data: dict[str, Any]) -> Prediction:
         """The prediction a document holds; a ValueError when a time is negative or not finite, or a rate is not
         positive (a hand-edited file predicted a step of −7.9 s)."""
-        made = cls(data.get("config_sha256"), int(data["world_size"]),
-                   {k: float(v) for k, v in data["phases_s"].items()}, float(data["peak_flops_per_s_per_rank"]),
-                   float(data["model_flops_per_token"]), dict(data.get("detail", {})))
+        try:
+            made = cls(data.get("config_sha256"), int(data["world_size"]),
+                       {k: float(v) for k, v in data["phases_s"].items()}, float(data["peak_flops_per_s_per_rank"]),
+                       float(data["model_flops_per_token"]), dict(data.get("detail", {})))
+        except OverflowError:  # an integer beyond any float (10^400): name the field
+            numbers = {**{f"phases_s.{k}": v for k, v in data["phases_s"].items()},
+                       **{k: data[k] for k in ("peak_flops_per_s_per_rank", "model_flops_per_token")}}
+            field = next((k for k, v in numbers.items() if _too_large(v)), "a number")
+            digits = int(abs(numbers.get(field, 0)).bit_length() * math.log10(2))
+            raise ValueError(f"{field} = an integer of about 10^{digits} is out of range (beyond any float)") from None
         bad = next((f"phases_s.{k} = {v}" for k, v in made.phases_s.items() if not 0 <= v <= MAX_SECONDS), None)
         for name, value in (("peak_flops_per_s_per_rank", made.peak_flops_per_s_per_rank),
                             ("model_flops_per_token", made.model_flops_per_token)):
@@ -176,3 +183,14 @@ def predict(run_dir: Path, world: int | None = None, refresh: bool = False) -> P
     (run_dir / PREDICTION_FILE).write_text(json.dumps(prediction.as_dict(), indent=1, allow_nan=False) + "\n",
                                            encoding="utf-8")
     return prediction
+
+
+def _too_large(value: Any) -> bool:
+    """An integer no float holds."""
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    except (TypeError, ValueError):
+        return False
+    return False

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
-from llmscale.specs.bounds import MAX_GLOBAL_BATCH
+from llmscale.specs.bounds import MAX_EXPERTS, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SMS
 from llmscale.specs.collective import Collective
 from llmscale.specs.failures import FailureSpec, Mitigation, MitigationSpec
 from llmscale.specs.train import Routing
@@ -54,7 +54,8 @@ class MemoryConstants(Spec):
     fragmentation_fraction: float = Field(ge=0, lt=1, description="allocator margin on activations and buffers")
     fp8_weight_cache_bytes_per_param: NonNegativeFloat = Field(description="cached FP8 weight copy per parameter")
     fp4_weight_cache_bytes_per_param: NonNegativeFloat = Field(description="cached FP4 weight copy per parameter")
-    zero3_prefetch_layers: NonNegativeInt = Field(description="layers ZeRO-3 / parameter offload keep gathered")
+    zero3_prefetch_layers: NonNegativeInt = Field(le=MAX_LAYERS,
+                                                  description="layers ZeRO-3 / parameter offload keep gathered")
 
     @property
     def runtime_reserved_bytes(self) -> float:
@@ -133,8 +134,10 @@ class MoeConstants(Spec):
 
     max_violation: dict[Routing, NonNegativeFloat] = Field(
         description="MaxVio = (busiest expert's load − mean) / mean, by routing policy")
-    max_violation_experts: PositiveInt = Field(description="routed experts of the models MaxVio was measured on")
-    overlap_sms: NonNegativeInt = Field(description="SMs the expert all-to-all kernels take while they overlap compute")
+    max_violation_experts: PositiveInt = Field(le=MAX_EXPERTS,
+                                               description="routed experts of the models MaxVio was measured on")
+    overlap_sms: NonNegativeInt = Field(le=MAX_SMS,
+                                        description="SMs the expert all-to-all kernels take while they overlap compute")
     dispatch_scale_bytes: NonNegativeFloat = Field(
         description="FP8 dispatch: scale bytes per element (a 4-byte scale per 128 elements)")
 
