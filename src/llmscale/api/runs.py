@@ -49,8 +49,8 @@ def _check(days: float, intervals_min: list[float], trials: int) -> None:
         raise SpecError("days", days, f"must be a number of days in {MIN_DAYS:g}..{MAX_DAYS:,.0f} (specs.bounds)")
     bad = next((v for v in intervals_min if not MIN_INTERVAL_MIN <= v <= days * MINUTES_PER_DAY), None)
     if bad is not None:
-        raise SpecError("interval_min", bad, f"must be a number of minutes in {MIN_INTERVAL_MIN:.4g} (one second).."
-                        f"{days * MINUTES_PER_DAY:,.0f} (the run's length)")
+        raise SpecError("intervals_min (--interval-min)", bad, f"must be a number of minutes in {MIN_INTERVAL_MIN:.4g}"
+                        f" (one second)..{days * MINUTES_PER_DAY:,.0f} (the run's length)")
     if not 0 <= trials <= MAX_TRIALS:
         raise SpecError("trials", trials, f"must be in 0..{MAX_TRIALS:,}")
 
