@@ -658,3 +658,24 @@ def test_the_second_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
                 "peak_flops_per_s_per_rank": 1e10, "model_flops_per_token": 10**400}
     with pytest.raises(ValueError, match=r"^model_flops_per_token = an integer of about 10\^400"):
         Prediction.from_dict(document)
+
+
+def test_the_third_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # benchmarks/fuzz_issue28_long.md, third run (seed 20261207): two tracebacks, one per input here.
+    # a saved plan whose inputs.train.precision is -1: ValueError in io.releases.fill before the spec named it
+    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
+                         "--top", "1", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    plan["inputs"]["train"]["precision"] = -1
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "precision = -1" in err, err
+    # a FLOP budget of 1e-3 on a cluster: a ValidationError (total_tokens 2e-14) from inside the search
+    code, out, err = run(capsys, "allocate", "-c", "h100-sxm:16", "--family", "dense", "--top", "1", "--json",
+                         "--flops", "1e-3")
+    doc = json.loads(out)
+    assert code == 0 and doc["recommendation"] is None, err
+    assert all("less than one sequence" in " ".join(c["problems"]) for c in doc["candidates"])

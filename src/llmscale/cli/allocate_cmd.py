@@ -129,7 +129,8 @@ def _render(document: dict[str, Any], top: int | None) -> None:
         console.print(table)
     best = document["recommendation"]
     if best is None:
-        console.print("no candidate fits in memory on this cluster")
+        reasons = dict.fromkeys(p for c in document["candidates"] for p in c.get("problems", []))
+        console.print("no candidate is feasible on this cluster: " + ("; ".join(reasons) or "none fits in memory"))
         return
     console.print(f"[bold]recommendation[/bold]: {best['model']} — {best['total_params'] / 1e9:,.0f}B total / "
                   f"{best['active_params'] / 1e9:,.0f}B active on {best['tokens'] / 1e12:,.1f}T tokens, "

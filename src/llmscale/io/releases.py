@@ -220,12 +220,16 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
          layout: Mapping[str, Any] | None, num_gpus: int | None, dropless: bool | None = None) -> Filled:
     """The profile's settings for this job in every place the user left open (module docstring); `dropless` says
     whether the job drops tokens where the model does not (it names no capacity factor)."""
-    precision = Precision(train.get("precision", TrainSpec().precision))
-    facts = job_facts(model, cluster, precision, None, int(train.get("seq_len", TrainSpec().seq_len)))
+    defaults = TrainSpec()
+    given, seq_len = train.get("precision", defaults.precision), train.get("seq_len", defaults.seq_len)
+    # a value that is not one the train spec takes is named where the spec is read; the rules see the default
+    precision = Precision(given) if isinstance(given, str) and given in set(Precision) else defaults.precision
+    whole = isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0
+    facts = job_facts(model, cluster, precision, None, seq_len if whole else defaults.seq_len)
     sizes = layout_sizes(layout, num_gpus) if layout is not None else None
     recipe = train.get("fp8_recipe") or rule_value(release, facts, sizes, "fp8_recipe")
     if precision is Precision.FP8 and recipe is None:
-        recipe = TrainSpec().fp8_recipe_on(cluster.gpu.efficiency.gemm_mxfp8 is not None)
+        recipe = defaults.fp8_recipe_on(cluster.gpu.efficiency.gemm_mxfp8 is not None)
     facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
     if dropless is not None and model.is_moe and model.capacity_factor is None:
         facts = replace(facts, dropless=dropless)

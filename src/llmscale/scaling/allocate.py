@@ -244,8 +244,11 @@ def evaluate(model: ModelSpec, request: Request) -> Outcome:
     why = check_law(request.law, scale)
     if why is not None:
         raise SpecError("law", request.law.value, why)
-    train = TrainSpec(seq_len=request.seq_len, precision=request.precision,
-                      total_tokens=_tokens(request, scale, 0.0) if request.flops else 20.0 * scale.active_params)
+    budget_tokens = _tokens(request, scale, 0.0) if request.flops else 20.0 * scale.active_params
+    if budget_tokens < request.seq_len:  # a FLOP budget of less than one sequence through this model trains nothing
+        return _infeasible(model, scale, 0, 0, f"the budget of {request.flops:.3g} FLOPs buys less than one "
+                           f"sequence ({request.seq_len} tokens) of this model")
+    train = TrainSpec(seq_len=request.seq_len, precision=request.precision, total_tokens=budget_tokens)
     kept: tuple[JobSizeResult, TrainSpec] | None = None
     last: tuple[JobSizeResult, TrainSpec] | None = None
     passes = 0
