@@ -237,7 +237,7 @@ def test_goodput_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     (["--gpus", "0"], "gpus = 0"),  # no GPUs, no job
     (["--gpus", "600000"], "gpus = 600000"),  # more GPUs than seed-500k has
     (["--days", "-1"], "days = -1"),  # a run cannot last negative time
-    (["--interval-min", "0"], "--interval-min) = 0"),  # an interval of 0 is a checkpoint without training
+    (["--interval-min", "0"], "--interval-min = 0"),  # an interval of 0 is a checkpoint without training
     (["--cluster", "no-such-cluster"], "no-such-cluster"),
 ])
 def test_goodput_bad_input_is_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

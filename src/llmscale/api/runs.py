@@ -44,12 +44,12 @@ MIN_STEP_S = 1e-3
 """The shortest step time, a millisecond: far below any step of a model llmscale plans (published: 1-100 s)."""
 
 
-def _check(days: float, intervals_min: list[float], trials: int) -> None:
+def _check(days: float, intervals_min: list[float], trials: int, intervals_name: str = "intervals_min") -> None:
     if not MIN_DAYS <= days <= MAX_DAYS:
         raise SpecError("days", days, f"must be a number of days in {MIN_DAYS:g}..{MAX_DAYS:,.0f} (specs.bounds)")
     bad = next((v for v in intervals_min if not MIN_INTERVAL_MIN <= v <= days * MINUTES_PER_DAY), None)
     if bad is not None:
-        raise SpecError("intervals_min (--interval-min)", bad, f"must be a number of minutes in {MIN_INTERVAL_MIN:.4g}"
+        raise SpecError(intervals_name, bad, f"must be a number of minutes in {MIN_INTERVAL_MIN:.4g}"
                         f" (one second)..{days * MINUTES_PER_DAY:,.0f} (the run's length)")
     if not 0 <= trials <= MAX_TRIALS:
         raise SpecError("trials", trials, f"must be in 0..{MAX_TRIALS:,}")
@@ -91,6 +91,8 @@ class GoodputRun:
     step_s: float | None = None
     force: bool = False
     """Run a Monte Carlo beyond `montecarlo.MAX_WORK`."""
+    intervals_name: str = "intervals_min"
+    """What a refusal of an interval calls it: the API's argument, or the CLI's flag (--interval-min)."""
 
     def check(self) -> None:
         for name in ("days", "step_s"):
@@ -100,7 +102,7 @@ class GoodputRun:
         for name in ("trials", "seed"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise SpecError(name, getattr(self, name), "a whole number")
-        _check(self.days, self.intervals_min, self.trials)
+        _check(self.days, self.intervals_min, self.trials, self.intervals_name)
         if not 0 <= self.seed <= MAX_SEED:
             raise SpecError("seed", self.seed, "must be an integer in 0..2⁶⁴ − 1")
         if self.step_s is not None and not MIN_STEP_S <= self.step_s <= MAX_STEP_S:

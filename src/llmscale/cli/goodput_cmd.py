@@ -61,7 +61,7 @@ def goodput(
 ) -> None:
     """Job MTBF, expected interruptions, the best checkpoint policy per tier, goodput and its Monte Carlo spread."""
     run = GoodputRun(days, list(interval_min or []), trials, seed, hot_spares, tuple(dict.fromkeys(mitigation or [])),
-                     step_s, force)
+                     step_s, force, intervals_name="--interval-min")
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, expect_sha256=expect_sha256, calibration=calibration,
                          force_calibration=force_calibration, allow_unsealed=allow_unsealed)
     result = goodput_job(request, run)
