@@ -679,3 +679,28 @@ def test_the_third_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
     doc = json.loads(out)
     assert code == 0 and doc["recommendation"] is None, err
     assert all("less than one sequence" in " ".join(c["problems"]) for c in doc["candidates"])
+
+
+def test_the_fifth_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # benchmarks/fuzz_issue28_long.md, fifth run (seed 20261209): a traceback and an unclear error.
+    from tests.test_measure import profile
+
+    # a saved plan whose inputs.train.fp8_recipe is 1e308: ValueError in io.releases.fill (Fp8Recipe(1e308))
+    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
+                         "--top", "1", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    plan["inputs"]["train"]["fp8_recipe"] = 1e308
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "fp8_recipe = 1e+308" in err, err
+    # a re-sealed calibration whose gpu is '': read as a file path, "error: .: is a directory, not a file"
+    edited = profile().model_copy(update={"gpu": ""})  # sealed as the fuzzer seals an edit (no validation)
+    sealed = edited.model_dump(mode="json") | {"sha256": edited.body_sha256()}
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump(sealed))
+    code, _, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:8", "--gpus", "8", "--top", "1",
+                       "--calibration", str(cal), "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "gpu" in err and "directory" not in err, err

@@ -11,6 +11,7 @@ import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
 from functools import cache
 from typing import Any
 
@@ -216,18 +217,24 @@ def given_fields(spec_or_mapping: Any) -> dict[str, Any]:
     return {name: getattr(spec_or_mapping, name) for name in spec_or_mapping.model_fields_set}
 
 
+def _member(kind: type[Enum], value: Any, default: Any) -> Any:
+    """`value` as a member of the str enum `kind`, or `default` where it is none (a wrong type included)."""
+    return kind(value) if isinstance(value, str) and value in {m.value for m in kind} else default
+
+
 def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train: Mapping[str, Any],
          layout: Mapping[str, Any] | None, num_gpus: int | None, dropless: bool | None = None) -> Filled:
     """The profile's settings for this job in every place the user left open (module docstring); `dropless` says
     whether the job drops tokens where the model does not (it names no capacity factor)."""
+    # A value the train spec does not take is named where the spec is read (resolve); the rules see the default.
     defaults = TrainSpec()
-    given, seq_len = train.get("precision", defaults.precision), train.get("seq_len", defaults.seq_len)
-    # a value that is not one the train spec takes is named where the spec is read; the rules see the default
-    precision = Precision(given) if isinstance(given, str) and given in set(Precision) else defaults.precision
-    whole = isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0
-    facts = job_facts(model, cluster, precision, None, seq_len if whole else defaults.seq_len)
+    precision = _member(Precision, train.get("precision"), defaults.precision)
+    seq_len = train.get("seq_len")
+    if not (isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0):
+        seq_len = defaults.seq_len
+    facts = job_facts(model, cluster, precision, None, seq_len)
     sizes = layout_sizes(layout, num_gpus) if layout is not None else None
-    recipe = train.get("fp8_recipe") or rule_value(release, facts, sizes, "fp8_recipe")
+    recipe = _member(Fp8Recipe, train.get("fp8_recipe"), None) or rule_value(release, facts, sizes, "fp8_recipe")
     if precision is Precision.FP8 and recipe is None:
         recipe = defaults.fp8_recipe_on(cluster.gpu.efficiency.gemm_mxfp8 is not None)
     facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
@@ -286,8 +293,7 @@ def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> 
     if "recompute_modules" not in chosen:
         return chosen
     recompute = layout.get("recompute") or (chosen["recompute"].set.recompute if "recompute" in chosen else None)
-    known = isinstance(recompute, str) and recompute in {r.value for r in Recompute}  # (another: named later)
-    if known and Recompute(recompute) is Recompute.FULL:
+    if _member(Recompute, recompute, None) is Recompute.FULL:  # (a value that is no recompute: named later)
         return {k: v for k, v in chosen.items() if k != "recompute_modules"}
     return {k: v for k, v in chosen.items() if k != "recompute"}
 

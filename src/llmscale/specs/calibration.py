@@ -113,7 +113,8 @@ class CalibrationProfile(Spec):
 
     format: Literal[1] = 1
     device: DeviceInfo
-    gpu: str | None = Field(None, description="catalog GPU the measurement stands for (validate applies it to those)")
+    gpu: str | None = Field(None, min_length=1,
+                            description="catalog GPU the measurement stands for (validate applies it to those)")
     date: str
     versions: Versions
     gemm: tuple[GemmCalibration, ...] = ()
