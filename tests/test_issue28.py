@@ -704,3 +704,20 @@ def test_the_fifth_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
     code, _, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:8", "--gpus", "8", "--top", "1",
                        "--calibration", str(cal), "--json")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "gpu" in err and "directory" not in err, err
+
+
+def test_a_saved_plans_layout_size_of_another_type_is_one_line(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # Found beside the fifth fuzz run (every layout and train field of a saved plan set to a wrong type): a tp, pp
+    # or cp that is a string, list or mapping raised TypeError in the release rules (io.releases.layout_sizes)
+    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
+                         "--top", "1", "--json")
+    assert code == 0, err
+    for field in ("tp", "pp", "cp"):
+        for value in ("x", [1], {"a": 1}):
+            plan = json.loads(out)
+            plan["top"][0]["layout"][field] = value
+            path = tmp_path / "plan.json"
+            path.write_text(json.dumps(plan), encoding="utf-8")
+            code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
+            assert code == 2 and len(err.strip().splitlines()) == 1 and f"{field} = " in err, (field, value, err)

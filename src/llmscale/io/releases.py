@@ -190,11 +190,18 @@ def job_facts(model: ModelSpec, cluster: ClusterSpec, precision: Precision, fp8_
 
 def layout_sizes(layout: Mapping[str, Any], num_gpus: int | None) -> dict[str, Any]:
     """The layout sizes a rule reads, with the layout's defaults for what is not given (dp from the GPUs)."""
-    sizes = {name: layout.get(name) or 1 for name in ("tp", "pp", "vpp", "cp", "ep")}
-    sizes["zero"] = layout.get("zero", 1)
+    sizes = {name: _count(layout.get(name), 1) for name in ("tp", "pp", "vpp", "cp", "ep")}
+    sizes["zero"] = _count(layout.get("zero"), 1, minimum=0)
     replica = sizes["tp"] * sizes["pp"] * sizes["cp"]
-    sizes["dp"] = layout.get("dp") or (max(num_gpus // replica, 1) if num_gpus else 1)
+    sizes["dp"] = _count(layout.get("dp"), max(num_gpus // replica, 1) if num_gpus else 1)
     return sizes
+
+
+def _count(value: Any, default: int, minimum: int = 1) -> int:
+    """A layout size as the rules read it: a whole number from `minimum`, else `default` (a wrong value is named
+    where the layout is read, in resolve)."""
+    whole = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    return value if whole else default
 
 
 @dataclass(frozen=True)
