@@ -679,6 +679,11 @@ def test_the_third_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
     doc = json.loads(out)
     assert code == 0 and doc["recommendation"] is None, err
     assert all("less than one sequence" in " ".join(c["problems"]) for c in doc["candidates"])
+    # the sixth run (seed 20261210): a budget of 1e30 FLOPs buys more tokens than a train spec takes (1e16)
+    code, out, err = run(capsys, "allocate", "-c", "h100-sxm:16", "--family", "dense", "--top", "1", "--json",
+                         "--flops", "1e30")
+    doc = json.loads(out)
+    assert code == 0 and all("more than 1e+16 tokens" in " ".join(c["problems"]) for c in doc["candidates"]), err
 
 
 def test_the_fifth_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,

@@ -51,6 +51,7 @@ from llmscale.scaling.laws import (
 from llmscale.scaling.optimum import shape_optimum
 from llmscale.search.plan import JobSizeResult, Objective, critical_batch_sequences, plan
 from llmscale.search.targets import SearchTarget
+from llmscale.specs.bounds import MAX_TOKENS
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.framework import Framework
@@ -248,6 +249,9 @@ def evaluate(model: ModelSpec, request: Request) -> Outcome:
     if budget_tokens < request.seq_len:  # a FLOP budget of less than one sequence through this model trains nothing
         return _infeasible(model, scale, 0, 0, f"the budget of {request.flops:.3g} FLOPs buys less than one "
                            f"sequence ({request.seq_len} tokens) of this model")
+    if budget_tokens > MAX_TOKENS:
+        return _infeasible(model, scale, 0, 0, f"the budget of {request.flops:.3g} FLOPs buys more than "
+                           f"{MAX_TOKENS:.0e} tokens of this model (specs.bounds.MAX_TOKENS)")
     train = TrainSpec(seq_len=request.seq_len, precision=request.precision, total_tokens=budget_tokens)
     kept: tuple[JobSizeResult, TrainSpec] | None = None
     last: tuple[JobSizeResult, TrainSpec] | None = None
