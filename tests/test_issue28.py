@@ -660,19 +660,30 @@ def test_the_second_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
         Prediction.from_dict(document)
 
 
+def _saved_plan(capsys: pytest.CaptureFixture[str]) -> str:
+    """A plan document as `plan --json` writes it (llama3-8b on 64 H100 at tp 8, under the default release)."""
+    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
+                         "--top", "1", "--json")
+    assert code == 0, err
+    return out
+
+
+def _memory_of_edited_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path, plan: dict[str, Any]) -> str:
+    """`memory --from-plan` of an edited plan: its one error line (exit 2 and one line asserted)."""
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    return err
+
+
 def test_the_third_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     # benchmarks/fuzz_issue28_long.md, third run (seed 20261207): two tracebacks, one per input here.
     # a saved plan whose inputs.train.precision is -1: ValueError in io.releases.fill before the spec named it
-    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
-                         "--top", "1", "--json")
-    assert code == 0, err
-    plan = json.loads(out)
+    plan = json.loads(_saved_plan(capsys))
     plan["inputs"]["train"]["precision"] = -1
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan), encoding="utf-8")
-    code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "precision = -1" in err, err
+    assert "precision = -1" in _memory_of_edited_plan(capsys, tmp_path, plan)
     # a FLOP budget of 1e-3 on a cluster: a ValidationError (total_tokens 2e-14) from inside the search
     code, out, err = run(capsys, "allocate", "-c", "h100-sxm:16", "--family", "dense", "--top", "1", "--json",
                          "--flops", "1e-3")
@@ -692,15 +703,9 @@ def test_the_fifth_long_fuzz_runs_findings_are_one_line_each(tmp_path: Path,
     from tests.test_measure import profile
 
     # a saved plan whose inputs.train.fp8_recipe is 1e308: ValueError in io.releases.fill (Fp8Recipe(1e308))
-    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
-                         "--top", "1", "--json")
-    assert code == 0, err
-    plan = json.loads(out)
+    plan = json.loads(_saved_plan(capsys))
     plan["inputs"]["train"]["fp8_recipe"] = 1e308
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan), encoding="utf-8")
-    code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "fp8_recipe = 1e+308" in err, err
+    assert "fp8_recipe = 1e+308" in _memory_of_edited_plan(capsys, tmp_path, plan)
     # a re-sealed calibration whose gpu is '': read as a file path, "error: .: is a directory, not a file"
     edited = profile().model_copy(update={"gpu": ""})  # sealed as the fuzzer seals an edit (no validation)
     sealed = edited.model_dump(mode="json") | {"sha256": edited.body_sha256()}
@@ -715,14 +720,9 @@ def test_a_saved_plans_layout_size_of_another_type_is_one_line(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     # Found beside the fifth fuzz run (every layout and train field of a saved plan set to a wrong type): a tp, pp
     # or cp that is a string, list or mapping raised TypeError in the release rules (io.releases.layout_sizes)
-    code, out, err = run(capsys, "plan", "-m", "llama3-8b", "-c", "h100-sxm:64", "--gpus", "64", "--tp", "8",
-                         "--top", "1", "--json")
-    assert code == 0, err
+    saved = _saved_plan(capsys)
     for field in ("tp", "pp", "cp"):
         for value in ("x", [1], {"a": 1}):
-            plan = json.loads(out)
+            plan = json.loads(saved)
             plan["top"][0]["layout"][field] = value
-            path = tmp_path / "plan.json"
-            path.write_text(json.dumps(plan), encoding="utf-8")
-            code, _, err = run(capsys, "memory", "--from-plan", str(path), "--json")
-            assert code == 2 and len(err.strip().splitlines()) == 1 and f"{field} = " in err, (field, value, err)
+            assert f"{field} = " in _memory_of_edited_plan(capsys, tmp_path, plan), (field, value)
