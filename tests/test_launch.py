@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 from llmscale.runtime import journal as jr
 from llmscale.runtime.files import RunPaths, read_heartbeat
 from llmscale.runtime.reconcile import NOTE
-from tests.launch_helpers import reap_all
+from tests.launch_helpers import reap_all, wait_beat
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "tests" / "fixtures" / "standin_trainer.py"
@@ -224,11 +224,7 @@ def test_one_launcher_per_run_dir_and_a_killed_launchers_ranks_die_with_it(
     config, run = write_config(tmp_path / "run.yaml"), tmp_path / "run"
     first = start(tmp_path, config, env={"STANDIN_STEPS": "400"})
     procs.append(first)
-    ranks = [read_heartbeat(RunPaths(run), r) for r in (0, 1)]
-    while any(b is None or b.step < 3 for b in ranks):
-        assert first.poll() is None, first.communicate()
-        time.sleep(0.05)
-        ranks = [read_heartbeat(RunPaths(run), r) for r in (0, 1)]
+    ranks = [wait_beat(run, r, 0, 3, first) for r in (0, 1)]
     holder = json.loads((run / LOCK_FILE).read_text())
     assert (holder["pid"], holder["host"]) == (first.pid, socket.gethostname())
     # a second launch on the same run directory is refused at once, naming the live launcher; the first goes on
@@ -239,7 +235,7 @@ def test_one_launcher_per_run_dir_and_a_killed_launchers_ranks_die_with_it(
     # SIGKILL of the launcher: its ranks die with it (parent-death signal), nothing trains on unsupervised
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
-    assert _gone([b.pid for b in ranks if b is not None]) == []
+    assert _gone([b.pid for b in ranks]) == []
     # a process of this run directory left running (started here, as a dead launcher's would be): the relaunch
     # ends it before it starts, and journals the dead launcher's attempt as a `launcher` fault
     stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
@@ -262,11 +258,7 @@ def test_sigint_stops_the_run_with_130_and_one_line(tmp_path: Path, procs: list[
     run = tmp_path / "run"
     proc = start(tmp_path, write_config(tmp_path / "run.yaml"), env={"STANDIN_STEPS": "400"})
     procs.append(proc)
-    beats = [read_heartbeat(RunPaths(run), r) for r in (0, 1)]
-    while any(b is None or b.step < 3 for b in beats):
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-        beats = [read_heartbeat(RunPaths(run), r) for r in (0, 1)]
+    beats = [wait_beat(run, r, 0, 3, proc) for r in (0, 1)]
     # a storage save committed (its manifest written) by a trainer the stop signal cuts before its journal line
     sha = (run / "config.sha256").read_text().strip()
     cut = run / "checkpoints" / "step_00000003.saving-a0"
@@ -277,7 +269,7 @@ def test_sigint_stops_the_run_with_130_and_one_line(tmp_path: Path, procs: list[
     assert code == 130, err[-3000:]
     assert "Traceback" not in out + err, (out + err)[-3000:]
     assert err.strip().splitlines()[-1] == "error: interrupted by SIGINT; llmscale launch again resumes the run"
-    assert _gone([b.pid for b in beats if b is not None]) == []
+    assert _gone([b.pid for b in beats]) == []
     (fault,) = events(tmp_path, jr.EventKind.FAULT)
     assert (fault.attempt, fault.cause, fault.signal, fault.pid) == (0, jr.Cause.LAUNCHER, "SIGINT", proc.pid)
     assert events(tmp_path, jr.EventKind.STOP)[-1].reason.startswith("interrupted by SIGINT")  # type: ignore[union-attr]
