@@ -12,9 +12,11 @@ in-process agent is started with only SIGQUIT left to torch (agent.TORCH_SIGNALS
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_CODE = 130
@@ -35,22 +37,25 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def interruptible() -> Iterator[None]:
+def _handling(handler: Any) -> Iterator[None]:
+    """Within: `handler` takes the stop signals, restored after. Python lets only the main thread install signal
+    handlers: elsewhere (a launch run from a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def interruptible() -> AbstractContextManager[None]:
     """Within: a stop signal raises Interrupted in the main thread."""
-    old = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _handling(_raise)
 
 
-@contextmanager
-def shielded() -> Iterator[None]:
+def shielded() -> AbstractContextManager[None]:
     """Within: stop signals are ignored (the clean-up after the first one runs to its end)."""
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _handling(signal.SIG_IGN)

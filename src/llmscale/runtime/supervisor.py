@@ -23,10 +23,8 @@ import os
 import shutil
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -316,7 +314,7 @@ def launch(req: LaunchRequest, say: Callable[[str], None] = print) -> LaunchOutc
         say(f"launch: warning: no lock on {lock.path} ({lock.unsupported}): one launcher per run directory is not "
             "enforced on this file system")
     try:
-        with interruptible() if threading.current_thread() is threading.main_thread() else nullcontext():
+        with interruptible():
             become_subreaper()
             _relaunch(run_dir, previous, say)
             paths, st, nproc = _prepare(req, run_dir, say)
