@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from chaos_faults import flip
+from chaos_faults import corrupt_newest_storage
 
 from llmscale.runtime import journal as jr
 from llmscale.runtime.files import RunPaths, read_lines
@@ -58,15 +58,14 @@ def corrupt_shard(out: Path, reference: Losses, total: int, config: Config) -> s
     step again as a fresh commit that verifies; the second must load that commit and train nothing."""
     run_dir, cfg = out / "corrupt", config(out / "corrupt.yaml", total, 1000, 3)
     first = _launch(cfg, run_dir, out / "corrupt.log")
-    newest = committed(run_dir / "checkpoints")[0]
-    flip(next(p for p in sorted(newest.path.iterdir()) if p.suffix == ".distcp"))
+    newest_step = corrupt_newest_storage(run_dir / "checkpoints")
     second = _launch(cfg, run_dir, out / "corrupt2.log")
     third = _launch(cfg, run_dir, out / "corrupt3.log")
     v = verify_run(run_dir, reference, 2, total)
     kept = committed(run_dir / "checkpoints")
     loads = all(verify(c.path, c.manifest) == "" and MANIFEST not in c.manifest["files"] for c in kept)
     failed = [e.reason or "" for e in jr.read(run_dir).of_kind(jr.EventKind.CHECKPOINT_FAILED)]
-    ok = (first, second, third) == (0, 0, 0) and v.ok and loads and v.restores[-1][2] == newest.step and any(
+    ok = (first, second, third) == (0, 0, 0) and v.ok and loads and v.restores[-1][2] == newest_step and any(
         "SHA256 differs" in r and "quarantine" in r for r in failed)
     return (f"re-save after a corrupt newest shard (finished run, relaunched twice): exits {first}, {second}, {third}; "
             f"restores {v.restores}; kept {[c.step for c in kept]} all load: {loads}; journaled {failed[:1]}; "

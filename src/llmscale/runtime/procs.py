@@ -160,15 +160,9 @@ def processes_with_env(key: str, value: str) -> list[int]:
 
 
 def kill_and_wait(pids: list[int], timeout_s: float = 10.0) -> list[int]:
-    """SIGCONT + SIGKILL each pid, reap our own children among them, and wait until every one is gone (an orphan
-    is reaped by its new parent); the pids still there after `timeout_s` (in uninterruptible sleep)."""
-    for pid in pids:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
-    reap(pids, timeout_s=0.5)
+    """SIGKILL each pid (a stopped one too), reap our own children among them, and wait until every one is gone (an
+    orphan is reaped by its new parent); the pids still there after `timeout_s` (in uninterruptible sleep)."""
+    reap(kill_pids(pids), timeout_s=0.5)
     deadline = time.monotonic() + timeout_s
     left = [p for p in pids if not is_zombie(p)]
     while left and time.monotonic() < deadline:
