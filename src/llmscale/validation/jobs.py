@@ -40,7 +40,6 @@ from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
 from llmscale.validation.clusters import reference_cluster
-from llmscale.validation.entries import row_settings
 from llmscale.validation.runs import ModelType, PublishedRun, model_from_run
 
 
@@ -152,7 +151,7 @@ def row_job(run: PublishedRun, constants: Constants, calibration: CalibrationPro
     """The row as a resolved job (module docstring); raises LlmscaleError with the reason when it cannot be built."""
     _check_row(run)
     release = release_for(run)
-    settings, ids = row_settings(run.name) if facts is Facts.RECIPE else ({}, ())
+    settings, ids = _recipe(run.name) if facts is Facts.RECIPE else ({}, ())
     cluster = reference_cluster(run)
     precision = run.precision or Precision.BF16
     dropless, dropping, chosen_factor = _token_dropping(run, release, cluster, precision)
@@ -211,6 +210,13 @@ def _check_row(run: PublishedRun) -> None:
             raise LlmscaleError(f"{key} is null")
 
 
+def _recipe(name: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The row's recipe entries (validation.entries, read only by `--facts recipe`: not imported at start-up)."""
+    from llmscale.validation.entries import row_settings
+
+    return row_settings(name)
+
+
 def _release_interleaves(release: ReleaseProfile | None, request: JobRequest) -> bool:
     """Whether the release's rules say it interleaves its pipeline for this job (io.releases.fill, before the
     layout is complete)."""
@@ -218,7 +224,8 @@ def _release_interleaves(release: ReleaseProfile | None, request: JobRequest) ->
         return False
     assert isinstance(request.model, ModelSpec) and isinstance(request.cluster, ClusterSpec)
     assert isinstance(request.train, dict)
-    filled = fill(release, request.model, request.cluster, request.train, dict(request.layout or {}), request.gpus)
+    filled = fill(release, request.model, request.cluster, request.train, dict(request.layout or {}), request.gpus,
+                  request.dropless)  # as resolve fills the same request
     return bool(filled.application.value("interleave"))
 
 
