@@ -91,6 +91,7 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
     num_micro = lay.num_microbatches(train.global_batch)
     experts = max(model.experts, 1)
+    view = {name: lay.column(name) for name in ("tp", "sp", "ep", "pp", "schedule", "recompute")}
     conditions = [
         (Reason.GPU_COUNT, lay.num_gpus != num_gpus),
         (Reason.TP_HEADS, (model.heads % lay.tp != 0) | (kv_heads % lay.tp != 0)),
@@ -110,9 +111,9 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
         (Reason.OFFLOAD_ACTIVATIONS, (lay.offload_activations > 0) & (
             (lay.pp > 1) | (lay.recompute != Recompute.NONE.code) | _any_module_recompute(lay)
             | (lay.offload_activations >= model.layers))),
-        (Reason.CUDA_GRAPHS, lay.cuda_graphs & (lay.recompute == Recompute.FULL.code)),
-        (Reason.TP_OVERLAP, lay.tp_comm_overlap & ((lay.tp == 1) | ~lay.sp)),
-        (Reason.EP_OVERLAP, lay.ep_comm_overlap & ~ep_overlap_runs(lay)),
+        (Reason.CUDA_GRAPHS, lay.cuda_graphs & ~switch_runs("cuda_graphs", view)),
+        (Reason.TP_OVERLAP, lay.tp_comm_overlap & ~switch_runs("tp_comm_overlap", view)),
+        (Reason.EP_OVERLAP, lay.ep_comm_overlap & ~switch_runs("ep_comm_overlap", view)),
     ]
     reason = np.zeros(lay.size, dtype=np.int8)
     for code, failed in reversed(conditions):
