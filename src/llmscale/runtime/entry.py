@@ -10,13 +10,16 @@ ProcessFailure reads (`{"message": str, "timestamp": int}`); the Session does it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from llmscale.errors import LlmscaleError
+from llmscale.runtime.files import write_atomic
 
 ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 REFUSED_EXIT = 2
@@ -30,11 +33,10 @@ def record_error(exc: BaseException) -> None:
         return
     lines = str(exc).strip().splitlines()
     message = f"{type(exc).__name__}: {lines[0] if lines else ''}"[:1000]
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"message": message, "timestamp": int(time.time())}, handle)
-    except OSError:
-        pass
+    record = json.dumps({"message": message, "timestamp": int(time.time())}).encode()
+    # atomically: the agent reads every rank's file once one rank dies, and a file caught empty raised JSONDecodeError
+    with contextlib.suppress(OSError):
+        write_atomic(Path(path), record, durable=False)
 
 
 def run(main: Callable[[], object]) -> int:
