@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from llmscale.runtime.files import Heartbeat, RunPaths, read_heartbeat
+from llmscale.runtime.nodes import NodeArgv
 from llmscale.runtime.procs import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +96,14 @@ def reap_run(run_dir: Path) -> list[int]:
     from llmscale.runtime.procs import kill_and_wait
 
     return kill_and_wait(run_processes(run_dir))
+
+
+def torchrun_argv(script_argv: Sequence[str]) -> NodeArgv:
+    """A node command for runtime.nodes.plan_nodes: each node runs torchrun (static rendezvous at the master) on
+    `script_argv`."""
+
+    def argv(node_rank: int, nnodes: int, addr: str, port: int, nproc: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+                f"--node-rank={node_rank}", f"--master-addr={addr}", f"--master-port={port}", *script_argv]
+
+    return argv

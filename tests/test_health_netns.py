@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from llmscale.runtime.hosts import read_exclusions, read_hostfile
-from llmscale.runtime.nodes import parse_node_exec, plan_nodes, torchrun_argv
+from llmscale.runtime.nodes import parse_node_exec, plan_nodes
 from tests.conftest import run_cli
+from tests.launch_helpers import torchrun_argv
 from tests.netns_cluster import IFNAME, NetnsCluster, leftovers, netns_available, netns_cluster, slow_link
 
 pytest.importorskip("torch")

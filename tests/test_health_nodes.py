@@ -14,8 +14,9 @@ from llmscale.cli.health_scope import Placement, Scope, references, resolve_plac
 from llmscale.errors import SpecError
 from llmscale.measure.links import find_suspects_vs
 from llmscale.runtime.hosts import Exclusion, Host, parse_hostfile
-from llmscale.runtime.nodes import NodeExecKind, parse_node_exec, plan_nodes, torchrun_argv
+from llmscale.runtime.nodes import NodeExecKind, parse_node_exec, plan_nodes
 from tests.conftest import make_cluster
+from tests.launch_helpers import torchrun_argv
 
 
 @pytest.mark.parametrize(("text", "kind", "command"), [

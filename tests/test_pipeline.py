@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmscale.cost.pipeline import PipelineTimes, bubble_fraction, p2p_crossings, pipeline_times
+from llmscale.cost.pipeline import PipelineTimes, p2p_crossings, pipeline_times
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Schedule
 
@@ -19,6 +19,15 @@ P16 = 16
 
 def _lay(schedule: Schedule, pp: int | list[int] = P16, vpp: int | list[int] = 1) -> Layouts:
     return Layouts.from_columns(tp=1, pp=pp, dp=1, vpp=vpp, schedule=schedule.code)
+
+
+def bubble_fraction(lay: Layouts, num_micro: np.ndarray, *, fwd_s: float = 1.0, bwd_input_s: float = 1.0,
+                    bwd_weight_s: float = 1.0) -> np.ndarray:
+    """Bubble over busy time, t_pb / t_id of Narayanan et al. 2021 (arXiv:2104.04473), without send/recv. With
+    T_F = T_B = T_W (the sail-sg/zero-bubble-pipeline-parallelism README's assumption) 1F1B gives (p−1)/m_b,
+    interleaved (p−1)/(v·m_b) and ZB-H1 (p−1)/(3m_b)."""
+    times = pipeline_times(lay, num_micro, fwd_s, bwd_input_s, bwd_weight_s, 0.0)
+    return times.bubble_s / times.busy_s
 
 
 def _times(schedule: Schedule, pp: int, m: int, f: float, b: float, w: float, vpp: int = 1) -> PipelineTimes:

@@ -166,19 +166,3 @@ def pipeline_times(
         bubble_s=np.where(lay.pp > 1, np.maximum(bubble, 0.0), 0.0),
         p2p_exposed_s=p2p,
     )
-
-
-def bubble_fraction(
-    lay: Layouts,
-    num_micro: np.ndarray,
-    *,
-    fwd_s: Seconds = 1.0,
-    bwd_input_s: Seconds = 1.0,
-    bwd_weight_s: Seconds = 1.0,
-) -> np.ndarray:
-    """Bubble over ideal (busy) time, t_pb / t_id of Narayanan et al. 2021, without send/recv. The default
-    T_F = T_B = T_W is the zero-bubble README's assumption, under which 1F1B gives (p−1)/m_b, interleaved
-    (p−1)/(v·m_b) and ZB-H1 (p−1)/(3m_b) exactly (Narayanan et al. 2021; sail-sg/zero-bubble-pipeline-parallelism
-    README)."""
-    times = pipeline_times(lay, num_micro, fwd_s, bwd_input_s, bwd_weight_s, 0.0)
-    return times.bubble_s / times.busy_s

@@ -22,7 +22,6 @@ exclusions removed.
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -119,16 +118,6 @@ class NodePlan:
 
 NodeArgv = Callable[[int, int, str, int, int], list[str]]
 """(node_rank, nnodes, master_addr, master_port, nproc_per_node) -> the command a node runs."""
-
-
-def torchrun_argv(script_argv: Sequence[str]) -> NodeArgv:
-    """Each node runs torchrun (static rendezvous at the master) on `script_argv`."""
-
-    def argv(node_rank: int, nnodes: int, addr: str, port: int, nproc: int) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-                f"--node-rank={node_rank}", f"--master-addr={addr}", f"--master-port={port}", *script_argv]
-
-    return argv
 
 
 def plan_nodes(hosts: list[Host], exclude: list[Exclusion], needed_nodes: int, node_exec: NodeExec, *,

@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from llmscale.errors import LlmscaleError
 from llmscale.runtime import journal
-from llmscale.runtime.config import AUTO, RunConfig, config_sha256, load_config
+from llmscale.runtime.config import RunConfig, config_sha256, load_config
 from llmscale.runtime.entry import record_error
 from llmscale.runtime.files import PHASES, BeatPhase, Heartbeat, RunPaths, StepRecord, append_step, write_heartbeat
 from llmscale.runtime.memtier import MemoryTier
@@ -256,7 +256,3 @@ class Session:
         from llmscale.runtime.restore import storage_state
 
         return storage_state(self.model, self.optimizer, self.scheduler, self.loader, self.ctx, self.step)
-
-
-def uses_auto(config: RunConfig) -> bool:
-    return AUTO in (config.checkpoint.memory_every_steps, config.checkpoint.storage_every_steps)

@@ -287,9 +287,6 @@ MODEL_SETTINGS = frozenset({"dropout", "tied_embeddings", "capacity_factor", "pa
 CHOICE_SETTINGS = frozenset({"interleave"})
 """Hints for what llmscale chooses where a job leaves it open (validation.jobs: the interleaving degree); recorded,
 never a spec field, so they may condition on the layout."""
-KERNEL_SETTINGS = frozenset({"moe_grouped_gemm", "moe_shared_expert_overlap"})
-"""Recorded MoE facts the cost model does not price: moe_grouped_gemm is said by moe_grouped_gemm_impl (false:
-cublas-loop), and the shared experts' overlap with the dispatch is left out."""
 ZERO3_ONLY = frozenset({"fsdp_double_buffer", "fp8_params", "zero3_gather", "zero3_synchronous"})
 """Run settings the cost model reads only at ZeRO-3: a rule on one of them may condition on the layout's zero."""
 
