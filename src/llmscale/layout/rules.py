@@ -84,15 +84,57 @@ _MEANING: dict[Reason, str] = {
 }
 
 
+RULE_READS: dict[Reason, frozenset[str]] = {reason: frozenset(names.split()) for reason, names in {
+    Reason.GPU_COUNT: "tp cp pp dp",
+    Reason.TP_HEADS: "tp",
+    Reason.PP_LAYERS: "pp vpp",
+    Reason.SCHEDULE: "vpp schedule pp",
+    Reason.EP_EXPERTS: "ep",
+    Reason.EP_FOLD: "tp cp dp ep etp",
+    Reason.SP_TP: "sp tp",
+    Reason.CP_SEQ: "cp",
+    Reason.BATCH: "dp mbs",
+    Reason.MICROBATCHES: "schedule pp dp mbs",
+    Reason.RECOMPUTE_MODULES: "recompute recompute_norm recompute_mla_up recompute_moe_act recompute_mlp",
+    Reason.OFFLOAD_ACTIVATIONS: "offload_activations pp recompute recompute_norm recompute_mla_up recompute_moe_act "
+                                "recompute_mlp",
+    Reason.CUDA_GRAPHS: "cuda_graphs recompute",
+    Reason.TP_OVERLAP: "tp_comm_overlap tp sp",
+    Reason.EP_OVERLAP: "ep_comm_overlap ep pp schedule recompute",
+}.items()}
+"""The layout columns each rule of `check` reads (tests/test_layout_definition.py checks each against `check`): the
+space applies a leading run of rules as soon as their columns are built (layout.space)."""
+
+
+def decided_by(columns: frozenset[str]) -> tuple[Reason, ...]:
+    """The leading rules of `check`, in order, that read only `columns`: on rows holding those columns they give the
+    reason `check` would give the full layout wherever one of them fails."""
+    decided: list[Reason] = []
+    for reason, reads in RULE_READS.items():
+        if not reads <= columns:
+            break
+        decided.append(reason)
+    return tuple(decided)
+
+
 def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: Layouts) -> np.ndarray:
     """Reason code per layout (int8 array of shape (N,)); the first failing rule wins."""
+    reason = np.zeros(lay.size, dtype=np.int8)
+    for code, failed in reversed(conditions(model, train, num_gpus, lay)):
+        reason = np.where(failed, np.int8(code), reason)
+    return reason
+
+
+def conditions(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray,
+               lay: Layouts) -> list[tuple[Reason, np.ndarray]]:
+    """Each rule of `check`, in order, with where it fails (reads only the columns RULE_READS gives it)."""
     kv_heads = model.heads if model.mla is not None else model.num_kv_heads
     interleaved = lay.schedule == Schedule.INTERLEAVED.code
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
     num_micro = lay.num_microbatches(train.global_batch)
     experts = max(model.experts, 1)
     view = {name: lay.column(name) for name in ("tp", "sp", "ep", "pp", "schedule", "recompute")}
-    conditions = [
+    return [
         (Reason.GPU_COUNT, lay.num_gpus != num_gpus),
         (Reason.TP_HEADS, (model.heads % lay.tp != 0) | (kv_heads % lay.tp != 0)),
         (Reason.PP_LAYERS, lay.pp * lay.vpp > model.layers + 2),
@@ -115,10 +157,6 @@ def check(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray, lay: L
         (Reason.TP_OVERLAP, lay.tp_comm_overlap & ~switch_runs("tp_comm_overlap", view)),
         (Reason.EP_OVERLAP, lay.ep_comm_overlap & ~switch_runs("ep_comm_overlap", view)),
     ]
-    reason = np.zeros(lay.size, dtype=np.int8)
-    for code, failed in reversed(conditions):
-        reason = np.where(failed, np.int8(code), reason)
-    return reason
 
 
 RELEASE_SWITCHES = ("tp_comm_overlap", "ep_comm_overlap", "cuda_graphs")

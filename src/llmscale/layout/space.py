@@ -1,7 +1,7 @@
 """The layout space of a model on a number of GPUs, generated as arrays (docs/architecture.md principle 1).
 
-Every combination of the candidate values below is built with one Cartesian product of index arrays and
-then masked by `rules.check` (divisibility, batch, schedule) — no Python loop over layouts:
+The Cartesian product of the candidate values below, checked by `rules.check` (divisibility, batch, schedule) —
+no Python loop over layouts; the leading rules are applied to the columns they read before the rest is built:
 
   tp        powers of two that divide heads and kv_heads, up to the scale-up domain (NVLink never spans
             more; TP across the network is never competitive)
@@ -27,6 +27,7 @@ what they exclude; a range keeps the default candidates inside it (zero: all fou
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.constraints import FieldRule, LayoutRules
 from llmscale.layout.profile import ReleaseLayouts
-from llmscale.layout.rules import Reason, check
+from llmscale.layout.rules import Reason, check, decided_by
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
@@ -157,7 +158,9 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     opts = opts or SpaceOptions()
     values = candidate_values(model, cluster, train, num_gpus, opts)
     values |= _mode_values(model, opts)
-    cols, generated = _whole_product(values, num_gpus)
+    generated = math.prod(len(v) for v in values.values())
+    index, early_rejected = _early_kept(model, train, num_gpus, values)
+    cols = {name: np.asarray(values[name], dtype=np.int64)[index[name]] for name in values}
     dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
     flags: dict[str, np.ndarray] = {}
@@ -174,26 +177,57 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)
     reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
     reasons = np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
-    counts = {Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)}
-    rejected: dict[Reason, int] = {r: n for r, n in counts.items() if r is not Reason.OK}
-    not_whole = generated - lay.size
-    if not_whole:  # tp·cp·pp does not divide the GPU count: no whole dp
-        rejected[Reason.GPU_COUNT] = rejected.get(Reason.GPU_COUNT, 0) + not_whole
+    counts = Counter({Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)})
+    counts.update(early_rejected)
+    listed = [r for r in sorted(counts) if r not in (Reason.OK, Reason.GPU_COUNT) and counts[r]]
+    rejected: dict[Reason, int] = {r: counts[r] for r in listed}
+    if counts[Reason.GPU_COUNT]:  # listed last, as the space always has
+        rejected[Reason.GPU_COUNT] = counts[Reason.GPU_COUNT]
     return Space(lay.take(reasons == Reason.OK), generated=generated, rejected=rejected)
 
 
-def _whole_product(values: dict[str, list[Any]], num_gpus: int) -> tuple[dict[str, np.ndarray], int]:
-    """The Cartesian product of the candidate lists without the (tp, cp, pp) whose product does not divide the GPU
-    count (pruned before the product is built, in the product's own order: tp, cp, pp vary slowest), and how many
-    combinations the whole product has."""
+EARLY = ("tp", "cp", "pp", "vpp", "ep", "etp_is_tp", "schedule")
+"""The product columns that, with dp and etp derived from them, hold what the leading rules of `check` read
+(rules.decided_by): their combinations are checked, and those rejected dropped, before the rest is built."""
+
+
+def _early_kept(model: ModelSpec, train: TrainSpec, num_gpus: int,
+                values: dict[str, list[Any]]) -> tuple[dict[str, np.ndarray], Counter[Reason]]:
+    """Index arrays into `values` of every combination whose EARLY columns pass the rules those columns decide, in
+    the Cartesian product's own order (the first column varies slowest: the order ties are ranked in), and how many
+    combinations of the whole product each of those rules rejected."""
     names = list(values)
-    assert names[:3] == ["tp", "cp", "pp"], names
-    triple = _product({name: values[name] for name in names[:3]})
-    keep = np.flatnonzero(num_gpus % (triple["tp"] * triple["cp"] * triple["pp"]) == 0)
-    rest = _product({"triple": keep.tolist(), **{name: values[name] for name in names[3:]}})
-    index = rest.pop("triple").astype(np.int64)  # an empty keep list builds a float array
-    cols = {name: triple[name][index] for name in names[:3]} | rest
-    return cols, math.prod(len(v) for v in values.values())
+    early = [name for name in names if name in EARLY]
+    part = _product({name: list(range(len(values[name]))) for name in early})
+    vals = {name: np.asarray(values[name], dtype=np.int64)[part[name]] for name in early}
+    per_row = math.prod(len(values[name]) for name in names if name not in EARLY)
+    whole = num_gpus % (vals["tp"] * vals["cp"] * vals["pp"]) == 0
+    rejected: Counter[Reason] = Counter({Reason.GPU_COUNT: int((~whole).sum()) * per_row})
+    vals = {name: v[whole] for name, v in vals.items()}
+    part = {name: v[whole] for name, v in part.items()}
+    etp = np.where(vals.pop("etp_is_tp") == 1, vals["tp"], 1)
+    lay = Layouts.from_columns(**vals, etp=etp, num_gpus=num_gpus)
+    reasons = check(model, train, num_gpus, lay)
+    decided = np.isin(reasons, list(decided_by(frozenset(vals) | {"dp", "etp"})))
+    failed = zip(*np.unique(reasons[decided], return_counts=True), strict=True)
+    rejected.update({Reason(int(r)): int(n) * per_row for r, n in failed})
+    return _expand(values, {name: v[~decided] for name, v in part.items()}), rejected
+
+
+def _expand(values: dict[str, list[Any]], kept: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The kept rows of the EARLY columns × every combination of the other columns, as index arrays in the order of
+    the whole product over `values`."""
+    names = list(values)
+    rest = _product({name: list(range(len(values[name]))) for name in names if name not in kept})
+    rows = next(iter(kept.values())).shape[0]
+    width = math.prod(len(values[name]) for name in names if name not in kept)
+    index = {name: np.repeat(v, width) for name, v in kept.items()}
+    index |= {name: np.tile(v, rows) for name, v in rest.items()}
+    key = np.zeros(rows * width, dtype=np.int64)
+    for name in names:  # the row's position in the whole product: mixed radix, the first column slowest
+        key = key * len(values[name]) + index[name]
+    order = np.argsort(key, kind="stable")
+    return {name: index[name][order] for name in names}
 
 
 _PRODUCT = frozenset({"tp", "cp", "pp", "vpp", "ep", "mbs", "zero", "recompute", "schedule", "offload_optimizer",
