@@ -1,19 +1,7 @@
 """Where a health sweep (`bench links`, `bench collectives`) runs its ranks, and what each pair is compared with.
-
-Scopes (`--scope`):
-  node        N ranks on this machine (`--nproc`); the default.
-  cross-node  one rank per host of `--hostfile`: every pair crosses hosts.
-  hostfile    `slots` ranks (default 1) on every host of `--hostfile`: pairs inside and across hosts.
-  tiers       as `hostfile`, with `--cluster` required: hosts are the cluster's nodes in hostfile order (node k holds
-              GPUs k·g .. k·g+g−1, g = GPUs per node; Slurm lists a topology-aware allocation in switch order), each
-              pair is labelled with the innermost network tier holding both ends, and the tiers no pair crosses are
-              named (the hostfile spans too few nodes to reach them). All pairs are timed, not a per-tier sample.
-  job         the hosts of a run directory (`--run-dir`): its config's `hosts` hostfile, else the hosts and rank
-              counts its step records name (this machine's ranks as `node` when they are all here).
-Ranks on hosts start through `--node-exec` (runtime/nodes.py; default `ssh {host}`); MASTER_ADDR is the first
-host's address (127.0.0.1 under `local`), the port a free one here or LLMSCALE_MASTER_PORT. Reference: with
-`--cluster`, the catalog's per-GPU one-direction bandwidth of each pair's tier (before oversubscription); without,
-the measured median (links.py: the verdict is relative — a cluster uniformly slow is not seen).
+Scopes (`--scope`): node (default), cross-node, hostfile, tiers, job; ranks on hosts start through `--node-exec`
+(runtime/nodes.py). Reference: the catalog's per-GPU bandwidth of each pair's tier with `--cluster`, else the
+measured median. The scope table: docs/monitoring.md (Health sweep); details: docs/monitoring.md#cli-health-scope.
 """
 
 from __future__ import annotations

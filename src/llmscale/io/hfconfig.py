@@ -1,49 +1,8 @@
 """Load a Hugging Face `config.json` as a ModelSpec, without transformers installed.
 
-Families (`model_type`): llama (Llama 2/3), mixtral, qwen2, qwen2_moe (Qwen1.5-MoE, Qwen2-MoE),
-qwen3, qwen3_moe, deepseek_v2, deepseek_v3. A config without `model_type` is recognised by its
-`architectures` entry (e.g. `Qwen3MoeForCausalLM`).
-
-| config.json key                         | ModelSpec field                    | note                        |
-|-----------------------------------------|------------------------------------|-----------------------------|
-| num_hidden_layers                       | layers                             |                             |
-| hidden_size                             | hidden                             |                             |
-| intermediate_size                       | ffn_hidden                         | Mixtral: expert_ffn_hidden  |
-| num_attention_heads                     | heads                              |                             |
-| num_key_value_heads                     | kv_heads                           | unset if = heads, or MLA    |
-| head_dim                                | head_dim                           | if present; MLA: (1)        |
-| vocab_size                              | vocab                              |                             |
-| tie_word_embeddings                     | tied_embeddings                    | default false (2)           |
-| num_local_experts                       | experts                            | Mixtral                     |
-| num_experts                             | experts                            | Qwen-MoE                    |
-| n_routed_experts                        | experts                            | DeepSeek                    |
-| num_experts_per_tok                     | top_k                              |                             |
-| moe_intermediate_size                   | expert_ffn_hidden                  | Qwen-MoE, DeepSeek          |
-| n_shared_experts                        | shared_experts                     | DeepSeek                    |
-| shared_expert_intermediate_size         | shared_expert_ffn_hidden           | Qwen2-MoE; shared_experts=1 |
-| first_k_dense_replace, moe_layer_freq   | first_dense_layers, moe_layer_freq | DeepSeek (3)                |
-| decoder_sparse_step, mlp_only_layers    | first_dense_layers, moe_layer_freq | Qwen-MoE (3)                |
-| q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim | mla.* | DeepSeek     |
-| num_nextn_predict_layers                | mtp_layers                         | DeepSeek-V3                 |
-| topk_group (< n_group)                  | moe_max_nodes                      | DeepSeek-V2/V3              |
-| rope_theta                              | rope_theta                         | if present                  |
-| rms_norm_eps, layer_norm_epsilon        | norm_eps                           | if present                  |
-| rope_scaling                            | rope_scaling.*                     | llama3, yarn (4)            |
-
-(1) MLA: v_head_dim, Megatron-LM's `kv_channels` for MLA models (its DeepSeek-V2/V3 configs set 128).
-(2) The default of LlamaConfig, MixtralConfig, Qwen2/3(Moe)Config and DeepseekV2/V3Config.
-(3) The MoE layers the family's modelling code selects must fit ModelSpec's layout "a dense prefix,
-    then every k-th layer"; a layout that does not (e.g. `mlp_only_layers: [5]`) is a SpecError.
-(4) `rope_type` (formerly `type`) llama3 or yarn; factor, original_max_position_embeddings, low/high_freq_factor,
-    beta_fast/slow, mscale, mscale_all_dim as present. Other kinds (linear, dynamic, longrope) are not modelled:
-    a warning, and no scaling.
-
-Not modelled, each under 0.01% of the parameters: Qwen2's QKV biases, Qwen3's q/k norms, the
-Qwen2-MoE shared-expert gate, DeepSeek's router score bias. Llama's `attention_bias` + `mlp_bias`
-map to `linear_bias` only together; one alone warns and is dropped.
-
-Every value goes through `parse_spec(ModelSpec, ...)`; its errors are re-labelled with the
-config.json key the offending ModelSpec field came from.
+Families (`model_type`, else the `architectures` entry): llama, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
+deepseek_v2, deepseek_v3. Every value goes through `parse_spec(ModelSpec, ...)`, errors naming the config.json key.
+Key-to-field table, footnotes and what is not modelled: docs/design-notes.md#io-hfconfig.
 """
 
 from __future__ import annotations

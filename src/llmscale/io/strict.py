@@ -1,17 +1,7 @@
 """Reading a user's file strictly: one line naming the path for every file-system problem, and YAML/JSON parsed so
-that nothing in the file is silently dropped or reinterpreted.
-
-- A file is read whole, at most `MAX_FILE_BYTES`; a missing file, a directory, a name too long, no permission or
-  text that is not UTF-8 is one `InputFileError` naming the path.
-- A key given twice in one mapping is an error naming the key and both lines (YAML, and JSON through
-  `object_pairs_hook`): PyYAML and `json` would otherwise keep the last value without a word.
-- YAML: only the standard tags of the YAML 1.1 core (str, int, float, bool, null, map, seq, and merge keys) are
-  accepted; `!!binary`, `!!set`, `!!omap`, `!!pairs` and any local `!tag` are refused, since no spec field holds
-  bytes, sets or ordered pairs. An unquoted date (`2025-01-31`) reads as its text, as the same file in JSON would.
-- JSON: the non-standard constants `NaN`, `Infinity` and `-Infinity` are refused.
-- Nesting deeper than `MAX_DEPTH` mappings and lists is refused (no spec is more than a few levels deep), and so is
-  a document of more than `MAX_VALUES` values once its YAML aliases are expanded (an "alias bomb": nine anchors of
-  nine aliases each are 9⁹ values, which every reader of the data would walk).
+that nothing in the file is silently dropped or reinterpreted (duplicate keys, non-core YAML tags, NaN/Infinity,
+files over `MAX_FILE_BYTES`, nesting over `MAX_DEPTH` and alias bombs over `MAX_VALUES` are refused).
+The rules and why: docs/design-notes.md#io-strict.
 """
 
 from __future__ import annotations

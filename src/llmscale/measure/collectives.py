@@ -1,25 +1,7 @@
-"""Collective bench (`llmscale bench collectives`): nccl-tests' quantities for all_reduce, all_gather,
-reduce_scatter, all_to_all and send_recv, with a plain torch.distributed loop of the same call timed beside it.
-
-Per (scope, op, size): S is the buffer nccl-tests sizes (NVIDIA/nccl-tests@03a204a doc/PERFORMANCE.md) — the all-reduced
-array, the gathered output, the reduce-scattered input, each rank's all-to-all send buffer, one send/recv
-message. time = median over `repeats` blocks of the seconds per call, each block the slowest rank's; algbw = S /
-time; busbw = algbw · f(n) with specs.collective.bus_factor (2(n−1)/n, (n−1)/n, 1 for send/recv). #wrong: elements
-that differ from the exact expected result after one checked call (small integers, exact in float32; 1% in 16-bit
-types), summed over ranks. The plain loop (`_PLAIN`) is the textbook `barrier; t0; for: dist.op(...); t1` of the
-same call and iterations, interleaved with the bench's blocks; ratio = bench busbw / plain busbw.
-
-reduce_scatter on gloo: torch's ProcessGroupGloo implements reduce_scatter_tensor as an all-reduce of the whole
-input followed by a local chunk copy (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp,
-reduce_scatter_tensor_coalesced, since pytorch#118911), which moves 2(n−1)/n·S per rank where a reduce-scatter
-moves (n−1)/n·S, so its "busbw" would not be a reduce-scatter's. With gloo the bench runs reduce_scatter as
-all_to_all_single + a local sum over the n received chunks (`a2a+sum`): a direct reduce-scatter's traffic, with
-the reduction on the receiving rank. NCCL runs the native reduce_scatter_tensor (not exercised in this CI).
-
-Scopes: one machine → `intra-node` (all ranks). Ranks on several hosts (torchrun) → `intra-node` (the ranks of each
-host, all hosts at once), `inter-node` (one rank per host, as many groups as ranks per host, all at once) and `all`.
-Left out: in-place/out-of-place pairs (nccl-tests prints both; here in place for all_reduce, out of place else),
-broadcast/reduce, CUDA-graph capture, per-rank bandwidth spreads (see `bench links`).
+"""Collective bench (`llmscale bench collectives`): nccl-tests' quantities (NVIDIA/nccl-tests@03a204a
+doc/PERFORMANCE.md) for all_reduce, all_gather, reduce_scatter, all_to_all and send_recv, busbw = S / time · f(n),
+with a plain torch.distributed loop of the same call timed beside it; on gloo reduce_scatter runs as a2a+sum.
+Sizes, #wrong, the gloo reduce_scatter (pytorch#118911) and scopes: docs/monitoring.md#measure-collectives.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""GEMM throughput on the shapes a model × layout runs on one GPU (`llmscale bench gemm`).
-
-Shapes, forward pass, one micro-batch (compute.py's notation: T = mbs·s/cp tokens, h hidden, n heads, g kv
-heads, d head size, f ffn, f_e / f_s routed / shared expert ffn, E experts, k top-k; M × K times K × N):
-
-  qkv          T × h            · h × (n + 2g)·d/tp         (MLA: q_a, q_b, kv_a, kv_b; the down-projections whole)
-  out_proj     T × n·d/tp       · n·d/tp × h
-  mlp_fc1      T × h            · h × (2 if gated else 1)·f/tp
-  mlp_fc2      T × f/tp         · f/tp × h
-  expert_fc1   T_e × h          · h × (2 if gated)·f_e/etp,  T_e = T·k·etp/tp·ep/E tokens per local expert
-  expert_fc2   T_e × f_e/etp    · f_e/etp × h                (compute.py: per_expert_tokens)
-  shared_fc1/2 as the MLP with the shared experts' f_s·S
-  logits       T × h            · h × V/tp
-
-Throughput = 2·M·N·K / time. Backward runs two GEMMs of the same FLOPs per forward one (input and weight
-gradients, transposed shapes); they are not timed separately. Types: float32 on CPU, bfloat16 (and float8 via
-torch._scaled_mm with per-tensor scales) on GPU; the GPU types have not run in this repository's CI.
+"""GEMM throughput on the shapes a model × layout runs on one GPU (`llmscale bench gemm`): QKV, out-projection, MLP,
+experts (T_e = T·k·etp/tp·ep/E tokens per local expert), shared experts and logits of one micro-batch's forward;
+throughput = 2·M·N·K / time. float32 on CPU; bfloat16 and float8 on GPU (not run in this repository's CI).
+The shape table: docs/design-notes.md#measure-gemm.
 """
 
 from __future__ import annotations

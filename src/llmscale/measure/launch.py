@@ -1,14 +1,7 @@
-"""One worker per rank under torch.distributed: processes started here with torch.multiprocessing, or the ranks
-torchrun started (detected from its environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR).
-
-Started here (one machine): gloo workers are forked and set one intra-op thread before any torch work (a forked
-child may not enter the parent's OpenMP pool: libgomp hangs; one thread per rank also keeps N ranks from
-oversubscribing the cores they share); NCCL workers are spawned (a forked child may not touch CUDA). Rank 0's
-return value comes back through a JSON file. Under torchrun every rank runs the worker in its own process and only
-rank 0 gets the result; the others get None and print nothing.
-
-The NCCL path (one GPU per local rank, cuda:LOCAL_RANK) exists but has not run in this repository's CI, which has
-no GPU.
+"""One worker per rank under torch.distributed: processes started here with torch.multiprocessing (gloo forked with
+one intra-op thread, NCCL spawned), or the ranks torchrun started (detected from RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR). The NCCL path has not run in this repository's CI.
+Why fork vs spawn, and how results come back: docs/design-notes.md#measure-launch.
 """
 
 from __future__ import annotations

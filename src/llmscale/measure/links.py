@@ -1,32 +1,7 @@
-"""Link health sweep (`llmscale bench links`): every pair of ranks exchanges S bytes both ways (isend + irecv), and
-ranks, pairs and nodes far below the others are named sub-healthy (a rule of thumb, no published source: a pair
-well below rated link speed points to a faulty link, and its nodes leave the pool).
-
-Schedule: `rounds` — the circle method pairs every rank with every other once in n − 1 rounds (n even; a bye when
-odd), the pairs of a round at once, as a sweep over a cluster must to finish in O(n) rounds; `sequential` — one
-pair at a time, n(n − 1)/2 steps, no pair sharing a CPU, NIC or switch port with another (the CLI's default up to
-64 pairs: on a CPU host the concurrent pairs of a round share its cores, which spreads loopback bandwidths ±50%).
-Per pair: `repeats` blocks of `iters` exchanges, the best block kept (a transient stall is not a bad link; a slow
-link is slow in every block), the blocks going round the whole schedule in turn (a busy moment of the host then
-slows one block of every pair, not every block of one pair); bandwidth = S / seconds per exchange, one direction,
-the slower of the two ends.
-
-Confirmation: every suspect pair, and every pair of a suspect rank or node, is timed again alone (one pair at a
-time, the others idle, twice the blocks) with up to 4 clean pairs near the median as references; the alone times,
-scaled by the references' sweep/alone ratio (so the sweep's median stays the yardstick), replace the sweep's. A
-pair slow only because its neighbours in a round shared a CPU, NIC or switch port is cleared; a slow link stays
-slow. With a rated reference the alone times are used as they are. Only what the sweep named can be confirmed: the
-retests may shift the median, but a pair the sweep passed is not condemned by that shift.
-
-Verdict (threshold θ, reference = the rated bandwidth when given, else a median):
-  rank   score = median bandwidth of its n − 1 pairs; suspect if score < θ · median of all scores
-  pair   suspect if bandwidth < θ · median of the pairs between non-suspect ranks (all pairs if none is clean)
-  node   (ranks on several hosts) score = median of its inter-node pairs; suspect if < θ · median node score
-Against an absolute reference (a rated bandwidth, or the catalog's per tier: `find_suspects_vs`) the rank and node
-scores are the UPPER median of their pairs, so a rank is suspect only when a strict majority of its pairs is slow:
-a healthy rank with one slow peer is not condemned with it (with n = 3 the plain median of two pairs is their mean).
-A rank-level verdict needs n ≥ 3: with two ranks one slow end and one slow link look the same (give a rated
-bandwidth). Left out: per-direction asymmetry, NIC/rail attribution inside a node, repeated sweeps over time.
+"""Link health sweep (`llmscale bench links`): every pair of ranks exchanges S bytes both ways (isend + irecv), suspects
+are timed again alone, and ranks, pairs and nodes below θ · the reference (rated bandwidth, else a median) are named
+sub-healthy (a rule of thumb, no published source).
+Schedules, confirmation, the verdict rules and what is left out: docs/monitoring.md#measure-links.
 """
 
 from __future__ import annotations

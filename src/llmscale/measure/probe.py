@@ -1,19 +1,7 @@
-"""`llmscale probe`: train a real transformer for a few steps under torch.distributed (CPU, gloo), measure
-where each step goes — compute, communication, idle (a measured profile, so that the model is checked rather
-than trusted) — and put llmscale's prediction for the same model, layout and hardware beside it, with the error.
-
-  ModelSpec ──► probe_model (plain torch, built from the spec)  ──► probe_worker: ranks train, time every step
-      │                                                                    │ and micro-benchmark the host
-      └──► probe_predict: cpu-host ClusterSpec from those measurements ──► estimate_step ──► predicted split
-                                                                                  │
-                                            measured split (median step) ◄────────┴──► error_pct
-
-Parallelism: DP over every rank (gradients all-reduced after backward in one flat bucket per class, not
-overlapped) and, for an MoE model with ep > 1, EP through all_to_all (probe_dispatch). TP, PP and CP are not
-probed. Ranks are processes on this machine (launch.py: torch.multiprocessing), or the ranks torchrun started.
-
-CPU and gloo only: the model, the micro-benchmarks and the timing assume synchronous CPU kernels; there is no
-GPU/NCCL path in the probe.
+"""`llmscale probe`: train a real transformer for a few steps under torch.distributed (CPU, gloo only), measure where
+each step goes (compute, communication, idle), and put llmscale's prediction for the same model, layout and hardware
+beside it, with the error. DP over every rank, EP for MoE; no TP, PP or CP.
+Pipeline diagram and scope: docs/design-notes.md#measure-probe.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""Expert-parallel token dispatch and combine for the probe: top-k copies sent to the rank that owns their
-expert with `all_to_all_single`, run there, sent back and summed with the router weights.
-
-Shapes: T tokens on this rank, k copies each (top-k), h hidden; E experts in all, E_l = E / ep on each rank,
-ranks of the EP group own experts [r·E_l, (r+1)·E_l). R = rows this rank receives (its experts' copies).
-
-Order of rows on the wire (what both sides agree on without sending expert ids): a rank sorts its T·k copies
-by global expert (stable), so the rows for EP rank r are contiguous and, inside, grouped by r's local expert;
-before the tokens it sends each rank its per-expert counts (an all_to_all of E_l integers per peer). The
-receiver's rows are therefore ordered (source rank, local expert), with counts C[s, e]; it regroups them
-expert-major to run each expert on one contiguous block, and restores the order before combining.
-
-The token all_to_alls are an autograd Function: forward sends rows, backward sends their gradients the
-reverse way (same splits, swapped) — the dispatch and combine all_to_alls of Megatron's MoE layer, both
-passes. Rows travel in `wire` precision (bf16 by default: 16-bit activations on the wire, as the step model
-counts them, traffic.py); every blocking call's entry and exit are recorded in a `CommClock`.
-
-Left out: capacity factors and token dropping (dropless), expert tensor parallelism (etp = 1), overlapping the
-all_to_alls with compute, DeepEP-style fused kernels.
+"""Expert-parallel token dispatch and combine for the probe: top-k copies sent to the rank that owns their expert
+with `all_to_all_single` (rows sorted by global expert, counts sent first), run there, sent back and summed with the
+router weights; an autograd Function, rows in `wire` precision, calls timed in a `CommClock`.
+Wire order, shapes and what is left out: docs/design-notes.md#measure-probe-dispatch.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""Micro-benchmarks the probe runs on every rank at once, in the same run as the training steps, to describe
-this host to the step model (probe_predict.host_cluster turns them into a "cpu-host" ClusterSpec).
-
-Every rank runs the same kernels simultaneously, so each figure is what one rank gets while the others load
-the same cores, caches and memory bus — the conditions of the training step. Each time is the mean of
-`reps` calls after one warm-up call; CPU kernels are synchronous, so the wall clock around a call is its time.
-
-  GEMMs        F.linear forward, input-gradient and weight-gradient GEMMs of every projection shape the probe
-               model runs (QKV, output, MLP, router, per-expert GEMMs at the expected tokens per expert, shared
-               experts, logits), each weighted by how often a step runs it: the GEMM rate of this model here.
-               Each call starts with cold caches (a 64 MiB write in between, untimed): in a step, a layer's
-               weights come back evicted; warm-cache GEMMs read ~4% faster than the model's own here.
-  reference    one 1024³ fp32 GEMM (the host's "peak" figure, so the model's shapes get a fraction of it).
-  attention    causal scaled_dot_product_attention at the model's shape: forward, and backward alone.
-  memory-bound the non-GEMM kernels of a dense and of an MoE layer as the probe runs them (layer_elementwise_seconds),
-               the fp32 cross-entropy over the logits, and one AdamW step over the model's parameter shapes,
-               forward + backward where there is one.
-  memory       a 64 MiB fp32 copy (read + write bytes).
-  collectives  all_reduce and all_to_all at the sizes the probe sends (and a small size for latency), caches
-               cold, members arriving apart: the transfer after the last member entered, as the steps' calls are
-               split.
+"""Micro-benchmarks the probe runs on every rank at once, in the same run as the training steps, to describe this host
+to the step model (probe_predict.host_cluster turns them into a "cpu-host" ClusterSpec): the model's GEMMs, a 1024³
+reference GEMM, attention, memory-bound kernels, a copy and the collectives, each the mean of `reps` calls.
+What each measures and why: docs/design-notes.md#measure-probe-host.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""The probe's transformer, in plain torch, built from a `ModelSpec` so that llmscale's parameter and FLOP
-counts describe exactly what runs (nanoGPT-style: a reader understands it in one sitting).
-
-Decoder-only, pre-norm: x + Attn(RMSNorm(x)), then x + MLP(RMSNorm(x)); RoPE on queries and keys (the spec's
-default, learned_position_embeddings = 0); causal scaled-dot-product attention with GQA; SwiGLU MLP
-(fused gate|up projection, then down); an MoE layer routes each token to its top-k experts (softmax router,
-the k weights renormalised, dropless) through `probe_dispatch` and adds the shared experts. Linear layers have
-no bias. Experts of an MoE layer live on the EP rank that owns them (E / ep each); everything else is
-replicated on every rank (DP). fp32 throughout — the CPU has no 16-bit tensor cores.
-
-Supported spec fields: everything but MLA, multi-token prediction, learned position tables, LayerNorm, linear
-biases, dropout, a GELU (non-gated) MLP and capacity factors; `unsupported_fields` names what a spec asks for
-outside that.
+"""The probe's transformer, in plain torch, built from a `ModelSpec` so that llmscale's parameter and FLOP counts
+describe exactly what runs: pre-norm decoder (RMSNorm, RoPE, causal GQA attention, SwiGLU, dropless top-k MoE via
+probe_dispatch), fp32, no biases; `unsupported_fields` names what a spec asks for beyond that.
+Architecture and supported fields: docs/design-notes.md#measure-probe-model.
 """
 
 from __future__ import annotations

@@ -1,44 +1,7 @@
-"""llmscale's prediction for the probe, and the measured split it is compared with. Torch-free: it reads the
-numbers the ranks measured (probe_worker) and calls the planning core.
-
-The host as a spec. The probe's ranks are CPU processes, so the "GPU" of the ClusterSpec is a `cpu-host` entry
-whose every number was measured in the same run (probe_host), each put where the step model reads it:
-
-  peak_bf16_tflops    the fp32 GEMM rate of a 1024³ matmul, or the model's own shapes' rate if higher. The probe
-                      trains in fp32 (no 16-bit tensor cores on a CPU); TrainSpec's 16-bit precisions read this
-                      slot, so the spec's training precision stays `bf16` while the number is the fp32 one.
-  gemm_bf16           the model's own GEMM shapes' rate (forward + both gradients, weighted by count) / that peak;
-                      no SM count (a CPU has no waves): the kernel model runs every GEMM at that rate.
-  attention           causal SDPA forward: the step model's core FLOPs / (peak · measured time), with no
-                      sequence roll-off (attention_half_seq 0: the probe's own sequence length is measured);
-  attention_backward  the backward's 2.5× those FLOPs / (peak · measured backward time).
-  memory bandwidth    the fp32 copy rate. hbm, the one fraction of it the step model gives every memory-bound
-                      kernel, over the mix a probe step runs: the bytes the step model charges (every layer's
-                      elementwise bytes and the logits' loss bytes, forward + backward as compute.py counts them,
-                      and the optimizer's 30 B per parameter) / (bandwidth · the measured time of the probe's own
-                      non-GEMM layer kernels, cross-entropy and AdamW step). The model counts 16-bit activations; the
-                      probe's are fp32, and eager torch runs many small kernels — both land in this fraction.
-                      The eager dispatch cost is inside those times: the prediction runs with launch_overhead_us 0.
-  one network tier    `gloo-loopback`, all ranks: bandwidth and latency fitted (least squares on relative error)
-                      so that collectives.py's formulas — with the catalog's efficiencies and base latency — give the
-                      gloo all_reduce / all_to_all times measured at the probe's message sizes.
-With a calibration profile (`llmscale calibrate`), `apply_calibration` then puts the profile's numbers in place of
-the in-run ones (calibrated_cluster), and the output lists every field it changed.
-
-The comparison. Measured: per step, every part averaged over the ranks (the step model predicts one rank of a
-symmetric layout; taking the rank with the most compute instead would pick noise); the step whose time is the
-median over the timed steps, and its split — compute = forward + backward + optimizer, comm = the collectives'
-transfer time, idle = step − compute − comm. Every call's
-entry and exit are on the host's one monotonic clock, so a call is split into the wait until the last member of
-its group entered (idle: routing imbalance, a slower peer) and the transfer after it (comm). Predicted:
-`estimate_step` for the same ModelSpec, TrainSpec and Layout on the cpu-host cluster, with two terms matched to
-what the probe runs, both shown in the output with their values:
-  - DP: the probe all-reduces gradients after the last backward without overlap, so its DP time is
-    traffic.data_parallel_comm's grad_sync_s rather than `dp_exposed_s` (which hides it behind backward up to
-    dp_overlap_efficiency, as Megatron's --overlap-grad-reduce does);
-  - the fixed step_overhead_s (data loading, logging; fitted on published GPU runs) is left out: the probe's
-    batches are in memory and nothing is logged inside a timed step.
-Predicted compute = compute + recompute + optimizer; comm = every exposed collective; idle = bubble.
+"""llmscale's prediction for the probe, and the measured split it is compared with. Torch-free: it reads the numbers
+the ranks measured (probe_worker), builds a `cpu-host` ClusterSpec from them (host_cluster), and calls
+`estimate_step` with DP as the un-overlapped grad_sync_s and no step_overhead_s; measured idle = step − compute − comm.
+Each spec slot and the comparison: docs/design-notes.md#measure-probe-predict.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""One rank of the probe: process groups, host micro-benchmarks, the training steps and their timing.
-
-Groups (Megatron's order with tp = cp = pp = 1): EP groups are blocks of `ep` consecutive ranks, EDP groups
-the ranks with the same index inside their block (stride ep). A step runs `micro_batches` forward/backward
-passes with gradient accumulation, then the data-parallel gradient all-reduce — not overlapped with the
-backward and in ONE bucket per class: the non-expert gradients live in one flat buffer (every parameter's
-.grad is a view of it) all-reduced over all ranks, the routed experts' in another all-reduced over the EDP
-group when edp > 1 — then gradient averaging, AdamW and zeroing.
-
-Timing per step on every rank (wall clock; CPU kernels are synchronous, gloo calls blocking):
-  forward_s, backward_s  the passes' wall time minus the EP all_to_alls inside them (probe_dispatch.CommClock)
-  optimizer_s            averaging, AdamW step, zeroing the gradient buffers
-  events                 entry and exit of every EP all_to_all and DP all-reduce (probe_predict splits each
-                         into the wait for the last peer and the transfer after it)
-  step_s                 from the barrier that starts the step to the end of the optimizer step
-After every timed step the ranks run one round of the host micro-benchmarks (probe_host) together; the prediction
-takes each figure's mean over the rounds, so load that comes and goes on a shared host hits the steps and the
-micro-benchmarks alike. Python's garbage collector is paused meanwhile; each rank counts its involuntary context
-switches (other processes taking its core), reported per step (with its round).
+"""One rank of the probe: process groups (EP blocks of `ep` ranks, EDP stride ep), host micro-benchmarks, the
+training steps (gradient accumulation, then one un-overlapped DP all-reduce per bucket class, AdamW) and their
+wall-clock timing per step.
+Groups, timing fields and load handling: docs/design-notes.md#measure-probe-worker.
 """
 
 from __future__ import annotations

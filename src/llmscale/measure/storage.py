@@ -1,25 +1,7 @@
-"""`llmscale bench storage PATH`: the file system a run checkpoints to and reads its data from (no torch needed).
-
-The file system is a hidden bottleneck of a training job: checkpoint writes stall it (Llama 3, arXiv:2407.21783
-§3.3.1, on Tectonic), and data loading reads many small files. Three measurements, each in a fresh directory under
-PATH that is deleted afterwards:
-
-  shard write/read  one file per size (checkpoint-shard sizes; DCP writes one file per rank and save: pytorch/pytorch
-                    torch/distributed/checkpoint/filesystem.py `_write_files_from_queue`), written in 4 MiB
-                    os.write calls and fsync'ed, the fsync inside the time (a checkpoint is durable only then);
-                    then its pages dropped from the page cache (posix_fadvise DONTNEED, which evicts clean pages on
-                    Linux) and read back in 4 MiB reads. Bytes / seconds, best of `repeats` (a busy moment is not the
-                    disk). On a file system that ignores the hint (tmpfs, some FUSE), the read is a cache read: the
-                    document says `cache_dropped` from the measured read rate against the write rate, never assumed.
-  small files       `small_files` files of `small_file_bytes`, written, fsync'ed, dropped from the cache, then opened
-                    and read one by one as a map-style data loader does: files per second and bytes per second.
-  fsync             a 4 KiB append + fsync, `fsync_reps` times: the median is the latency floor of a metadata-
-                    committing save (the manifest and `latest` pointer of the runtime's storage tier).
-
-The figures feed the checkpoint model (reliability/checkpoint.py) through a calibration profile's `storage`
-section (specs/calibration.py, cost/calibrate.py): the write rate becomes each node's storage write bandwidth.
-Left out: parallel writers (one process here; a cluster file system's aggregate needs every node at once), O_DIRECT,
-metadata servers under load, object stores.
+"""`llmscale bench storage PATH`: the file system a run checkpoints to and reads its data from (no torch needed):
+shard write (+ fsync) and cold read, small-file reads, fsync latency; the write rate feeds the checkpoint model
+through a calibration profile's `storage` section (checkpoint stalls: Llama 3, arXiv:2407.21783 §3.3.1).
+Each measurement and what is left out: docs/monitoring.md#measure-storage.
 """
 
 from __future__ import annotations

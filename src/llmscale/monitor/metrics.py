@@ -1,24 +1,7 @@
 """The run's Prometheus endpoint: a prometheus-client custom Collector that reads the run directory on every scrape
-(no state in the supervisor to lose), served by prometheus-client's own HTTP server.
-
-Names follow the Prometheus conventions (prometheus.io/docs/practices/naming: a `llmscale_` prefix, base units in the
-name, `_total` for counters); docs/monitoring.md lists them. The latest complete step (every rank recorded it) gives
-the gauges:
-  llmscale_step                         the step number
-  llmscale_step_seconds                 its step time, mean over ranks
-  llmscale_step_phase_seconds{phase}    its parts (data, compute, comm, checkpoint, idle), mean over ranks
-  llmscale_rank_step_seconds{rank,host} each rank's step time
-  llmscale_rank_step_spread_seconds     max − min over the ranks
-  llmscale_tokens_per_second            tokens of the step over all ranks / its step time
-  llmscale_loss                         rank 0's loss
-  llmscale_mfu_ratio                    model FLOPs per token × tokens/s / (ranks × peak) — only with a prediction:
-                                        the peak is the host's measured per-rank fp32 GEMM rate (monitor/predict.py),
-                                        so on a CPU host this is the fraction of that rate, not of a datasheet
-  llmscale_predicted_step_seconds       the prediction's step time (with a prediction)
-and counters from the journal: llmscale_restarts_total (attempt_start events after the first),
-llmscale_faults_total{cause}, llmscale_checkpoints_saved_total, llmscale_checkpoint_failures_total,
-llmscale_checkpoint_stall_seconds_total (blocking seconds of committed saves, save_blocking_s),
-llmscale_journal_skipped_lines_total.
+(no state in the supervisor to lose), served by prometheus-client's own HTTP server. Gauges of the latest complete
+step, counters from the journal; names after prometheus.io/docs/practices/naming. The metrics table:
+docs/monitoring.md (Prometheus metrics); how each is read: docs/monitoring.md#monitor-metrics.
 """
 
 from __future__ import annotations

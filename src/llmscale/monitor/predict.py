@@ -1,21 +1,7 @@
-"""llmscale's predicted step breakdown for a run's own model, layout and host, cached as RUN_DIR/prediction.json.
-
-The path is the probe's (measure/probe_predict.py): the host is described by the probe's micro-benchmarks, run on as
-many ranks as the run has, at the run's micro-batch (measure/runhost.py), turned into a `cpu-host` ClusterSpec
-(probe_predict.host_cluster: measured GEMM rate as the peak, efficiencies, copy bandwidth, one gloo tier fitted to the
-measured all-reduce times), and `probe_predict.predict` gives compute / comm / idle for the run's ModelSpec on it,
-with DP as the un-overlapped gradient all-reduce (the example all-reduces after backward, as the probe does).
-
-The run's model as a ModelSpec: the example's GPT (config `model` dims) is layers = n_layer, hidden = d_model,
-heads = n_head, a 2-matrix GELU MLP of 4·d_model, LayerNorm, biases, learned positions of seq_len, tied embeddings
-(nanoGPT's layout, karpathy/nanoGPT@93a43d9 model.py); a catalog name is that model. The micro-benchmarks build the
-probe's Llama-style blocks, so they run on a twin with the same dims (RMSNorm, RoPE, SwiGLU of ffn 2·d_model: its
-up-projection has the GPT's 4·d_model outputs, its down-projection half the GPT's inputs); the twin only calibrates
-the host's rates, the prediction is for the GPT spec.
-
-Not predicted per step: data loading (0: the probe's step model leaves out the fitted step_overhead_s, and the
-example's batches come from memory) and checkpoint stall (0 in a step without a save; the goodput model predicts the
-stall per save, `llmscale goodput`). Their errors are shown against 0.
+"""llmscale's predicted step breakdown for a run's own model, layout and host, cached as RUN_DIR/prediction.json: the
+probe's host micro-benchmarks (measure/runhost.py) → a `cpu-host` ClusterSpec → `probe_predict.predict` for the
+example GPT's ModelSpec (nanoGPT's layout, karpathy/nanoGPT@93a43d9 model.py), on a Llama-style calibration twin.
+What is matched and what is not predicted: docs/monitoring.md#monitor-predict.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""`llmscale profile RUN_DIR`: where each step of a real run went, per rank, beside llmscale's prediction.
-
-Measured (the trainer's wall-clock phases, steps/rank{R}.jsonl, contract): data, compute (forward + backward +
-optimizer), comm (the gradient all-reduce after this rank's backward), checkpoint (blocking save time), idle (the wait
-at the barrier before the all-reduce: time spent waiting for the slowest rank). Per step, each part is averaged over
-the ranks (the step model predicts one rank of a symmetric layout, as probe_predict compares); the summary is the
-median over the steps of each part, leaving out the first step of every attempt (warm-up: allocator, first
-collectives). Error of a part = (predicted − measured) / measured.
-
-Slowest rank: per step, the rank with the longest step_s before the barrier wait — compute + data + checkpoint + comm
-(its idle is the others' wait for it) — and its lag = its busy time − the median rank's busy time. Every `every` steps
-the table names the slowest rank of that window by its mean lag, so a rank that is slow only once is not named.
+"""`llmscale profile RUN_DIR`: where each step of a real run went, per rank, beside llmscale's prediction: each part
+averaged over ranks, median over steps (first step of each attempt left out), error = (predicted − measured) /
+measured; every `every` steps the slowest rank by mean lag.
+The parts, the slowest rank and its lag: docs/monitoring.md#monitor-profile.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""Checkpoint size and transfer times from the layout, and the cost of a restart.
-
-Shape legend: every array field has shape (N,), one element per job (layout or job size); bytes and seconds.
-
-Checkpoint state (BLOOM-176B: bigscience-workshop/bigscience train/tr11-176B-ml/README.md): 16-bit weights (2 B) +
-fp32 master weights (4 B) + optimizer moments (Adam 8 B) = 14 B per parameter (BLOOM's '8 bytes for fp32 optim, 4+2
-bytes for weights'; 2.3 TB for 176B); gradients are not saved. A distributed save writes each unique shard once
-(Megatron-LM dist-checkpointing's fully parallel save, PyTorch DCP's de-duplication): tp, pp, ep and etp shard the
-model and the dp·cp (experts: edp) replicas of a shard split its write, so one GPU writes
-(P_ne / (d_p·c) + P_ex / e_d) · 14 B for the parameters of its pipeline rank (cost.derived.rank_params), the most
-loaded rank setting the time.
-
-Transfers (one direction): a device→host snapshot moves a GPU's bytes over its PCIe link (MegaScale,
-arXiv:2402.15627 §4.4: 'several seconds'); a node sends its bytes to persistent storage at most at its NIC (and
-PCIe) rate while all nodes together get at most the storage system's aggregate rate, so a write takes max(B_node /
-min(NIC, PCIe), B_total / BW_storage) (Llama 3's Tectonic: 2 TB/s sustained, arXiv:2407.21783 §3.3.1); replication
-to a peer node's host memory (Gemini, Wang et al. SOSP'23) crosses the NIC. Leaves out: file-system metadata and
-small-file overheads, storage NICs separate from the compute NICs, other jobs writing at the same time, compression
-or differential checkpoints (Check-N-Run, Eisenman et al. NSDI'22, arXiv:2010.08679).
+"""Checkpoint size and transfer times from the layout, and the cost of a restart; array fields of shape (N,), one per
+job. 14 B per parameter (BLOOM-176B), each unique shard written once; a storage write takes
+max(B_node / min(NIC, PCIe), B_total / BW_storage) (MegaScale arXiv:2402.15627 §4.4, Llama 3 arXiv:2407.21783 §3.3.1).
+Sources, the per-GPU bytes and what is left out: docs/design-notes.md#reliability-checkpoint.
 """
 
 from __future__ import annotations

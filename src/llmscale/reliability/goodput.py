@@ -1,14 +1,7 @@
-"""Expected goodput (ETTR) of each checkpoint policy, its best intervals per tier, and the time it costs.
-
-Shape legend: rates, costs and results have shape (N,), one element per job; grids add trailing axes.
-
-Goodput = (failure-limited efficiency of the two-tier model, intervals.py) × (1 − Σ_p λ_p D_p) × (1 − overhead):
-planned pauses (maintenance, predicted-failure migrations) of rate λ_p and length D_p lose no work; mitigations cost
-a steady share. This is Meta's ETTR (productive runtime / wall-clock time, Kokolis et al. arXiv:2410.21680) and
-Llama 3's "effective training time" (arXiv:2407.21783 §3.3.4). Each policy (sync, async, tiered) gets its own C,
-R_m, R_s, q and constraints from the checkpoint and restart costs (checkpoint.py); the best (τ, k) is searched on a
-grid (log-spaced, then refined), and Young's and Daly's intervals per tier are reported beside it. The effective
-time-to-train is time / goodput.
+"""Expected goodput (ETTR) of each checkpoint policy, its best intervals per tier, and the time it costs. Shapes (N,),
+one element per job; grids add trailing axes. Goodput = two-tier efficiency (intervals.py) × (1 − Σ_p λ_p D_p) ×
+(1 − overhead): Meta's ETTR (Kokolis et al. arXiv:2410.21680), Llama 3's effective training time
+(arXiv:2407.21783 §3.3.4). Policies and the interval search: docs/design-notes.md#reliability-goodput.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """Checkpoint-interval formulas: Young, Daly's higher-order interval, and the exact efficiency of a two-tier policy
-under Poisson failures (the model goodput.py optimizes).
-
-Shape legend: arguments broadcast; every result has the broadcast shape.
-
-Notation: λ = 1/M unplanned interruptions per second; τ compute time between memory checkpoints; C blocking time per
-checkpoint; k memory checkpoints per storage checkpoint (1 for one tier); q share of interruptions the memory tier
-cannot recover; R_m, R_s restart from memory / storage. Failures strike in any phase — compute, checkpoint, restart
-(the complete model of Daly 2006, FGCS 22(3), doi:10.1016/j.future.2004.11.016).
-
-Two-tier expected time (derived here; with q = 1, k = 1 it is Daly's complete model,
-E(τ) = τ / [M e^{R/M} (e^{(τ+C)/M} − 1)]). A storage period is k segments of length L = τ + C. An interruption in
-a segment loses that segment (memory tier, probability 1 − q) or the whole period (storage tier, q); a failure of
-the storage type during a memory restart escalates it, any failure during a storage restart restarts it. Solving
-the renewal equations for the expected time V to complete a period gives, with e_L = e^{−λL}, e_R = e^{−λR_m},
-g_s = (e^{λR_s} − 1)/λ,
-    K = e_R (e_L + q (1 − e_L)) + q (1 − e_R),   c = q (1 − e_L) / K,
-    V = (1/(λq) + g_s) · ((1 − c)^{−k} − 1)       (→ k (1 − e_L) / (λK) as q → 0),
-and the failure-limited efficiency is kτ / V. Leaves out: a storage checkpoint's durability lag (the write must
-only finish before the next one starts), non-exponential failure times.
+under Poisson failures (the model goodput.py optimizes); arguments broadcast. Efficiency = kτ / V, V the renewal
+model's expected time per storage period; q = 1, k = 1 is Daly 2006's complete model (doi:10.1016/j.future.2004.11.016).
+Notation, derivation and what is left out: docs/design-notes.md#reliability-intervals.
 """
 
 from __future__ import annotations

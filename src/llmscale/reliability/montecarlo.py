@@ -1,19 +1,7 @@
-"""Monte Carlo event simulation of a whole run under a checkpoint policy, vectorized over trials.
-
-Shape legend: per-trial arrays have shape (trials,); random blocks (events, trials).
-
-The simulated process is the one intervals.segment_efficiency solves in expectation, so the two must agree (to
-within Monte Carlo noise; tests/test_goodput.py checks it). Unplanned interruptions arrive as a Poisson process in
-wall time (rate λ, scaled per trial by the lemon-node draw); each is of the storage type with probability q. Between
-two interruptions the job first pays the pending restart (R_m, or R_s when the pending restart is of the storage
-type — an interruption during a restart restarts it, escalating to R_s if it is of the storage type), then completes
-⌊(gap − R) / L⌋ segments of L = τ + C; an interruption loses the partial segment, and one of the storage type also
-rounds the progress down to the last storage checkpoint (a multiple of k segments). Planned pauses (Poisson counts ×
-their length) shorten the run's working time; mitigation overhead is a steady share. Memorylessness makes each gap
-−M·ln U; the type and the gap come from one uniform U (U < q: storage type, then U/q is uniform again).
-
-Cost: one loop iteration per interruption, each a few numpy operations on arrays of `trials` elements, with the
-random numbers drawn in blocks of 64 interruptions (benchmarks/goodput_monte_carlo.py).
+"""Monte Carlo event simulation of a whole run under a checkpoint policy, vectorized over trials (per-trial arrays
+(trials,), random blocks (events, trials)): the process intervals.segment_efficiency solves in expectation, so the
+two agree within noise (tests/test_goodput.py). The simulated process and its cost:
+docs/design-notes.md#reliability-montecarlo.
 """
 
 from __future__ import annotations

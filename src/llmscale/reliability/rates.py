@@ -1,14 +1,7 @@
-"""Job interruption rates: causes × the job's GPUs and nodes, planned pauses, mitigations, lemon nodes.
-
-Shape legend: `num_gpus` and every array field of the results have shape (N,), one element per job (size or
-layout); rates are per second of wall time.
-
-Model: each cause interrupts the job as a Poisson process whose rate is its per-unit rate × the job's units (GPUs,
-nodes, or 1 for the job), the job failing when any part fails (series system); Meta's MTTF = (N_nodes · r_f)⁻¹
-(Kokolis et al. arXiv:2410.21680) is the one-cause case. Unplanned interruptions lose the work since the last
-checkpoint; planned ones (maintenance) and predicted ones (migration) only pause the job. What it leaves out:
-wear-in/wear-out (rates are constant in time), bursts beyond the lemon-node mixture, failures of the storage system
-itself, and interruptions while the job is queued.
+"""Job interruption rates: causes × the job's GPUs and nodes, planned pauses, mitigations, lemon nodes. Shapes (N,),
+one element per job; rates per second of wall time. Each cause is a Poisson process of rate per-unit rate × units
+(a series system; Meta's MTTF = (N_nodes · r_f)⁻¹, Kokolis et al. arXiv:2410.21680, is the one-cause case).
+What is left out: docs/design-notes.md#reliability-rates.
 """
 
 from __future__ import annotations

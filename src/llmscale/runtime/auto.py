@@ -1,14 +1,7 @@
-"""The 'auto' checkpoint intervals: llmscale's own two-tier optimum (reliability/intervals.py, the renewal model of
-`segment_efficiency`, which with one tier is Daly 2006's complete model) fed with what this run measured — the step
-time, the blocking time of a memory snapshot and of a storage save — and the restart times it knows: from the
-journal of earlier attempts (the supervisor's `restart_s`) or `restart.assumed_restart_s`. The failure rate is
-1 / `restart.assumed_mtbf_s`; the share of failures the memory tier cannot recover (a lost host) is
-1 − `restart.memory_share_recoverable`. Imports without torch.
-
-The search is a grid: memory interval n_m steps (1 … total_steps, about 60 values spaced by factors of ~1.15) ×
-storage multiple k (memory snapshots per storage save, 1 … 2000 on the same spacing), the blocking time per segment
-C = C_m + C_s / k (a storage save blocks once per k segments), τ = n_m · step_s. Leaves out: the background write's
-slow-down of training (measured here as part of step time), and that a storage save must finish before the next.
+"""The 'auto' checkpoint intervals: llmscale's two-tier optimum (reliability/intervals.py; one tier is Daly 2006's
+complete model) fed with this run's measured step, snapshot and save times and its restart times, λ = 1 /
+`restart.assumed_mtbf_s`; a grid over n_m steps × k, C = C_m + C_s / k, τ = n_m · step_s. Imports without torch.
+The inputs, the grid and what is left out: docs/runtime.md#runtime-auto.
 """
 
 from __future__ import annotations

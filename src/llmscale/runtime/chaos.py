@@ -1,19 +1,7 @@
-"""Fault injection at named points of a save, for the chaos suite (tests/test_chaos*.py, benchmarks/chaos.py).
-
-`LLMSCALE_CHAOS="phase:step[:rank[:attempt]]"` (rank and attempt default to 0; several specs separated by `,`) makes
-that rank SIGKILL itself when it reaches `phase` for the save of `step` in that attempt — the attempt matters, since
-a resumed attempt replays the same steps. Phases, in the order a storage save passes them (storage.py):
-
-  save_start      in `save`, before `async_save` returned (the staging copy, the writer's set-up)
-  save_writing    right after `async_save` returned: the background process is writing
-  after_files     rank 0's commit: every file written, before the manifest
-  after_manifest  rank 0's commit: manifest written, before the directory is renamed to step_N/
-  kill_writer     right after `async_save` returned: SIGKILL the checkpoint writer process (writer.writer_pid: DCP's
-                  spawned background process, started at session start), not the trainer
-  stop_writer     the same moment: SIGSTOP the writer (it never finishes; the save fails at save_timeout_s and the
-                  writer is killed: writer.stop_writer)
-
-Unset (the default), each call is one dictionary lookup. torch-free.
+"""Fault injection at named points of a save, for the chaos suite (tests/test_chaos*.py, benchmarks/chaos.py):
+`LLMSCALE_CHAOS="phase:step[:rank[:attempt]],…"` makes a rank SIGKILL itself at a save phase, or SIGKILL / SIGSTOP
+its checkpoint writer. Unset, each call is one dictionary lookup. torch-free.
+The phases: docs/runtime.md#runtime-chaos.
 """
 
 from __future__ import annotations

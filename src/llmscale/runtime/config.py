@@ -1,15 +1,7 @@
 """The run config: one YAML file holds the model, layout, precision, optimizer and schedule, batch, data, seed,
-checkpoint tiers and restart policy of a training run (issue 15 §1: one configuration file as the single source of
-truth, hash-checked at launch). Imports without torch.
-
-Every field is bounded, unknown keys are errors, and a bad value is one `SpecError` line naming the field, the value
-and what is allowed (the project's boundary rule). `config_sha256` is the SHA256 of the canonical resolved config —
-the validated model with every default filled in, dumped as JSON with sorted keys and no whitespace
-(`specs.fingerprint.canonical_json`) — so two files that say the same thing (key order, comments, a default written
-out or left implicit) hash the same, and any change of a value changes the hash.
-
-`seed_from_plan` turns a saved `llmscale plan --json` document into the part of a config it can seed: the catalog
-model it planned for, the data-parallel degree and the micro/global batch of its best layout.
+checkpoint tiers and restart policy of a training run (issue 15 §1), every field bounded. `config_sha256` = SHA256 of
+the canonical resolved config (`specs.fingerprint.canonical_json`); `seed_from_plan` seeds one from a saved plan.
+Imports without torch. Why the canonical hash: docs/runtime.md#runtime-config.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""The run directory: where each file of a run lives, and the writers and readers of the per-step formats
-(the runtime contract). Imports without torch.
-
-    config.yaml, config.sha256      the launched run config (exact bytes) and its canonical hash (config.py)
-    journal.jsonl                   the fault journal (journal.py)
-    steps/rank{R}.jsonl             one StepRecord per step per rank, appended by the session
-    heartbeat/rank{R}               a Heartbeat (+ its phase), rewritten atomically (tmp + os.replace) at least once
-                                    per step
-    checkpoints/step_{N:08d}/       a DCP directory; manifest.json added after the save completed (storage.py)
-    checkpoints/latest              the name of the newest committed step directory, moved only after its manifest
-    /dev/shm/llmscale-<run_id>/rank{R}/   the shared-memory tier (memtier.py); run_id = the first 16 hex digits of
-                                    the SHA256 of the absolute run directory
-
-Lines are appended with one `os.write` on an `O_APPEND` descriptor, so concurrent writers never interleave within a
-line (POSIX write(2) on a regular file in append mode). Readers skip, and count, lines that do not parse.
+"""The run directory: where each file of a run lives, and the writers and readers of the per-step formats (the runtime
+contract). Imports without torch. Lines are appended with one `os.write` on an `O_APPEND` descriptor, so concurrent
+writers never interleave within a line; readers skip, and count, lines that do not parse.
+The layout: docs/runtime.md ("The run directory"); notes: docs/runtime.md#runtime-files.
 """
 
 from __future__ import annotations

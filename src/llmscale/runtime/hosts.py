@@ -1,20 +1,7 @@
 """Hostfiles and exclusion lists: which machines a job may run on, and which a health sweep says to leave out.
-
-Torch-free (the launcher, the sweep and the planning CLI read these files).
-
-Hostfile (the OpenMPI / DeepSpeed form): one host per line, `NAME [slots=N] [addr=A]`, `#` starts a comment, blank
-lines ignored; a host named twice is an error (which slots would count?). `addr=A` (an llmscale addition) is the
-address other hosts reach NAME at when NAME is not itself resolvable — a network namespace (`ip netns exec NAME`)
-or a Slurm node name on a fabric with its own addresses; without it the address is NAME. OpenMPI's `--hostfile`
-and DeepSpeed's `-H/--hostfile` read the same lines (open-mpi/ompi docs/launching-apps/scheduling.rst;
-deepspeedai/DeepSpeed deepspeed/launcher/runner.py `fetch_hostfile`).
-
-Exclusion list, written by `llmscale bench links|collectives --exclude-out FILE`, read by `llmscale launch
---exclude-from FILE`, in two forms:
-  FILE        hostfile form: one excluded host per line, each after a `# reason` comment line saying why;
-  FILE.slurm  one line `--exclude=h1,h2` for `sbatch`/`srun` (Slurm's `-x, --exclude=<node_name_list>`,
-              SchedMD slurm doc/man/man1/sbatch.1). Hostlist ranges (`node[1-3]`) are neither written nor read.
-Reading accepts either form (a line of comma-separated names, optionally after `--exclude=` or `-x `).
+Hostfile: `NAME [slots=N] [addr=A]` per line (the OpenMPI / DeepSpeed form); exclusion list: FILE (hostfile form,
+`# reason` lines) and FILE.slurm (`--exclude=h1,h2`). Torch-free.
+Formats and sources: docs/runtime.md#runtime-hosts.
 """
 
 from __future__ import annotations

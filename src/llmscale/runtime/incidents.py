@@ -1,21 +1,7 @@
-"""The summary behind `llmscale journal`: incidents by cause and host, repeat offenders, measured MTBF, and the time
-each incident cost.
-
-An incident is one failed attempt: the first `fault` event of that attempt (the supervisor journals one, for the rank
-it found to fail first; a trainer may add its own). The time it cost is
-
-    lost_s = detect_s + restart_s + load_s + steps_lost × step_s
-
-where detect_s is the fault event's (the rank's last sign of life — its heartbeat — to the supervisor noticing),
-restart_s runs from the fault record to the start of the next attempt's restore (process start, imports,
-rendezvous, process groups: `restore.time_unix − load_s − fault.time_unix`), load_s is the slowest rank's restore,
-steps_lost = the last step reached before the fault − the restored step, and step_s the median step time of the run
-(from `steps/rank*.jsonl`). When the next attempt failed before it restored (a failure that struck the restart),
-the restored step is the first later attempt's, and restart and load are left to the incidents in between.
-Measured MTBF = wall time of the journal (first to last event) / incidents — the figure reliability/ predicts as
-1 / λ (Kokolis et al. arXiv:2410.21680 §3 measure it the same way on Meta's clusters).
-
-torch-free.
+"""The summary behind `llmscale journal`: incidents by cause and host, repeat offenders, measured MTBF (journal wall
+time / incidents, as Kokolis et al. arXiv:2410.21680 §3), and the time each incident cost:
+lost_s = detect_s + restart_s + load_s + steps_lost × step_s. torch-free.
+Each term defined: docs/runtime.md#runtime-incidents.
 """
 
 from __future__ import annotations

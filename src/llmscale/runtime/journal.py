@@ -1,18 +1,7 @@
-"""The fault journal of a run: `RUN_DIR/journal.jsonl`, one JSON object per line (docs/runtime.md has the schema).
-
-Several processes append to it at once (the supervisor, every rank's session): each line is written with ONE
-`os.write` on a descriptor opened `O_APPEND`, so POSIX puts every line whole at the end of the file, never
-interleaved with another writer's (POSIX.1-2017 write(2): "the file offset shall be set to the end of the file prior
-to each write"; lines here are far below the pipe/page sizes where local file systems split a write). A reader
-ignores keys it does not know and skips, and counts, lines it cannot parse (a writer killed mid-line leaves one).
-
-The cause classes follow the attribution of Llama 3's 54-day interruption table (Dubey et al. arXiv:2407.21783
-Table 5: faulty GPU / HBM / software bug / network switch and cable / host maintenance ...) reduced to what a
-supervisor can tell apart from the outside, as NVIDIA's nvidia-resiliency-ext fault attribution does (heartbeat
-timeout → hang, process exit with a signal or a code): killed by a signal, exited non-zero, hung, checkpoint I/O,
-out of memory, network (a collective timeout or a reset connection), the launcher itself stopped or died, unknown.
-
-torch-free: the CLI reads journals on machines without torch.
+"""The fault journal of a run: `RUN_DIR/journal.jsonl`, one JSON object per line, each written with one `os.write` on an
+`O_APPEND` descriptor (POSIX.1-2017 write(2)); causes after Llama 3's interruption table (arXiv:2407.21783 Table 5)
+and nvidia-resiliency-ext's attribution. torch-free: the CLI reads journals on machines without torch.
+Schema: docs/runtime.md ("The journal"); why append is safe and the causes: docs/runtime.md#runtime-journal.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""The storage tier's directories on disk: which are committed, their verification, re-saves and quarantine.
-torch-free (the supervisor's reconciliation and the chaos verifier read them too).
-
-    checkpoints/step_{N:08d}/                   a committed checkpoint of step N: DCP files + manifest.json
-    checkpoints/step_{N:08d}.saving-{tag}/      a save in flight (tag: the attempt, `a3`); committed once its
-                                                manifest is written, then renamed to step_{N:08d}/
-    checkpoints/step_{N:08d}.replaced-{tag}/    the older commit of step N, moved aside while the re-save takes its
-                                                name, then deleted
-    checkpoints/quarantine/step_{N:08d}[...]/   a checkpoint found unloadable (a file's SHA256 differs, the manifest
-                                                does not parse): never loaded, never counted toward `keep`, deleted
-                                                once the run has committed step N or a later one again
-
-A directory is committed when its `manifest.json` parses and names its step, whatever its name: a trainer killed
-between the manifest and the rename leaves a complete checkpoint under its `.saving-` name, and it loads. No save
-writes into a committed directory (a re-save of step N after a resume fell back past it goes to a fresh `.saving-`
-directory and replaces the old commit only after its own manifest is written), so a committed checkpoint stays
-loadable until the prune deletes it.
+"""The storage tier's directories on disk: which are committed, their verification, re-saves and quarantine. A
+directory is committed when its `manifest.json` parses and names its step, whatever its name; no save writes into a
+committed directory. torch-free (the supervisor's reconciliation and the chaos verifier read them too).
+The directory names and why: docs/runtime.md#runtime-manifests.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""The shared-memory tier: each rank's whole training state (model, optimizer, scheduler, RNG, data position) in
-host memory under `/dev/shm/llmscale-<run_id>/rank{R}/`, every `memory_every_steps` steps. A file in /dev/shm (a
-tmpfs) belongs to no process: it outlives the trainer that wrote it, so a restarted rank on the same host reads its
-state back at memory speed instead of from storage — the idea of Gemini's in-memory checkpoints (Wang et al.,
-SOSP'23) and DLRover's flash checkpoint (intelligent-machine-learning/dlrover, dlrover/trainer/torch/
-flash_checkpoint/), here without a peer copy: a lost host falls back to the storage tier. The supervisor removes
-the directory at the end of the job.
-
-Commit protocol per snapshot (no snapshot overwrites a committed one): the state is serialized (torch.save) into
-memory, hashed, and written under a fresh name `step_N-<nonce>.pt` (tmp + rename); then the manifest `step_N.json`
-{step, world_size, config_sha256, sha256, bytes, data, time_unix} is written the same way — the commit point — and
-only then is the data file an older manifest of step N named deleted. A snapshot counts only with its manifest, a
-data file of the recorded size, this world size, and a matching hash when loaded; the two newest are kept.
-
-Which step to resume from is collective (restore.py): every rank lists its complete snapshots, the ranks try the
-steps all of them hold, newest first, while newer than the newest storage checkpoint; a snapshot that fails its hash
-on any rank is journaled and the next older one tried.
+"""The shared-memory tier: each rank's whole training state under `/dev/shm/llmscale-<run_id>/rank{R}/`, every
+`memory_every_steps` steps, outliving the trainer (after Gemini, Wang et al. SOSP'23, and DLRover's flash checkpoint,
+intelligent-machine-learning/dlrover); committed by a manifest per snapshot, the two newest kept, no peer copy.
+Commit protocol and resume choice: docs/runtime.md#runtime-memtier.
 """
 
 from __future__ import annotations

@@ -1,31 +1,7 @@
-"""Attempts across hosts: one torchrun (torch's elastic agent CLI, `python -m torch.distributed.run`) per kept node,
-started through the node exec template (runtime/nodes.py), all meeting at a c10d rendezvous that is fresh per attempt.
-torch-free (torch runs in the node processes).
-
-Per attempt K, node i of N runs, through `ip netns exec {host}` / `ssh {host}` / `srun -w {host} -N1 -n1` / local:
-  env LLMSCALE_RUN_DIR=… LLMSCALE_ATTEMPT=K LLMSCALE_CONFIG=… LLMSCALE_HOST=<node name> [passed-through vars]
-  python -m torch.distributed.run --nnodes N --nproc-per-node P --rdzv-backend c10d
-      --rdzv-endpoint <first kept host's address>:<fresh port> --rdzv-id <run key>-attempt<K>
-      --rdzv-conf is_host=<1 on node 0, else 0> --max-restarts 0 --local-addr <node address> SCRIPT ARGS
-(pytorch/pytorch torch/distributed/run.py; `is_host` is given, not guessed: torch's c10d backend guesses it from the
-machine's host name and addresses (elastic/rendezvous/c10d_rendezvous_backend.py `_create_tcp_store`), which misses
-an address on a secondary interface, as a network namespace's is). A fresh endpoint port and rendezvous id per
-attempt share no store keys with the dead attempt's (agent.py says why).
-
-The supervisor waits on the node processes, each started in its own session (process group) with its output in
-`logs/attempt_K/node{i}_{host}.log`. All exit 0: the attempt completed. The first non-zero exit (or the hang watch
-killing the attempt) fails it: every other node process gets SIGTERM by pid (torchrun stops its workers on it), then
-SIGKILL to its process group after a grace period. The failed ranks come from torchrun's own failure report in each
-log (rank, exit code, pid, signal: torch/distributed/elastic/multiprocessing/errors/__init__.py
-`_FAILURE_FORMAT_TEMPLATE`), nodes in the order they exited, so the single-node attribution (watch.attribute) applies
-unchanged.
-
-Assumptions: one shared run directory (the ranks write step records, heartbeats, checkpoints and the journal there:
-true for namespaces on one machine; a real cluster needs a shared file system mounted at the same path on every
-host), the same Python at the same path on every host, and — for the hang watch, which reads worker pids from the
-heartbeats — one pid space (namespaces, or local); with ssh/srun, hangs are still caught by the heartbeat age but the
-kill reaches only the node processes started here (torchrun stops its workers on SIGTERM; ssh forwards no signal
-without a tty).
+"""Attempts across hosts: one torchrun (`python -m torch.distributed.run`, pytorch/pytorch torch/distributed/run.py)
+per kept node, started through the node exec template (nodes.py), all meeting at a c10d rendezvous that is fresh per
+attempt; the first non-zero exit fails the attempt. torch-free (torch runs in the node processes).
+Command line, `is_host`, failure handling and assumptions: docs/runtime.md#runtime-multinode.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""Starting a process on a host, and the node plan of a relaunch that leaves excluded hosts out. Torch-free.
-
-Node exec template: the command prefix that runs argv on one host, with `{host}` standing for the hostfile's name:
-  local                    argv runs here (every host is this machine)
-  ssh {host}               OpenSSH; the remote command is one shell-quoted string (ssh joins its arguments)
-  ip netns exec {host}     a Linux network namespace (iproute2 ip-netns(8)): a "host" with its own interfaces on
-                           this machine, as the tests' bridged namespaces are
-  srun -w {host} -N1 -n1   one Slurm task on that node (SchedMD slurm doc/man/man1/srun.1: -w/--nodelist, -N, -n)
-A template may add options to one of these (`ssh -p 2222 {host}`, `srun -w {host} -N1 -n1 --overlap`); `{host}` is
-one whole token, exactly once, and no other brace appears. The environment goes as `env K=V ... argv` (coreutils
-env(1)) so that it reaches the process over ssh and srun alike.
-
-Node plan (`plan_nodes`): given the hostfile, the exclusion list and the node count the config needs, the first
-that many kept hosts in hostfile order, the rendezvous address (the first kept host's address; 127.0.0.1 under
-`local`) and each node's
-command line: by default torchrun's static-rendezvous form (`python -m torch.distributed.run --nnodes N
---nproc-per-node P --node-rank i --master-addr A --master-port PORT SCRIPT ...`, pytorch/pytorch
-torch/distributed/run.py) through the node exec template. Too few hosts left is one error naming how many the
-exclusions removed.
+"""Starting a process on a host, and the node plan of a relaunch that leaves excluded hosts out. Torch-free. Node exec
+templates: `local`, `ssh {host}`, `ip netns exec {host}`, `srun -w {host} -N1 -n1` (options may be added; `{host}`
+one whole token, once); the environment goes as `env K=V ... argv`.
+The templates' rules and `plan_nodes`: docs/runtime.md#runtime-nodes.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The supervisor's reconciliation of the journal with the checkpoints on disk, after each failed attempt. torch-free.
-
-A trainer journals `checkpoint_saved` (storage) or `memory_snapshot` right AFTER the commit (the manifest's atomic
-rename): a process killed in between — typically a surviving rank SIGTERMed by torch's elastic agent once a peer
-died, in the few milliseconds of fsyncs between the manifest and the journal line (measured: 3 of the first 30
-randomized kills of benchmarks/chaos.py) — leaves a complete checkpoint the journal never heard of. Before the next
-attempt starts (so before any restore), the supervisor journals each such checkpoint: a storage step directory with a
-readable `manifest.json` of this config hash, and a memory step every rank holds (a manifest and a data file of the
-recorded size), each with `message` saying how it was found and the manifest's own `time_unix` in `extra`.
-
-Also `fresh_memory_tier`: a run directory launched fresh (no earlier journal) must not find another job's snapshots
-in /dev/shm (a run dir deleted and re-created under the same path, its supervisor killed before its clean-up).
+"""The supervisor's reconciliation of the journal with the checkpoints on disk, after each failed attempt: commits a
+killed trainer did not journal (it journals right after the commit) are journaled before the next attempt starts;
+`fresh_memory_tier` keeps a fresh run from another job's /dev/shm snapshots. torch-free.
+Why (measured) and what counts: docs/runtime.md#runtime-reconcile.
 """
 
 from __future__ import annotations

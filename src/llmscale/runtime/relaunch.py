@@ -1,17 +1,7 @@
-"""A launch that holds the run directory's lock (runlock.py) ends what an earlier launcher left running and journals
-that launcher's death, before it touches anything else. torch-free.
-
-Orphans: every process of this user on this host whose environment says `LLMSCALE_RUN_DIR=<this run dir>` — what a
-launcher of this run directory started (its trainers, their checkpoint writers, a node's torchrun) — is SIGKILLed by
-pid and waited for. None should be left (every rank and writer dies with its parent: session.py, writer.py), but a
-process started in the instant before its parent died, or one on its way out, would otherwise write into the run
-directory beside the new attempt. Processes on other hosts (a launcher that used ssh or srun) are out of reach here.
-
-Death: when the lock file still names a holder, that launcher died without a clean exit (SIGKILL, the OOM killer, a
-lost host). If the journal shows an attempt of it still running (an `attempt_start` with no `fault` or `stop`), a
-`fault` is journaled for that attempt: cause `launcher`, the dead launcher's pid and host, the step the attempt
-reached, detect_s from its ranks' last heartbeat to now. A launcher that died between attempts gets the fault under
-the next attempt number; one that died after its `stop` line gets none.
+"""A launch that holds the run directory's lock (runlock.py) ends what an earlier launcher left running (every process
+of this user here whose environment says `LLMSCALE_RUN_DIR=<this run dir>`, SIGKILLed by pid) and journals that
+launcher's death (a `launcher` fault for its running attempt), before it touches anything else. torch-free.
+Why, and the edge cases: docs/runtime.md#runtime-relaunch.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Resuming a rank: which tier, loading it, and the state dicts each tier stores (session.py's module docstring).
-
-The storage tier's DCP state: `model` and `optim` from torch.distributed.checkpoint.state_dict.get_state_dict (the
-optimizer's state initialised first, so a fresh process has the keys to load into), `extra` (the scheduler, the step
-and the world size, the same on every rank: DCP writes it once) and `rank{R}` (state.capture of this rank: its RNGs
-and data position) — both as torch.save bytes, which DCP stores as byte items and torch.load(weights_only=True) reads
-back.
-
-Another world size (a resume at another data-parallel degree, `--allow-config-change` with a new layout.dp): the
-model and optimizer are read through DCP's own resharding (`dcp.load` plans the reads of every rank's target from the
-checkpoint's metadata, whatever world wrote it). The data position must be the job's, not a rank's: the saved
-`rank{i}` states are read spread over the new ranks (new rank r reads every i ≡ r mod the new world), each loader
-state is compared with rank 0's, and a difference refuses the resume with one line — a loader whose state is a
-global position (the example's `CharBatches`: the micro-batches the whole job consumed) continues where the job
-stopped, on any number of ranks. New rank r keeps the RNG states of saved rank r (a rank beyond the old world keeps
-its own seeded ones). The memory tier is per rank: it is used only at the world size that wrote it.
+"""Resuming a rank: which tier, loading it, and the state dicts each tier stores (`model`, `optim`, `extra`, `rank{R}`).
+Another world size reads model and optimizer through DCP's own resharding; the data position must be the job's (every
+saved rank's loader state equal to rank 0's), else the resume is refused. The memory tier is per rank.
+Details: docs/runtime.md#runtime-restore.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Before the first attempt: the run config copied and hash-checked into the run directory, and the hosts the job
-keeps after an exclusion list. torch-free.
-
-A run directory that already holds a `config.sha256` is a resume. Under the same hash it goes on; under another it
-is refused unless `--allow-config-change`, and then the supervisor journals `config_changed` with the keys that
-differ (dotted paths of the canonical resolved configs, old → new). The new config's exact bytes replace
-`config.yaml` only after that check.
-
-Hosts: the config's hostfile (`hosts:`) or `--hostfile` (both naming different hostfiles is refused), or this machine
-alone. Node exec `local` with one node is the in-process path (agent.py: its kept hosts must be this machine —
-localhost, a loopback address, its host name); any other template, or more than one node (dp / nproc_per_node), is
-the multi-node path (multinode.py: one torchrun per kept node through the template). Fewer kept hosts than the layout
-needs is refused.
+"""Before the first attempt: the run config copied and hash-checked into the run directory (another hash only with
+`--allow-config-change`, journaled), and the hosts the job keeps after an exclusion list, which pick the in-process
+(agent.py) or multi-node (multinode.py) path. torch-free.
+Details: docs/runtime.md ("Launch and restart policy") and docs/runtime.md#runtime-rundir.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
-"""The trainer-side API: a training loop uses the runtime in a handful of lines.
-
-    ctx = runtime.session.init_distributed()
-    ... build model, optimizer, scheduler, loader on ctx.device ...
-    with Session.from_env(model, optimizer, scheduler, loader, ctx) as rt:      # resumes if a checkpoint exists
-        for step in rt.steps():                       # heartbeat, step records, timed phases
-            with rt.phase("data"): batch = next(loader)
-            with rt.phase("compute"): ...
-            rt.end_step(loss=..., tokens=...)         # saves the tiers on their intervals, journals
-
-`from_env` reads LLMSCALE_RUN_DIR, LLMSCALE_ATTEMPT and LLMSCALE_CONFIG (set by `llmscale launch`); without them a
-run directory and config are passed in (a single process, tests). Steps count completed optimizer steps: `steps()`
-yields 1 … total_steps, starting after the restored one. Time inside a step that no phase covers (the loop's own
-code, reading the loss) is counted as compute, so the phases sum to the step time.
-
-Resume (`__enter__`): the memory tier when every rank holds a complete snapshot newer than the newest committed
-storage checkpoint (the newest such step whose every copy verifies: restore.py), else the storage tier
-(storage.StorageTier.load, which falls back to older checkpoints and reshards to another world size), else from
-scratch; a `restore` event records the tier, step, steps lost (the last step in this rank's step records minus the
-restored one) and load time. The scheduler may be None; a loader needs state_dict()/load_state_dict() unless the
-config says `data.resumable: false`. All runtime collectives use a dedicated gloo group.
-
-Heartbeats carry the phase (files.BeatPhase): STARTUP while DCP's checkpoint writer process is started (before step
-1, so that no save pays for its spawn), RESTORE while a checkpoint loads, CHECKPOINT before a step's storage save
-(it may block: waiting for the previous save, a writer restart), TRAIN otherwise; the supervisor's hang watch gives
-the first three `restart.phase_timeout_s` and TRAIN `restart.heartbeat_timeout_s`.
+"""The trainer-side API: a training loop uses the runtime in a handful of lines (`Session.from_env(...)`, `rt.steps()`,
+`rt.phase(...)`, `rt.end_step(...)`). Resume: the memory tier if every rank holds a newer complete snapshot, else
+storage, else from scratch; heartbeats carry the phase the hang watch's deadlines depend on.
+The loop: docs/runtime.md ("The Session API"); resume and phases: docs/runtime.md#runtime-session.
 """
 
 from __future__ import annotations

@@ -1,30 +1,7 @@
 """The storage tier: PyTorch Distributed Checkpoint (DCP) saves, each into a fresh directory, committed by a manifest
-(the directory layout and what counts as committed: manifests.py).
-
-Save. `torch.distributed.checkpoint.async_save(..., async_checkpointer_type=AsyncCheckpointerType.PROCESS)`
-(pytorch/pytorch v2.13.0 torch/distributed/checkpoint/state_dict_saver.py, _async_process_executor.py): the state
-is staged (copied to CPU) in the trainer — the blocking part — and written by the trainer's writer process
-(writer.py) with its own gloo group, into `step_N.saving-<attempt>/`. The broadcast that sets the writers up runs on
-a DEDICATED gloo group, not the training group (issue 15 measured thread-based async_save on the training group
-aborting gloo with a collective mismatch). The commit, on rank 0 once its future has completed without error (DCP's
-coordinator writes `.metadata` only after every rank's write came back, so rank 0's success means every rank's files
-are complete): 1. hash every file (SHA256), 2. write `manifest.json` atomically (tmp + fsync + os.replace) — the
-commit point, 3. rename the directory to `step_N/` (an older commit of step N, left by a resume that fell back past
-it, is moved aside first and deleted after), 4. delete committed checkpoints beyond `keep` (>= 2), partial
-directories older than them and quarantined ones the run has passed. No save writes into a committed directory.
-A save that fails (ENOSPC, a dead, stopped or hung writer) has its directory removed and is reported.
-
-The writer's death is seen at the next step (`poll`): its future raises, or the process is no longer alive, or the
-save is older than `save_timeout_s` (a peer's writer died or stopped and this one waits on it); the failed save is
-journaled (checkpoint_failed, checkpoint_io), its directory removed, the writer stopped for good. Before the next
-save all ranks agree (an all-reduce on the dedicated group) whether any writer is gone; if so every rank stops its
-own and starts a fresh one.
-
-Load. Rank 0 picks the newest committed directory whose hashes verify (one that does not, or whose manifest does not
-parse, is journaled and moved to quarantine/) and broadcasts it with the world size it was saved at; every rank
-builds the state to load for that world size (a resume at another data-parallel size reads the replicated model and
-optimizer through DCP's own resharding: restore.py) and loads it with `dcp.load`; if any rank fails (DCP's
-`CheckpointException` derives from `BaseException`, so it is caught by name), the next older one is tried.
+(manifests.py): process-based `async_save` (pytorch/pytorch v2.13.0 state_dict_saver.py) on a dedicated gloo group,
+commit on rank 0 (hash files, manifest atomically, rename, prune), dead writers replaced, load newest verified first.
+Save, commit, dead writers and load in full: docs/runtime.md#runtime-storage.
 """
 
 from __future__ import annotations

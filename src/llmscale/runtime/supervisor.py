@@ -1,20 +1,7 @@
 """The supervisor behind `llmscale launch`: attempts of the job on torch's elastic agent (agent.py), a hang monitor
-per attempt (watch.py), a journal line for everything it does (journal.py), and the restart policy:
-
-- every attempt starts fresh workers under a fresh rendezvous; the trainer's session resumes from the newest
-  complete tier (memory snapshot if newer, else the newest committed storage checkpoint);
-- after a failed attempt the next starts at once if the failed one made progress (a step no earlier attempt had
-  reached), else after a backoff of restart.backoff_s × 2^(n−1) (0.5 s, at most 8 s, by default) for the n-th
-  consecutive attempt without progress;
-- the job stops — `stop` journaled with the reason, exit status 1 — after `restart.max_attempts` attempts or
-  `restart.max_attempts_without_progress` consecutive attempts with no new step; it completes (status 0) when one
-  attempt's workers all exit 0.
-
-Workers get LLMSCALE_RUN_DIR, LLMSCALE_ATTEMPT and LLMSCALE_CONFIG (the run dir's copy of the config) besides the
-agent's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...). At the end the supervisor kills and reaps any process
-left below it (by pid) and removes the run's shared-memory tier (/dev/shm/llmscale-<run_id>). After a failed attempt,
-after a stop signal and before the first attempt of a resumed launch it journals the commits a killed trainer did not
-(reconcile.py); a fresh run directory starts without a leftover memory tier.
+per attempt (watch.py), a journal line for everything it does (journal.py), and the restart policy: at once after
+progress, else a backoff of restart.backoff_s × 2^(n−1); stop after the attempt limits.
+The policy in full: docs/runtime.md ("Launch and restart policy") and docs/runtime.md#runtime-supervisor.
 """
 
 from __future__ import annotations

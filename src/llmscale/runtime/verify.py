@@ -1,15 +1,7 @@
-"""The chaos suite's verdict on a run directory after injected faults (tests/test_chaos*.py, benchmarks/chaos.py).
-torch-free.
-
-- committed: the storage checkpoints the journal says were committed (`checkpoint_saved`, tier storage).
-- lost: a committed checkpoint the runtime failed to keep — one of the newest `keep` committed whose directory is
-  gone or whose files no longer match its manifest (unless the test corrupted it on purpose: `spared`), or a restore
-  that went back past a committed checkpoint with no journaled load failure to explain it.
-- resumes from a partial checkpoint: a restore of a step that was not committed before it (storage tier: no
-  `checkpoint_saved` for that step yet, and no kill after its manifest's atomic rename — a trainer killed there
-  leaves a complete checkpoint the journal never heard of; memory tier: no `memory_snapshot`).
-- loss curve: every step record of every rank and attempt carries exactly (bitwise: the same float) the loss of the
-  uninterrupted reference run at that step and rank, and the last attempt reached the last step.
+"""The chaos suite's verdict on a run directory after injected faults (tests/test_chaos*.py, benchmarks/chaos.py):
+no committed checkpoint lost, no resume from a partial checkpoint, and every step's loss bitwise equal to the
+uninterrupted reference run. torch-free.
+What each check counts: docs/runtime.md#runtime-verify.
 """
 
 from __future__ import annotations

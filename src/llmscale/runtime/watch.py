@@ -1,24 +1,7 @@
-"""Hang detection and fault attribution for one attempt. torch-free.
-
-Hang: a monitor thread reads every rank's `heartbeat/rank{R}` (the session rewrites it at least once per step, and
-whenever it enters another phase); a rank whose heartbeat of this attempt is older than its phase's deadline is
-hung, and the thread SIGKILLs every worker of the attempt by pid (a gloo peer blocked in a collective with the hung
-rank would otherwise wait for its own timeout). Deadlines: in training (BeatPhase.TRAIN)
-`restart.heartbeat_timeout_s`; in the startup, restore and checkpoint phases (the writer process starting, a
-checkpoint loading, a storage save blocking) and before the first heartbeat (imports, rendezvous) the longer
-`restart.phase_timeout_s` — and the peers of a rank in such a phase get it too (they wait for it in a collective),
-but a stopped process (SIGSTOP) always gets the training deadline. This is the heartbeat scheme of NVIDIA's
-nvidia-resiliency-ext fault tolerance (NVIDIA/nvidia-resiliency-ext
-src/nvidia_resiliency_ext/fault_tolerance/rank_monitor_server.py: a per-rank monitor kills the rank when no
-heartbeat arrives within the timeout; its initial vs subsequent rank heartbeat timeouts are the model for the two
-deadlines). A rank whose process has exited is not watched (it finished, or the agent reports its exit).
-
-Attribution (one root cause per failed attempt): a hang found by the monitor; else a rank killed by a signal
-(SIGKILL with the cgroup's oom_kill count risen → oom), since its peers' exits follow from it; else a non-zero exit —
-checkpoint_io when the trainer journaled a failed save or load in this attempt, network when the agent's message
-names a closed/reset connection or a collective timeout, else process_exit. Exit code 128 + n is read as signal n
-(a shell or container runtime reports a killed child that way). The agent SIGTERMs the other workers once one has
-failed, so a SIGTERM is the root cause only when nothing else failed.
+"""Hang detection and fault attribution for one attempt. torch-free. A rank whose heartbeat is older than its phase's
+deadline (`heartbeat_timeout_s` training, `phase_timeout_s` else; after NVIDIA/nvidia-resiliency-ext's rank monitor)
+gets every worker SIGKILLed; one root cause per failed attempt: hang, signal (oom), then exit-code causes.
+Deadlines and the attribution order: docs/runtime.md#runtime-watch.
 """
 
 from __future__ import annotations

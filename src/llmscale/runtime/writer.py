@@ -1,20 +1,7 @@
-"""DCP's checkpoint writer process of one trainer: starting it before the first save, its pid, stopping it for good.
-
-`torch.distributed.checkpoint.async_save(..., async_checkpointer_type=AsyncCheckpointerType.PROCESS)` writes through
-one background process per trainer, `_CHECKPOINT_PROCESS._save_process` (pytorch/pytorch v2.13.0
-torch/distributed/checkpoint/_async_process_executor.py): a `multiprocessing` spawn-context daemon Process serving
-every save request over a pipe. DCP creates it lazily inside its executor thread during the first save and publishes
-the module global only after the child answered INIT_COMPLETE; `start_writer` creates it up front (no save pays for
-the spawn: 3-6 s, > 10 s on a loaded CPU, measured; its pid is known from the first save on).
-
-The writer dies with its trainer: it is DCP's process with one line added before DCP's own loop (`_Writer`), a
-parent-death signal (prctl PR_SET_PDEATHSIG, SIGKILL) — so no writer outlives a SIGKILLed trainer or launcher to
-write into the run directory later (the trainer dies with its launcher the same way: session.py).
-
-Stopping (`stop_writer`): SIGCONT first (a stopped writer cannot act on SIGTERM), SIGTERM, then SIGKILL after a
-grace period, each followed by a join. A writer left alive (stopped) would hang the trainer at exit, since
-multiprocessing's exit handler joins every child without a timeout (CPython Lib/multiprocessing/util.py
-`_exit_function`).
+"""DCP's checkpoint writer process of one trainer: starting it before the first save (no save pays for the spawn), its
+pid, stopping it for good (SIGCONT, SIGTERM, SIGKILL). It dies with its trainer (PR_SET_PDEATHSIG); DCP's process is
+`_CHECKPOINT_PROCESS._save_process` (pytorch/pytorch v2.13.0 torch/distributed/checkpoint/_async_process_executor.py).
+Measured spawn time and why each step: docs/runtime.md#runtime-writer.
 """
 
 from __future__ import annotations

@@ -1,30 +1,7 @@
-"""Which model, how many tokens, for this cluster and deadline, deduced in three steps.
-
-For every candidate model (family.py):
-  1. memory — `plan.plan` masks the layouts that do not fit; a candidate with none at any job size is infeasible;
-  2. time — the best layout of each job size (plan's effective-time objective: tokens/s × goodput) gives tokens/s
-     per job and its goodput; the job size follows `JobPolicy`; tokens by the deadline D = tokens/s · goodput ·
-     deadline (or, for a FLOP budget F, D = F / (6·N_active) and the days it takes, D / (tokens/s · goodput));
-  3. capability — the predicted loss of the selected law (laws.py), with Muennighoff's repetition when the
-     unique tokens U < D. Candidates are ranked by loss; "capability per unit of compute" is the compute a
-     compute-optimal dense model of the same law needs for that loss over the compute spent, C = 6·N_active·D.
-
-Global batch: plan's critical batch, DeepSeek LLM's B_opt(C) = 0.292·C^0.3271 tokens with C = 6·N_active·D
-(arXiv:2401.02954), which depends on D while D depends on the throughput at that batch: the search
-repeats (at most MAX_PASSES) until D moves by < 10% and the batch stays at or under the critical batch of the D
-it reaches.
-
-Goodput is the reliability model's (resilience.layout_goodput, as plan computes it per layout): the cluster's
-failure profile over the job's GPUs and nodes, the checkpoint shards and step time of its layout, the best of
-sync / async / tiered checkpointing at its best intervals, hot spares, no mitigations. Larger jobs fail more often,
-so the fastest job by raw tokens/s is often not the one that trains the most tokens by the deadline.
-
-Pruned layout space (SEARCH_SPACE) so the default run (21 candidates × up to 16 job sizes × 2–3 passes) takes
-seconds on two cores: mbs 1, ZeRO 1–2, recompute selective or full, schedules 1f1b, interleaved, zbv and
-dualpipe. On seed-500k its best tokens/s per job was within 1% of the whole space's for every one of the 21
-default candidates (measured by throughput, before goodput entered the ranking): at the critical batch the
-data-parallel width leaves few micro-batches, so mbs > 1 only adds activation memory; ZeRO-0 and -3 never won;
-zb-h1 is dominated by zbv; and no recompute fits only the smallest models, where selective is within 1%.
+"""Which model, how many tokens, for this cluster and deadline, deduced in three steps per candidate: memory (plan's
+mask), time (D = tokens/s · goodput · deadline, at the critical batch B_opt = 0.292·C^0.3271 of arXiv:2401.02954,
+iterated), capability (the law's loss, ranked). The steps, the goodput and the pruned layout space with its
+measured check: docs/design-notes.md#scaling-allocate.
 """
 
 from __future__ import annotations

@@ -1,31 +1,7 @@
-"""Scaling laws: predicted loss, compute-optimal allocation and data-constrained repetition.
-
-Notation: N parameters (which ones: each law says), D training tokens, C training FLOPs, U unique tokens,
-G granularity (fine-grained experts each token is routed to), X expansion rate (routed-expert parameters
-over the ones a token uses: experts / top_k). Constants live in catalog/scaling_laws.yaml with their sources
-(Hoffmann et al. 2022; Besiroglu et al. 2024; Krajewski et al. 2024; Muennighoff et al. 2023).
-
-Laws (`ScalingLaw`):
-    chinchilla  L(N, D) = E + A/N^α + B/D^β            Hoffmann et al. 2022 Eq. 2 with the Eq. 10 constants;
-                compute-optimal = their Approach-1 frontier (Table 3, ≈ 20 tokens per parameter)
-    besiroglu   the same form with Besiroglu et al. 2024's refit; compute-optimal = its Eq. 4 closed form
-    krajewski   dense: Eq. 1 (same form, N non-embedding); MoE: Eq. 9
-                L(N, D, G) = c + (g/G^γ + a)/N^α + b/D^β, N = total non-embedding parameters
-
-Compute-optimal allocation under C = 6·N·D (Hoffmann Eq. 4), closed form for the parametric form:
-    N_opt = K·(C/6)^a,  D_opt = K⁻¹·(C/6)^b,  K = (αA/(βB))^{1/(α+β)},  a = β/(α+β),  b = α/(α+β)
-    L_opt(C) = E + (A·K^{−α} + B·K^{β})·(C/6)^{−αβ/(α+β)}   (so C for a loss inverts in closed form)
-The MoE law has no closed form: for each G the loss is minimised over log N_active on a grid, with D set by
-Krajewski's FLOPs (Eq. 10/11): F = (12·h²·c_f + h·X·G·c_r)·D·n_blocks and their shape rule h = 64·n_blocks.
-
-Data-constrained repetition (Muennighoff et al. 2023, arXiv:2305.16264 §3.1, the effective-data and
-effective-parameter equations; constants of huggingface/datablations README 'Parametric Fit': R_D* = 15.387756,
-R_N* = 5.309743): with R_D = D/U − 1 repetitions,
-    D′ = U + U·R_D*·(1 − e^{−R_D/R_D*}),   U_N = min(N, N_opt(U)),  R_N = N/U_N − 1,
-    N′ = U_N + U_N·R_N*·(1 − e^{−R_N/R_N*}),   L = E + A/N′^α + B/D′^β.
-
-Left out: Kaplan et al. 2020 (arXiv:2001.08361, contrast only); Clark 2022, Ludziejewski 2025 and Abnar 2025
-MoE laws (their constants were not read); the MoE law's N′ term for repeated data (no frontier inverse).
+"""Scaling laws: predicted loss, compute-optimal allocation and data-constrained repetition. Chinchilla form
+L(N, D) = E + A/N^α + B/D^β (Hoffmann et al. 2022 Eq. 2), refit by Besiroglu et al. 2024 and extended to MoE by
+Krajewski et al. 2024 Eq. 9; repetition after Muennighoff et al. 2023 (arXiv:2305.16264 §3.1). Constants:
+catalog/scaling_laws.yaml. Every equation, the closed forms and what is left out: docs/design-notes.md#scaling-laws.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
-"""What a "3× compute" goal can mean on one cluster: the levers that multiply the useful model FLOPs a
-fixed cluster delivers in a fixed time, each measured with the one cost model, and their product.
-
-For one model on one cluster, useful model FLOPs per GPU-second = tokens/s per GPU · goodput · 6·N_active, and the
-"3×" is a product of ratios, each lever's planned value over its baseline (all at the critical batch of
-plan.critical_batch_sequences for the tokens given; plan's job size is its effective-time choice, per-GPU
-tokens/s × goodput):
-
-    layout   MFU of the rule-of-thumb layouts (the usual habit: tp = GPUs per node so tensor traffic stays on
-             NVLink, 1F1B without interleaving, full recompute, ZeRO-1, mbs 1; pp and ep searched only to fit) →
-             MFU of the best layout of the whole space (space.py), both BF16 at plan's job size
-    FP8      tokens/s per GPU of the best BF16 layout → of the best FP8 layout (FP8 doubles the GEMM peak, but its
-             GEMMs reach a lower fraction of it and memory-bound and communication time does not shrink)
-    goodput  the reliability model's goodput (resilience.layout_goodput) of plan's job size with synchronous
-             checkpoints every 60 minutes of training (Kokolis et al., HPCA'25, arXiv:2410.21680: E[ETTR] ≈ 0.7 for
-             a 16k-GPU job so checkpointed; tests/test_allocate.py checks the model reproduces it) → its goodput
-             under the best checkpoint policy and intervals. The job-size part of goodput is left to the batch /
-             job-size lever (counting it here too would count the split into jobs twice); the notes show it.
-    batch    tokens/s per GPU of the largest job size that fits → of plan's job size. The critical batch caps
-             data parallelism, so one job spanning the cluster feeds each GPU fewer micro-batches; jobs of plan's
-             size (⌊N/G⌋ of them at once) keep per-GPU throughput. Growing the batch instead costs data
-             efficiency: McCandlish et al. 2018 (arXiv:1812.06162, as restated in Kaplan et al. 2020,
-             arXiv:2001.08361 §5.1) E/E_min = 1 + B/B_crit, so B = k·B_crit is worth 2/(1 + k) of B_crit's tokens
-             (reported in the notes).
-
-Left out: a third kind of lever, data quality and curriculum (no model of it), and hardware generations.
+"""What a "3× compute" goal can mean on one cluster: useful model FLOPs per GPU-second = tokens/s per GPU · goodput ·
+6·N_active, and the goal = the product of four levers' ratios (layout, FP8, goodput, batch/job size), each measured
+with the one cost model against its baseline (goodput's after Kokolis et al., arXiv:2410.21680).
+The levers, their baselines and what is left out: docs/design-notes.md#scaling-multiplier.
 """
 
 from __future__ import annotations

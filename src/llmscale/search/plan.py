@@ -1,16 +1,7 @@
-"""Whole-space layout search: the best layouts of a model on a cluster, by objective, and — on clusters
-larger than one job can use — the best GPUs per job and how many jobs run at once.
-
-For each candidate job size G the layout space (layout.space) is scored with the one cost model
-(cost.step.estimate_step, the same code `explain` runs), layouts that do not fit in memory are masked, and the
-objective ranks the rest. Without `--gpus`, G runs over powers of two from the smallest that can hold the
-model's training state up to the cluster. The global batch is the TrainSpec's; when the user gives none, the
-resolver (io.resolve, `BatchDefault.CRITICAL`) sets it to the critical batch of `critical_batch_sequences`:
-DeepSeek LLM's B_opt = 0.292·C^0.3271 tokens (arXiv:2401.02954 §3.1, Eq. 1) for C = 6·N_active·D, rounded down
-to a multiple of 1,024 sequences; `--max-global-batch-tokens` caps it instead. A larger job only helps while its
-data parallelism fits under that batch, so the job size is the largest G whose best layout keeps ≥ the scaling
-floor (`SearchConstants.scaling_floor`, 0.9) of the best per-GPU throughput over all G; the cluster then runs
-⌊N / G⌋ such jobs at once.
+"""Whole-space layout search: the best layouts of a model on a cluster, by objective, and the best GPUs per job on
+clusters larger than one job can use. Default batch: DeepSeek LLM's B_opt = 0.292·C^0.3271 tokens, C = 6·N_active·D
+(arXiv:2401.02954 §3.1, Eq. 1); job size = the largest G keeping ≥ `scaling_floor` of the best per-GPU throughput.
+Job sizes, batch and floor in full: docs/design-notes.md#search-plan.
 """
 
 from __future__ import annotations

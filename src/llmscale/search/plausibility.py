@@ -1,14 +1,7 @@
-"""Plausibility of a predicted MFU: the published record it is compared with, and what carries the difference.
-
-A predicted MFU above the best any published run reached on the same accelerator generation and precision
-(specs.record, catalog/published_mfu.yaml) is a number no run has checked; `plan`, `explain` and `validate` say so
-beside it.
-
-Which terms carry the difference: MFU factors into the MFU of the compute alone (model FLOPs over the busy
-compute time — how well the kernels use the peak at this layout's shapes) times the compute's share of the step.
-The ratio to the record run's MFU, both predicted by the same model, splits into those two factors; the second
-into the step parts (bubble, recompute, exposed communication, overhead…) whose share of the step is smaller
-here than in the record run's own layout. Those are the terms no published run has shown can be that small.
+"""Plausibility of a predicted MFU: the published record it is compared with (specs.record,
+catalog/published_mfu.yaml), and what carries the difference: MFU = MFU of the compute alone × the compute's share
+of the step, the share split into the step parts smaller here than in the record run's layout.
+Rationale: docs/design-notes.md#search-plausibility.
 """
 
 from __future__ import annotations

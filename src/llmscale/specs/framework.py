@@ -1,16 +1,7 @@
 """The training frameworks a plan can target: what each engine can run at the version llmscale checked
-(catalog/frameworks.yaml `engines`: per layout field the values its source supports at a cited commit), and the
-framework releases' default run settings (`releases`, `sources`).
-
-Engines: `plan --framework megatron-core` searches only what Megatron-Core runs; `torchtitan` only what torchtitan
-runs; `any` searches every layout the cost model prices and names, for each result, the engines that could run it.
-
-Release profiles (DESIGN principle 11): the run settings a release's recipes apply by default, as rules over what a
-user knows before running (GPU, precision, model family, MoE or dense, the layout's sizes), each citing the code it
-was read in, applied to every job that names the release — in plan, explain and validate alike. A rule's `when`
-holds when every condition it names holds; rules apply in order, a later one overriding an earlier one's value.
-Layout-size conditions (tp, pp, …) are evaluated per layout (a search applies them elementwise); the others are
-the job's.
+(catalog/frameworks.yaml `engines`, per layout field at a cited commit), and the framework releases' default run
+settings as ordered rules (`releases`, `sources`), applied in plan, explain and validate alike.
+Engine choice, release profiles and how their rules apply: docs/design-notes.md#specs-framework.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""Published runs as jobs: a row of the published-runs file under its framework release's profile, resolved through
-the one resolver (`io.resolve`) as every command resolves its inputs.
-
-What a row gives is read: the published table's layout (tp, pp, vp, cp, ep, etp, dp, zero, micro-batch, recompute,
-sequence parallelism), batch, sequence, precision and the FP8 recipe its label names (`table_fp8_recipe`). Its
-framework release (`release_for`: the row's `framework` key and the release its name carries) fills the run settings
-its recipes apply by default (catalog/frameworks.yaml). With `Facts.RECIPE` the row's own recipe entries
-(data/run_settings.yaml, validation.entries) are applied first; the headline, `Facts.PROFILE`, scores what a user
-knows: the table and the profile.
-
-What neither gives, llmscale chooses, and each row's `chosen` says so:
-
-  micro_batch   1
-  vpp           1 (1F1B); where the release (or recipe) interleaves and the table gives no degree, the smallest
-                v > 1 dividing the layers per stage: of the paper runs whose scripts state the degree it gives four
-                of five (NVIDIA/Megatron-LM@79a3bb6 examples/sc21 run_table_1.sh: 15, 10, 6, 3 layers per rank at
-                v 3, 2, 2, 3; run_figure_12.sh 8 at v 4). 1F1B when that does not fit the GPU's memory or the
-                micro-batch count is not a multiple of pp
-  recompute     the lightest of none → selective → full whose memory fits the GPU, where the release sets none
-  zero 1, cp 1, ep 1, etp 1 for MoE rows (the Megatron MoE recipes' expert_tensor_parallel_size), precision bf16
+"""Published runs as jobs: a row of the published-runs file under its framework release's profile (`release_for`),
+resolved through the one resolver (`io.resolve`) as every command resolves its inputs. The table is read as given
+(layout, batch, precision, its FP8 label's recipe); what neither table nor profile gives, llmscale chooses and each
+row's `chosen` says so: docs/published-runs.md ("How `validate` builds a job", and #validation-jobs).
 """
 
 from __future__ import annotations

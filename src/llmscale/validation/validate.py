@@ -1,18 +1,7 @@
-"""Predicted vs published throughput (tokens/s per GPU) for a file of published runs.
-
-Every row becomes model × cluster × train × layout (validation.jobs.job_from_run: the assumptions for what a row
-leaves null are listed there) and goes through the same cost model as `explain` and `plan` (step.estimate_step).
-Beside the error, each row reports whether its own layout is predicted to fit its GPU's memory (the report's fit
-recall: a planner that rejects the layouts people ran cannot recommend the right one) and whether the predicted MFU
-lies above the best MFU any published run reached on that GPU generation and precision (catalog/published_mfu.yaml;
-search.plausibility): such a prediction has no run behind it.
-
-The summary gives the error over all rows and per framework and model type (dense / MoE), since rows of one
-framework and release share kernels and overlap features and an error that is small overall can hide a framework
-the model does not know.
-
-A row that cannot be evaluated (no target, unknown GPU or GPU without numbers, a missing architecture
-key, a layout that breaks a rule, a key outside the schema) is skipped with its reason — never a crash.
+"""Predicted vs published throughput (tokens/s per GPU) for a file of published runs, through the same cost model as
+`explain` and `plan`; per row also fit to memory and MFU above the published record; summary per framework and model
+type; a row that cannot be evaluated is skipped with its reason, never a crash.
+What is reported and why: docs/published-runs.md#validation-validate.
 """
 
 from __future__ import annotations
