@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from llmscale.cli.main import app
 from llmscale.cli.options import JobFlags, with_job_flags
-from llmscale.cost.step import estimate_step
+from llmscale.cost.step import LAYER_COLUMNS, MICROBATCH_COLUMNS, PATH_COLUMNS, estimate_step
 from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.io.resolve import JobRequest, resolve
 from llmscale.launch.megatron import LAYOUT_FLAGS, MEGATRON_FLAGS, megatron_notes
 from llmscale.launch.torchtitan import LAYOUT_KEYS, TORCHTITAN_KEYS, torchtitan_notes
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads, reads_of
 from llmscale.layout.space import SpaceOptions, generate
 from llmscale.report.text import layout_line, layout_text
 from llmscale.specs.layout import LAYOUT_FIELDS, Knob, Layout, RankOrder, Show, spec_fields
@@ -149,3 +149,16 @@ def test_the_definition_declares_a_knob_for_every_field() -> None:
             bare: int = 1
 
         spec_fields(Bare)
+
+
+def test_a_formula_declares_the_columns_it_reads_and_the_keys_unite_them() -> None:
+    @reads("pp", "tp")
+    def formula(lay: Layouts) -> np.ndarray:
+        return lay.tp * lay.pp
+
+    assert reads_of(formula, ("cp", "tp")) == ("tp", "pp", "cp")  # the layout's field order, each once
+    with pytest.raises(ValueError, match="not layout columns: \\['tpp'\\]"):
+        reads("tpp")
+    # The step model's micro-batch key holds its layer key, and the path key both (cost.step).
+    assert set(LAYER_COLUMNS) <= set(MICROBATCH_COLUMNS) <= set(PATH_COLUMNS)
+    assert {"zero", "offload_optimizer", "offload_params"}.isdisjoint(PATH_COLUMNS)

@@ -34,7 +34,7 @@ from llmscale.cost.flops import attention_core_flops_per_layer
 from llmscale.cost.kernels import KernelRates, LinearTimes, attention_core_s, gemm_s, linear_s, memory_s
 from llmscale.cost.moe import MoeBlock, mlp_linears, moe_block
 from llmscale.cost.routing import busiest_rank_load
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
@@ -214,6 +214,7 @@ def moe_block_of(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     return moe_block(model, train.moe_grouped_gemm_impl, lay, x.rates, x.rates16, x.tokens, x.load, cast)
 
 
+@reads("tp", "cp", "mbs", "sp", "etp", "ep")
 def layer_times(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants
 ) -> tuple[LayerTimes, LayerTimes, LayerTimes]:
@@ -270,6 +271,8 @@ def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerT
     )
 
 
+@reads("cuda_graphs", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act", "recompute_mlp",
+       "ep")
 def rank_compute(
     lay: Layouts, layers: StageLayers, times: tuple[LayerTimes, LayerTimes, LayerTimes], launch_overhead_us: float,
 ) -> RankCompute:

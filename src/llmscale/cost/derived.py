@@ -21,7 +21,7 @@ import numpy as np
 
 from llmscale.cost.activations import inflight_microbatches
 from llmscale.cost.params import ParamCounts, count_params
-from llmscale.layout.arrays import DistinctRows, Layouts
+from llmscale.layout.arrays import DistinctRows, Layouts, reads, reads_of
 from llmscale.layout.stages import RankOf, StageLayers, stage_layers
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
@@ -85,11 +85,6 @@ class RankStage:
 RankStages = dict[RankOf, RankStage]
 """Per representative rank, its layers, parameters and in-flight micro-batches."""
 
-STAGE_COLUMNS = ("pp", "vpp", "schedule", "tp", "ep", "etp", "dp", "mbs")
-"""The layout columns stage_layers, rank_params and inflight_microbatches read (dp and mbs through the number of
-micro-batches)."""
-
-
 @dataclass(frozen=True)
 class LayoutDerived:
     """What the cost model derives from a batch of layouts before any cost, shape (N,): computed once per batch
@@ -117,6 +112,7 @@ def derive(model: ModelSpec, train: TrainSpec, lay: Layouts) -> LayoutDerived:
     return LayoutDerived(num_micro, rows, distinct_rank_stages(model, train, few))
 
 
+@reads("pp", "vpp", "schedule", "tp", "ep", "etp", "dp", "mbs")
 def distinct_rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> RankStages:
     """RankStage of every representative rank of the layouts `lay` (e.g. one per distinct STAGE_COLUMNS row)."""
     counts = count_params(model)
@@ -131,6 +127,11 @@ def distinct_rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> Ra
         held = np.where(dualpipe, held / 2, held)
         stages[which] = RankStage(layers, rank_params(model, counts, lay, layers), held)
     return stages
+
+
+STAGE_COLUMNS = reads_of(distinct_rank_stages)
+"""The key of `derive`'s distinct rows: what stage_layers, rank_params and inflight_microbatches read (dp and mbs
+through the number of micro-batches)."""
 
 
 def _same_stage(a: StageLayers, b: StageLayers) -> bool:

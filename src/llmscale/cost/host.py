@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import CudaGraphScope, Fp8Recipe, GroupedGemm, MoeDispatcher, Precision, Routing, TrainSpec
@@ -143,6 +143,7 @@ def moe_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, q: int) -> dict[
     return {name: (fwd + zero, bwd + zero) for name, (fwd, bwd) in parts.items()}
 
 
+@reads("tp", "cp", "mbs", "sp", "etp", "ep")
 def layer_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, recipe: Fp8Recipe) -> HostCalls:
     """Host calls of a dense layer's blocks and an MoE layer's, per pass (module docstring); `router` holds an MoE
     layer's parts before its token counts reach the host (MOE_BEFORE_SYNC), `experts` the rest. Reads lay.ep, lay.tp."""

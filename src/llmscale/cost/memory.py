@@ -26,14 +26,14 @@ from llmscale.cost.activations import (
     layer_activations,
     stage_activation_bytes,
 )
-from llmscale.cost.derived import LayoutDerived, RankStage, derive
+from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStage, derive
 from llmscale.cost.model_state import (
     Sharding,
     StateBytes,
     state_bytes,
 )
 from llmscale.cost.routing import busiest_rank_load
-from llmscale.layout.arrays import Layouts, distinct_rows, take_fields
+from llmscale.layout.arrays import Layouts, distinct_rows, reads, reads_of, take_fields
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, MemoryConstants
 from llmscale.specs.model import ModelSpec
@@ -145,18 +145,6 @@ def _with_mtp(model: ModelSpec, dense: np.ndarray, moe: np.ndarray, last: np.nda
     return (dense, moe + extra) if model.is_moe else (dense + extra, moe)
 
 
-ACTIVATION_COLUMNS = ("cp", "sp", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
-                      "recompute_mlp", "cuda_graphs", "offload_activations")
-"""With the STAGE_COLUMNS row (cost.derived): the layout columns a rank's activations and the communication buffers
-every rank has read. ZeRO and the optimizer and parameter offload are not among them."""
-
-STATE_COLUMNS = ("cp", "zero", "offload_optimizer", "offload_params")
-"""With the STAGE_COLUMNS row: the layout columns a rank's weights, gradients and optimizer state read."""
-
-ACTIVATION_VIEW = ("tp", "ep", "etp", "mbs", "pp", *ACTIVATION_COLUMNS)
-STATE_VIEW = ("tp", "ep", "etp", "dp", "mbs", *STATE_COLUMNS)
-"""The columns the activation and state formulas read themselves (the rank's layers, parameters and in-flight
-micro-batches come with the stage row): the views they run on."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +161,8 @@ class _RankActivations:
     """TP/SP gather, pipeline send/recv and EP dispatch/combine (_comm_buffer_bytes), shape (U,)."""
 
 
+@reads("tp", "ep", "etp", "mbs", "pp", "cp", "sp", "recompute", "recompute_norm", "recompute_mla_up",
+       "recompute_moe_act", "recompute_mlp", "offload_activations", "cuda_graphs")
 def _rank_activations(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: list[RankStage],
                       constants: Constants) -> _RankActivations:
     """_RankActivations of layouts `lay` whose representative ranks are `stages`."""
@@ -193,6 +183,7 @@ def _rank_activations(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: 
                             _comm_buffer_bytes(model, train, lay, acts))
 
 
+@reads("tp", "ep", "etp", "dp", "mbs", "cp", "zero", "offload_optimizer", "offload_params")
 def _rank_states(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: list[RankStage],
                  const: MemoryConstants) -> StateBytes:
     """StateBytes of each representative rank (first axis) of layouts `lay` (second axis)."""
@@ -221,6 +212,15 @@ class _Tables:
         buffers = shared_buffers + s.gather_buffer[rank].take(self.state_row)
         total: np.ndarray = state + held + buffers + fragmentation_fraction * (held + buffers)
         return total
+
+
+ACTIVATION_VIEW = reads_of(_rank_activations)
+STATE_VIEW = reads_of(_rank_states)
+"""The columns the activation and state formulas read (declared beside them): the views they run on."""
+ACTIVATION_COLUMNS = tuple(name for name in ACTIVATION_VIEW if name not in STAGE_COLUMNS)
+STATE_COLUMNS = tuple(name for name in STATE_VIEW if name not in STAGE_COLUMNS)
+"""Beside the STAGE_COLUMNS row (cost.derived, which brings the rank's layers, parameters and in-flight
+micro-batches): the rest of each key. ZeRO and the optimizer and parameter offload are not among the activations'."""
 
 
 def _distinct_tables(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,

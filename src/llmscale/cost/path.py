@@ -20,7 +20,7 @@ import numpy as np
 from llmscale.cost.compute import LayerTimes, RankCompute, rank_compute
 from llmscale.cost.host import LayerHost, host_wait
 from llmscale.cost.traffic import MicrobatchComm
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import RankOf, StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants, StepConstants
@@ -131,6 +131,8 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
     return CriticalPath(compute, tp, cp, ep + np.zeros_like(tp), forward, *wait)
 
 
+@reads("pp", "vpp", "schedule", "cuda_graphs", "recompute", "recompute_norm", "recompute_mla_up",
+       "recompute_moe_act", "recompute_mlp", "ep", "tp_comm_overlap", "ep_comm_overlap")
 def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stages: dict[RankOf, StageLayers],
                   times: tuple[LayerTimes, LayerTimes, LayerTimes], comm: MicrobatchComm,
                   host: LayerHost) -> tuple[CriticalPath, np.ndarray]:

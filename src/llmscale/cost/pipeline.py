@@ -61,7 +61,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads
 from llmscale.specs.layout import Schedule
 
 Seconds: TypeAlias = np.ndarray | float
@@ -126,6 +126,7 @@ def p2p_crossings(lay: Layouts) -> np.ndarray:
     return np.where(p > 1, crossings, 0)
 
 
+@reads("pp", "vpp", "schedule")
 def pipeline_times(
     lay: Layouts,
     num_micro: np.ndarray,

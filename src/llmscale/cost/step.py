@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.compute import layer_times
+from llmscale.cost.compute import layer_times, rank_compute
 from llmscale.cost.derived import STAGE_COLUMNS, LayoutDerived, RankStages, derive, rank_params
 from llmscale.cost.flops import hardware_flops_per_token, model_flops_per_token
 from llmscale.cost.host import LayerHost, layer_calls
@@ -36,8 +36,8 @@ from llmscale.cost.params import count_params
 from llmscale.cost.path import critical_rank, select
 from llmscale.cost.pipeline import pipeline_times
 from llmscale.cost.traffic import DataParallelComm, data_parallel_comm, microbatch_comm, zero3_calls
-from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, take_fields
-from llmscale.layout.stages import StageLayers
+from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, reads, reads_of, take_fields
+from llmscale.layout.stages import StageLayers, stage_layers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import CommConstants, Constants, StepConstants
 from llmscale.specs.layout import Schedule
@@ -130,24 +130,21 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
     return _assemble(model, cluster, train, lay, parts, dp_exposed, shard.optimizer_s, memory, const)
 
 
-MICROBATCH_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
-"""The layout columns compute.layer_times and traffic.microbatch_comm read."""
+LAYER_COLUMNS = reads_of(layer_times, layer_calls)
+"""The key of a layer's times and host calls (compute.layer_times, host.layer_calls)."""
 
-LAYER_COLUMNS = ("tp", "cp", "mbs", "sp", "etp", "ep")
-"""The layout columns compute.layer_times reads (pp, dp and rank_order place the communication groups only)."""
+MICROBATCH_COLUMNS = reads_of(LAYER_COLUMNS, microbatch_comm)
+"""The key of a micro-batch's layer times and communication (traffic.microbatch_comm also reads pp, dp and
+rank_order, which place its groups)."""
 
-RANK_COLUMNS = ("cuda_graphs", "recompute", "recompute_norm", "recompute_mla_up", "recompute_moe_act",
-                "recompute_mlp", "ep")
-"""The layout columns compute.rank_compute reads besides the layer times and the rank's layers."""
+PATH_VIEW = reads_of(critical_rank, rank_compute, pipeline_times)
+"""The columns the critical-rank and pipeline formulas read themselves (the others reach them through the
+micro-batch's times and communication): the view they run on."""
 
-PATH_COLUMNS = (*MICROBATCH_COLUMNS, "vpp", "schedule", *RANK_COLUMNS[:-1], "tp_comm_overlap", "ep_comm_overlap")
-"""The layout columns the critical rank's per-micro-batch path and its pipeline times read: the micro-batch's
-(layer times, communication, number of micro-batches), the ranks' layers (pp, vpp, schedule), RANK_COLUMNS and
-_PathShares'. ZeRO and offload are not among them, so a search has a few times fewer such rows than layouts."""
-
-PATH_VIEW = ("pp", "vpp", "schedule", *RANK_COLUMNS, "tp_comm_overlap", "ep_comm_overlap")
-"""The layout columns the critical-rank formulas read themselves (the others of PATH_COLUMNS reach them through the
-micro-batch's layer times and communication): the view they run on, one gather per column fewer."""
+PATH_COLUMNS = reads_of(MICROBATCH_COLUMNS, PATH_VIEW, STAGE_COLUMNS)
+"""The key of the critical rank's per-micro-batch path and its pipeline times: the micro-batch's, the rank's
+layers (STAGE_COLUMNS) and PATH_VIEW. ZeRO and offload are not among them, so a search has a few times fewer such
+rows than layouts."""
 
 
 @dataclass(frozen=True)
@@ -183,18 +180,20 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     they make."""
     micro_rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, MICROBATCH_COLUMNS)
     micro = lay.select(*MICROBATCH_COLUMNS).take(micro_rows.first)
-    rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in PATH_COLUMNS[len(MICROBATCH_COLUMNS):]))
+    beyond = [name for name in PATH_COLUMNS if name not in MICROBATCH_COLUMNS]
+    rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in beyond))
     few = lay.select(*PATH_VIEW).take(rows.first)
     micro_of_row = micro_rows.inverse.take(rows.first)
     comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
     layer_rows = micro.distinct(*LAYER_COLUMNS)  # a few times fewer than the micro-batch rows
-    times = layer_times(model, cluster, train, micro.select(*LAYER_COLUMNS).take(layer_rows.first), constants)
+    layer_view = micro.select(*LAYER_COLUMNS).take(layer_rows.first)
+    times = layer_times(model, cluster, train, layer_view, constants)
     layer_of_row = layer_rows.inverse.take(micro_of_row)
     stage_of_row = derived.rows.inverse.take(rows.first)
     stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
     dense, moe, output = (take_fields(kind, layer_of_row) for kind in times)
     # Host seconds per layer row with graphs off, then on (cost.host), taken for each row's cuda_graphs.
-    calls = layer_calls(model, train, micro.take(layer_rows.first), cluster.gpu.fp8_recipe(train))
+    calls = layer_calls(model, train, layer_view, cluster.gpu.fp8_recipe(train))
     host = take_fields(LayerHost.both(calls, train.cuda_graph_scope, constants.step.host_call_us * US),
                        layer_of_row + layer_rows.first.size * few.cuda_graphs)
     path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, host)
@@ -223,18 +222,15 @@ class _ShardCosts:
     """The optimizer step: HBM-bound, optimizer_step_traffic_bytes_per_param per local parameter shard."""
 
 
-SHARD_COLUMNS = ("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
-"""The layout columns `_shard_costs` depends on, besides the critical rank's layers."""
-
-
+@reads("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
                  critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
     from pp, vpp and schedule), computed once per distinct (SHARD_COLUMNS, vpp, schedule, critical) row: a search
     has few."""
-    rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, (*SHARD_COLUMNS, "vpp", "schedule"), critical)
+    rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, reads_of(_shard_costs, stage_layers), critical)
     layers = _layers_of(derived.distinct_stages, critical.take(rows.first), derived.rows.inverse.take(rows.first))
-    lay = lay.select(*SHARD_COLUMNS).take(rows.first)
+    lay = lay.select(*reads_of(_shard_costs)).take(rows.first)
     # The critical rank's parameters on its few distinct rows: cheaper than carrying every rank's through the
     # element-wise selection of the critical one (derived.stages holds them per representative rank).
     params = rank_params(model, count_params(model), lay, layers)

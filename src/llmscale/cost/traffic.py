@@ -31,7 +31,7 @@ import numpy as np
 from llmscale.cost.collectives import collective_time_s, group_links
 from llmscale.cost.params import tensors_per_layer
 from llmscale.cost.routing import busiest_rank_load
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.collective import Collective
@@ -87,6 +87,7 @@ class MicrobatchComm:
     pp_s: np.ndarray
 
 
+@reads("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
                     constants: Constants) -> MicrobatchComm:
     """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout

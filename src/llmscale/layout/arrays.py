@@ -12,7 +12,7 @@ A formula evaluated once per distinct row of a few columns (`distinct`) runs on 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ import numpy as np
 from llmscale.specs.layout import Layout, LayoutField, from_code, spec_fields
 
 DataclassT = TypeVar("DataclassT")
+FormulaT = TypeVar("FormulaT", bound=Callable[..., Any])
 
 
 class Layouts:
@@ -196,6 +197,35 @@ class DistinctRows:
         """A dataclass of per-row arrays → the same dataclass of per-layout arrays (nested dataclasses included,
         other fields kept)."""
         return take_fields(obj, self.inverse)
+
+
+_READS = "layout_reads"
+"""The attribute `reads` sets on a formula."""
+
+
+def reads(*columns: str) -> Callable[[FormulaT], FormulaT]:
+    """Declares, beside a vectorized formula, the layout columns it reads: the cost model evaluates it once per
+    distinct row of a key made of such declarations (`reads_of`), on a view of them (`Layouts.select`), so a read
+    outside them raises instead of spreading one row's value to rows that differ there."""
+    known = {f.name for f in spec_fields(Layout)}
+    unknown = [name for name in columns if name not in known]
+    if unknown:
+        raise ValueError(f"reads(): not layout columns: {unknown}")
+
+    def declare(formula: FormulaT) -> FormulaT:
+        setattr(formula, _READS, frozenset(columns))
+        return formula
+
+    return declare
+
+
+def reads_of(*formulas: Callable[..., Any] | tuple[str, ...]) -> tuple[str, ...]:
+    """The columns the formulas declare (`reads`), with any column tuples given, united in the layout's field
+    order: the de-duplication key of a step that evaluates them all."""
+    names: set[str] = set()
+    for formula in formulas:
+        names |= set(formula) if isinstance(formula, tuple) else vars(formula)[_READS]
+    return tuple(f.name for f in spec_fields(Layout) if f.name in names)
 
 
 def take_fields(obj: DataclassT, index: np.ndarray) -> DataclassT:

@@ -23,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from llmscale.layout.arrays import Layouts
+from llmscale.layout.arrays import Layouts, reads
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
 
@@ -135,6 +135,7 @@ class RankOf(IntEnum):
         return int(interior[order[0]])
 
 
+@reads("pp", "vpp", "schedule")
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     """Layers on the pipeline rank `which` picks, for every layout."""
     # Tables are sized to the next power of two of the largest pp and to 8 virtual stages (more only when asked),
