@@ -1,28 +1,8 @@
-"""Compute time of one micro-batch on one GPU, by op class, vectorized over layouts.
+"""Compute time of one micro-batch on one GPU, by op class, vectorized over layouts; seconds per micro-batch per GPU.
 
-Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch per GPU.
-
-Every linear layer is its three GEMMs on the kernel model (cost/kernels.py: tile and wave quantization, a memory
-floor), at the shapes the layout gives it: M = the tokens of a micro-batch on this GPU (s/cp · mbs), N and K the
-layer's sizes after the tensor-parallel split. Attention projections and MLPs split their output (column-parallel)
-or input (row-parallel) over tp; MLA's down-projections are duplicated over tp; the MoE block (cost.moe: the routed
-experts' GEMMs as the run's kernels execute them over the E/ep experts on this GPU, the shared experts, the router,
-the routed copies' permutes, casts and activation) is priced there. Recipes keep the router and the output layer in
-16-bit under FP8/FP4 (DeepSeek-V3 §3.3: "the embedding module, the output head, MoE gating modules ... in original
-precision"; Megatron's FP8 covers the transformer layers' linears only).
-
-The attention core is fused attention at the published throughput curve for chunks of s/cp tokens (kernels.py).
-Without FlashAttention (train.flash_attention false: Megatron-LM's CoreAttention before 2022, Korthikanti et al. 2022
-§4.1) QKᵀ and AV are batched 16-bit GEMMs over the whole s×s matrix (mask applied afterwards), narrow in the head
-dimension, and every score passes through HBM: the fused scale-mask-softmax reads and writes it, dropout reads it and
-writes it and a 1-byte mask (forward); backward, dropout reads the gradient and the mask and writes a gradient,
-softmax reads the gradient and its output and writes one, and the two GEMMs become four. Elementwise work (norms,
-residuals, rotary, activation functions, MoE permutation, FP8 casts) moves bytes at the achievable HBM bandwidth;
-backward elementwise is twice the forward's. Recompute adds a forward of the layers (full), of the attention core
-(selective) and of the recomputed modules (norms, MLA up-projections, activation functions, dense MLPs). A fixed
-launch gap per layer and pass (StepConstants.launch_overhead_us, fitted) covers what the kernels leave idle between
-them; a layout with CUDA graphs (Layout.cuda_graphs) replays its layers without it.
-"""
+Linear layers are three GEMMs on the kernel model (cost/kernels.py) at their tensor-parallel shapes, the attention
+core fused (or unfused 16-bit GEMMs), elementwise work bytes / (η_hbm·B), backward twice the forward; plus recompute
+and a launch gap per layer and pass. Derivations and sources: docs/cost-model.md#compute."""
 
 from __future__ import annotations
 
@@ -97,14 +77,10 @@ Hadamard transform are left out."""
 
 
 def cast_bytes_per_element(precision: Precision, recipe: Fp8Recipe, tn_only: bool) -> float:
-    """HBM bytes one quantisation of a 16-bit GEMM input moves (Transformer Engine docs @3ceb248,
-    docs/features/low_precision_training): the 16-bit source is read once — twice under current scaling, whose
-    amax pass comes first (fp8_current_scaling.rst, Figure 4), against delayed scaling's amax from history
-    (fp8_delayed_scaling.rst) — and the FP8 copies the GEMMs read are written: one row-wise copy that Blackwell
-    reads both ways, plus a transposed one on Hopper, whose FP8 GEMMs are TN-only (fp8_current_scaling.rst,
-    "Transpose handling"); MXFP8's 1×32 and 1D blockwise's 1×128 scale blocks differ row- and column-wise, so
-    both copies are quantised separately (mxfp8.rst "Handling transposes", fp8_blockwise_scaling.rst), each with
-    its scales (E8M0, 1 B per 32; fp32, 4 B per 128)."""
+    """HBM bytes one quantisation of a 16-bit GEMM input moves: the source read (twice under current scaling) plus
+    the FP8 copies written (a transposed one where GEMMs are TN-only; MXFP8 and blockwise write both, with their
+    scales). Per recipe: docs/cost-model.md#compute-casts (Transformer Engine docs @3ceb248,
+    docs/features/low_precision_training)."""
     if precision is Precision.FP4:
         return FP4_CAST_BYTES_PER_ELEMENT
     if precision is not Precision.FP8:
@@ -118,12 +94,9 @@ def cast_bytes_per_element(precision: Precision, recipe: Fp8Recipe, tn_only: boo
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, cast: float) -> tuple[float, float]:
-    """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: two norms
-    (read + write 2·2h each), two residual adds (read 2·2h, write 2h each), rotary on q and k, the
-    activation function (gated: read 2·2f, write 2f; else read and write 2f); an MoE layer permutes and
-    un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each). FP8/FP4
-    recipes quantise every GEMM input (QKV and MLP inputs h, output-projection input n·d, fc2 input f, and
-    each routed copy h) at `cast` bytes per element (`cast_bytes_per_element`)."""
+    """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: norms, residual adds,
+    rotary, the activation function, an MoE layer's permute, unpermute and combine of its k routed copies, and
+    under FP8/FP4 every GEMM input at `cast` bytes per element. Byte counts: docs/cost-model.md#compute-elementwise."""
     if not moe:
         return _layer_bytes_per_token(model, float(model.ffn_hidden), cast)
     per_sigma, per_tp = _layer_bytes_per_token(model, float(model.shared_ffn * model.shared_experts), cast)
