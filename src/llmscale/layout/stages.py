@@ -1,19 +1,8 @@
-"""Which layers a pipeline rank holds, vectorized over layouts.
+"""Which layers a pipeline rank holds, vectorized over layouts; arrays of shape (N,).
 
-Shape legend: arrays of shape (N,), one element per layout.
-
-Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp of the pp × vpp chunks the model's L layers are cut into
-(Megatron interleaving), chunk k holding the next layers after chunk k − 1. Each rank gets ⌈L/pp⌉ layers; when
-pp does not divide L the shortfall goes to the last rank, then the first (the ranks that also hold the output
-layer and the embedding: Llama 3 §3.3.2 "one fewer layer on the first and last stage", Megatron's
-account_for_embedding/loss_in_pipeline_split), then from rank pp−2 inward, rank 1 last. A rank's layers are
-spread over its vpp chunks as evenly as they go, the short chunks first — on the last rank last, next to the
-output layer (the Megatron split). The first chunk carries the input embedding, the last the output layer.
-Under DualPipe a rank holds stages r and pp−1−r (DeepSeek-V3 §3.2.1); under ZB-V's V shape the output sits on
-rank 0, whose layer count is taken from the looped split (an approximation: the shortfall is not moved to it).
-MoE layers are those at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
-The step and memory models examine the ranks RankOf names (0, 1, pp − 1 and the busiest interior one).
-"""
+Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp (Megatron interleaving), ⌈L/pp⌉ layers, the shortfall taken from
+the last rank, then the first (Llama 3 §3.3.2); DualPipe pairs stages r and pp−1−r (DeepSeek-V3 §3.2.1). The split,
+ZB-V, MoE layers and the ranks examined: docs/cost-model.md#stages."""
 
 from __future__ import annotations
 
@@ -51,8 +40,8 @@ def moe_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
 
 
 def rank_layer_counts(layers: int, pp: int) -> np.ndarray:
-    """Layers of each pipeline rank (module docstring): ⌈L/pp⌉ each, one fewer on the last, first, then ranks
-    pp−2, pp−3, …, 1 until the counts sum to L."""
+    """Layers of each pipeline rank (docs/cost-model.md#stages-split): ⌈L/pp⌉ each, one fewer on the last, first,
+    then ranks pp−2, pp−3, …, 1 until the counts sum to L."""
     counts = np.full(pp, -(-layers // pp), dtype=np.int64)
     order = [pp - 1, 0, *range(pp - 2, 0, -1)]
     counts[order[: int(counts.sum()) - layers]] -= 1
