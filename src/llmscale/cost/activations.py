@@ -62,12 +62,14 @@ class _Widths:
 
 def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> np.ndarray:
     """Bytes per token the attention block keeps (docs/cost-model.md#activations-tensors), already divided by t or σ."""
-    h, n = model.hidden, model.heads
+    h = model.hidden
+    n = model.heads
     replicated = BYTES_16BIT * h + w.keep_norm * w.gemm_in * h  # layer input, input-norm output
     if model.mla is not None:
         a = model.mla
         d_q = d_k = a.qk_nope_head_dim + a.qk_rope_head_dim
-        d_v, g = a.v_head_dim, n
+        d_v = a.v_head_dim
+        g = n
         replicated = replicated + (BYTES_16BIT + w.gemm_in) * ((a.q_lora_rank or 0) + a.kv_lora_rank)
         keep_qkv = np.where(lay.recompute_mla_up, 0.0, 1.0)
     else:
@@ -104,7 +106,8 @@ def _dense_mlp(model: ModelSpec, lay: Layouts, w: _Widths) -> np.ndarray:
 def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.ndarray) -> np.ndarray:
     """Bytes per token (of the micro-batch on this GPU) the MoE block keeps: replicated-or-SP terms, the routed
     copies this GPU's experts process (`routed_per_token` copies per token), and the shared experts."""
-    h, e = model.hidden, model.experts
+    h = model.hidden
+    e = model.experts
     shared_ffn = model.shared_ffn * model.shared_experts
     fp8_copy = w.gemm_in if (shared_ffn and w.gemm_in < BYTES_16BIT) else 0.0
     replicated = BYTES_16BIT * h + w.keep_norm * (BYTES_16BIT + fp8_copy) * h + (BYTES_FP32 + ROW_MAP_BYTES) * e
@@ -136,7 +139,8 @@ def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts,
 def inflight_microbatches(lay: Layouts, num_micro: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """Stage-equivalents of micro-batch activations held by pipeline rank `rank` at its peak, per schedule
     (docs/cost-model.md#activations-inflight)."""
-    p, v = lay.pp, lay.vpp
+    p = lay.pp
+    v = lay.vpp
     one_f_one_b = np.minimum(num_micro, p - rank)
     interleaved = np.minimum(num_micro * v, 2 * (p - 1 - rank) + (v - 1) * p + 1) / v
     dualpipe = np.minimum(num_micro, p + 1)

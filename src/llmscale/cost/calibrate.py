@@ -31,7 +31,8 @@ def _fraction(measured: float, datasheet: float) -> tuple[float, float]:
 
 
 def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dict[str, Any], dict[str, Any]]:
-    gpu, eff = cluster.gpu, cluster.gpu.efficiency
+    gpu = cluster.gpu
+    eff = cluster.gpu.efficiency
     gpu_fields: dict[str, Any] = {}
     eff_fields: dict[str, Any] = {}
     for g in profile.gemm:
@@ -127,7 +128,8 @@ def _storage_update(cluster: ClusterSpec, profile: CalibrationProfile) -> dict[s
     read = nodes * measured.read_bytes_per_s / GB if measured.cache_dropped else (
         given.read_gb_per_s if given is not None else write)
     if given is not None:
-        write, read = min(write, given.write_gb_per_s), min(read, given.read_gb_per_s)
+        write = min(write, given.write_gb_per_s)
+        read = min(read, given.read_gb_per_s)
     return {"write_gb_per_s": min(max(write, MIN_GB_PER_S), MAX_GB_PER_S),
             "read_gb_per_s": min(max(read, MIN_GB_PER_S), MAX_GB_PER_S)}
 

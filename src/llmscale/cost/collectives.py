@@ -127,8 +127,10 @@ def _latencies(tiers: _Tiers, n: np.ndarray, crossed: np.ndarray, members: np.nd
 def _bandwidths(tiers: _Tiers, n: np.ndarray, s: np.ndarray, crossed: np.ndarray, members: np.ndarray,
                 tier: np.ndarray) -> dict[str, np.ndarray]:
     """Bottleneck bandwidths per algorithm (docs/cost-model.md#collectives-time): every crossed boundary is a bound."""
-    b, a = tiers.ring_bytes_per_s, tiers.all_to_all_bytes_per_s
-    inner, outer = crossed[:-1], slice(1, None)
+    b = tiers.ring_bytes_per_s
+    a = tiers.all_to_all_bytes_per_s
+    inner = crossed[:-1]
+    outer = slice(1, None)
     m0 = members[0]
     uplinks = np.where(inner, members[:-1] * b[outer], np.inf).min(axis=0, initial=np.inf)
     ring = np.minimum(np.where(m0 > 1, b[0, 0], np.inf), uplinks)
@@ -151,7 +153,8 @@ def group_links(
     astra-sim-alibabacloud/astra-sim/system/calbusbw.cc, NVIDIA/nccl@b6475625 src/graph/tuning.cc)."""
     n_arr, s_arr = np.broadcast_arrays(np.atleast_1d(np.asarray(size, dtype=np.int64)),
                                        np.atleast_1d(np.asarray(stride, dtype=np.int64)))
-    n, s = n_arr.reshape(-1), s_arr.reshape(-1)
+    n = n_arr.reshape(-1)
+    s = s_arr.reshape(-1)
     if n.size > _DEDUPE_ABOVE:
         # Many layouts but few distinct (size, stride) groups: place each once.
         rows = distinct_rows(n, s)

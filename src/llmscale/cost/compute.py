@@ -108,7 +108,8 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, cast: float) -> tu
 def _layer_bytes_per_token(model: ModelSpec, ffn: float, cast: float) -> tuple[float, float]:
     """`_elementwise_bytes_per_token` of a layer without routed experts whose MLP (or shared experts) is `ffn`
     wide: the part of an MoE layer outside cost.moe.MoeBlock's routed copies."""
-    h, q = model.hidden, model.heads * model.dim_per_head
+    h = model.hidden
+    q = model.heads * model.dim_per_head
     per_sigma = 8.0 * h + 12.0 * h + cast * 2 * h
     per_tp = (6.0 if model.gated_mlp else 4.0) * ffn + 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
     return per_sigma, per_tp + cast * (q + ffn)
@@ -141,7 +142,8 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.
         flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp
         return attention_core_s(x.rates16, flops, train.seq_len / x.lay.cp)
     heads = model.heads / x.tp * x.lay.mbs
-    s_c, d = train.seq_len / x.lay.cp, float(model.dim_per_head)
+    s_c = train.seq_len / x.lay.cp
+    d = float(model.dim_per_head)
     gemm = gemm_s(x.rates16, s_c, train.seq_len, d, heads) + gemm_s(x.rates16, s_c, d, train.seq_len, heads)
     scores = heads * s_c * train.seq_len
     fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
@@ -150,7 +152,9 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.
 
 def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, LinearTimes]:
     """(all attention projections, the MLA up-projections alone: zero without MLA) of one micro-batch."""
-    t, h, n = x.tokens, model.hidden, model.heads
+    t = x.tokens
+    h = model.hidden
+    n = model.heads
     if model.mla is None:
         qkv = linear_s(x.rates, t, h, (n + 2 * model.num_kv_heads) * model.dim_per_head / x.tp)
         return qkv + linear_s(x.rates, t, n * model.dim_per_head / x.tp, h), linear_s(x.rates, t, h, 0.0)
@@ -170,7 +174,8 @@ def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | flo
 def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
             constants: Constants) -> tuple[_Shapes, float]:
     """The per-layer shapes and rates of one micro-batch, and the recipe's bytes per quantized element."""
-    gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
+    gpu = cluster.gpu
+    sustained = constants.step.sustained_compute_fraction
     recipe = gpu.fp8_recipe(train)
     cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_writes_transpose)
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
@@ -230,7 +235,8 @@ def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, element
 def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
     """The output layer (16-bit logits GEMM, fp32 softmax and cross-entropy) and the MTP modules the last stage runs
     (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the shared head again)."""
-    h, mtp = model.hidden, model.mtp_layers
+    h = model.hidden
+    mtp = model.mtp_layers
     logits = linear_s(x.rates16, x.tokens, h, model.vocab / x.tp)
     loss = memory_s(x.rates16, x.tokens * 3 * 4.0 * model.vocab / x.tp)  # fp32 softmax + CE: write, read, write
     linears = logits.scaled(1 + mtp) + linear_s(x.rates, x.tokens, 2 * h, h / x.tp).scaled(mtp)
@@ -258,7 +264,9 @@ def rank_compute(
         value = value + layers.last * getattr(logits, field)
         return value
 
-    gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
+    gemm = total("gemm_s")
+    core = total("attention_core_s")
+    elementwise = total("elementwise_s")
     gaps = np.where(lay.cuda_graphs, 0.0, launch_overhead_us * US)  # a replayed graph launches no kernel
     elementwise = elementwise + (layers.dense + layers.moe) * gaps
     forward = gemm + core + elementwise

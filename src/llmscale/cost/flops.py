@@ -87,7 +87,8 @@ def forward_flops_per_token(
     multi-token-prediction modules (model.mtp_layers); off by default, as in DeepSeek's 671B/37B counts."""
     counts = count_params(model)
     core = attention_core_flops_per_layer(model, seq_len, causal)
-    n_dense, n_moe = counts.num_dense_layers, counts.num_moe_layers
+    n_dense = counts.num_dense_layers
+    n_moe = counts.num_moe_layers
     return ForwardFlops(
         attention_proj_flops=2.0 * (counts.dense_layer.attention * n_dense + counts.moe_layer.attention * n_moe),
         attention_core_flops=core * model.layers,

@@ -52,7 +52,8 @@ def quantize_calls(train: TrainSpec, recipe: Fp8Recipe) -> int:
 
 def _block(ops: np.ndarray | float, gemms: np.ndarray | float, q: float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) calls of a block of `ops` other ops and `gemms` GEMMs (docs/cost-model.md#host-calls)."""
-    ops, gemms = np.asarray(ops, dtype=float), np.asarray(gemms, dtype=float)
+    ops = np.asarray(ops, dtype=float)
+    gemms = np.asarray(gemms, dtype=float)
     return ops + gemms * (1 + q), ops + gemms * (2 + q)
 
 
@@ -78,7 +79,8 @@ def _expert_calls(model: ModelSpec, train: TrainSpec, local: np.ndarray, q: int)
     else:
         forward, backward = _block(1.0 + (2.0 if q else 0.0), 2.0 * local, q)
     if model.linear_bias:
-        forward, backward = forward + 3.0 * local + 1.0, backward + 3.0 * local
+        forward = forward + 3.0 * local + 1.0
+        backward = backward + 3.0 * local
     return forward, backward
 
 
@@ -116,7 +118,8 @@ def layer_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, recipe: Fp8Rec
     attention = _block(5.0 + collectives + (6.0 if model.mla else 0.0), 4.0 if model.mla else 2.0, q)
     mlp = _block(3.0 + collectives, 2.0, q)
     zero = np.zeros(lay.size)
-    router, experts = (zero, zero), (zero, zero)
+    router = (zero, zero)
+    experts = (zero, zero)
     if model.is_moe:
         parts = moe_calls(model, train, lay, q)
         before = [parts[name] for name in MOE_BEFORE_SYNC]

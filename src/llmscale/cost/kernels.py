@@ -81,7 +81,8 @@ def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.n
         # Every tile at once along a leading axis (one numpy call per term instead of one per tile and term; the
         # minimum over a leading axis is an element-wise one, fast).
         tiles = (len(TILES),) + (1,) * len(np.broadcast(m, n, k, groups).shape)
-        tile_m, tile_n = TILE_M.reshape(tiles), TILE_N.reshape(tiles)
+        tile_m = TILE_M.reshape(tiles)
+        tile_n = TILE_N.reshape(tiles)
         waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) / r.sm_count)
         compute = (waves * (2.0 * tile_m * tile_n * k / per_sm + r.wave_overhead_s)).min(axis=0)
     moved = groups * ((m * k + k * n) * r.operand_bytes + m * n * BYTES_16BIT)

@@ -112,7 +112,8 @@ def state_bytes(
     opt_b = optimizer_state_bytes_per_param(train)
     cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
                Precision.FP4: const.fp4_weight_cache_bytes_per_param}.get(train.precision, 0.0)
-    ne, ex = params.non_expert, params.expert
+    ne = params.non_expert
+    ex = params.expert
     byte = np.where(_fsdp_fp8(train, lay), 1.0 / BYTES_16BIT, 1.0)  # FP8 layer weights: 1 B instead of 2
     layers_ne = ne - params.outside_layers
     weights = ((params.outside_layers + byte * layers_ne) * shard.weights_ne

@@ -83,7 +83,9 @@ def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRa
     lay.ep."""
     tp = lay.tp.astype(float)
     sigma = np.where(lay.sp, lay.tp, 1).astype(float)
-    h, k, f_e = model.hidden, model.top_k, float(model.expert_ffn_hidden or 0)
+    h = model.hidden
+    k = model.top_k
+    f_e = float(model.expert_ffn_hidden or 0)
     local = (model.experts / lay.ep).astype(float)
     per_expert = routed_tokens_per_expert(model, lay, tokens, load)
     experts = expert_linears(model, rates, per_expert, f_e / lay.etp, local, impl)

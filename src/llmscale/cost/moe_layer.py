@@ -65,7 +65,8 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     host = LayerHost.of(layer_calls(model, train, lay, recipe), train.cuda_graph_scope, lay.cuda_graphs, call_s)
     tokens = float(train.seq_len / lay.cp[i] * lay.mbs[i])
     sigma = float(lay.tp[i] if lay.sp[i] else 1)
-    h, f_e = model.hidden, float(model.expert_ffn_hidden or 0)
+    h = model.hidden
+    f_e = float(model.expert_ffn_hidden or 0)
     local = float(model.experts / lay.ep[i])
     copies = float(block.tokens_per_expert[i]) * local
     dispatch = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
@@ -79,7 +80,8 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     def gemms(t: object) -> float:
         return float(t.forward_s[i] + t.input_grad_s[i] + t.weight_grad_s[i])  # type: ignore[attr-defined]
 
-    m, hbm = model.mlp_matrices, cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
+    m = model.mlp_matrices
+    hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     shared_flops = 6.0 * tokens * h * m * model.shared_ffn * model.shared_experts
     memory = {name: three(getattr(block, f"{name}_s")) for name in ("permute", "cast", "activation")}
     parts = (

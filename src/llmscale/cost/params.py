@@ -100,14 +100,16 @@ class ParamCounts:
 
 def attention_params(model: ModelSpec) -> int:
     """Q, K, V and output projections of one layer (MHA, GQA or MLA), with biases if any."""
-    h, n = model.hidden, model.heads
+    h = model.hidden
+    n = model.heads
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = h * n * qk if a.q_lora_rank is None else h * a.q_lora_rank + a.q_lora_rank * n * qk + a.q_lora_rank
         kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * n * (a.qk_nope_head_dim + a.v_head_dim)
         return q + kv + a.kv_lora_rank + n * a.v_head_dim * h
-    d, g = model.dim_per_head, model.num_kv_heads
+    d = model.dim_per_head
+    g = model.num_kv_heads
     weights = h * n * d + 2 * h * g * d + n * d * h
     biases = (n * d + 2 * g * d + h) if model.linear_bias else 0
     return weights + biases
@@ -145,7 +147,8 @@ def tensors_per_layer(model: ModelSpec, moe: bool, ep: np.ndarray | int = 1) -> 
 
 def count_params(model: ModelSpec) -> ParamCounts:
     """Parameter counts by class (formulas: docs/cost-model.md#params-formulas)."""
-    attn, norms = attention_params(model), 2 * norm_params(model)
+    attn = attention_params(model)
+    norms = 2 * norm_params(model)
     dense = LayerParams(attn, norms, mlp_params(model, model.ffn_hidden), 0, 0, 0)
     if model.is_moe:
         expert = mlp_params(model, model.expert_ffn_hidden or 0)
@@ -159,7 +162,8 @@ def count_params(model: ModelSpec) -> ParamCounts:
         )
         active_routed = model.top_k * expert
     else:
-        moe, active_routed = LayerParams(0, 0, 0, 0, 0, 0), 0
+        moe = LayerParams(0, 0, 0, 0, 0, 0)
+        active_routed = 0
     h = model.hidden
     last_layer = moe if model.is_moe else dense
     # DeepSeek-V3 MTP module: two norms + a 2h→h projection + one transformer layer (§2.2).

@@ -58,7 +58,8 @@ def select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
     """Field-wise np.where over two dataclasses of arrays (nested dataclasses included)."""
     values = {}
     for f in fields(a):  # type: ignore[arg-type]
-        x, y = getattr(a, f.name), getattr(b, f.name)
+        x = getattr(a, f.name)
+        y = getattr(b, f.name)
         values[f.name] = select(mask, x, y) if is_dataclass(x) else np.where(mask, x, y)
     return type(a)(**values)
 
@@ -103,7 +104,8 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
     cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
     cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - compute.attention_core_backward_s)
     cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
-    total, fwd = compute.total_s, compute.forward_s
+    total = compute.total_s
+    fwd = compute.forward_s
     ep: np.ndarray | float = 0.0
     ep_layer: np.ndarray | float = 0.0
     if has_moe:

@@ -67,7 +67,8 @@ def _dualpipe_bubble(
 def p2p_crossings(lay: Layouts) -> np.ndarray:
     """Chunk-boundary transfers on the critical path of a step (docs/cost-model.md#pipeline-p2p): 2(p−1),
     2(v·p−1) for interleaved, 4(p−1) for ZB-V; 0 when p = 1."""
-    p, v = lay.pp, lay.vpp
+    p = lay.pp
+    v = lay.vpp
     crossings = np.select(
         [lay.schedule == Schedule.INTERLEAVED.code, lay.schedule == Schedule.ZB_V.code],
         [2 * (v * p - 1), 4 * (p - 1)],
@@ -93,7 +94,8 @@ def pipeline_times(
     shape = (lay.size,)
     m = np.broadcast_to(np.maximum(np.asarray(num_micro, dtype=float), 1.0), shape)
     f, b, w = (np.broadcast_to(np.asarray(t, dtype=float), shape) for t in (fwd_s, bwd_input_s, bwd_weight_s))
-    p, v = lay.pp.astype(float), lay.vpp.astype(float)
+    p = lay.pp.astype(float)
+    v = lay.vpp.astype(float)
     schedule = lay.schedule
     dual = schedule == Schedule.DUALPIPE.code
     bubble = np.select(

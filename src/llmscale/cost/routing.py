@@ -37,7 +37,8 @@ def busiest_rank_load(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: 
     models."""
     if not model.is_moe:
         return np.ones(lay.size)
-    experts, k = float(model.experts), float(model.top_k)
+    experts = float(model.experts)
+    k = float(model.top_k)
     ep = lay.ep.astype(float)
     assignments = tokens * routed_copies_per_token(model, lay)
     sampling = (1.0 - 1.0 / ep) * (experts - k) / max(experts - 1.0, 1.0) / assignments

@@ -90,8 +90,10 @@ def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf
         if pp < 1 or vpp < 1:
             continue
         dense, moe = _rank_layers(model, pp, vpp)
-        pair_dense, pair_moe = dense + dense[::-1], moe + moe[::-1]
-        rank, pair = rank_of_pp.pick(moe, dense), rank_of_pp.pick(pair_moe, pair_dense)
+        pair_dense = dense + dense[::-1]
+        pair_moe = moe + moe[::-1]
+        rank = rank_of_pp.pick(moe, dense)
+        pair = rank_of_pp.pick(pair_moe, pair_dense)
         table[i] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
     table.flags.writeable = False
     return table
@@ -138,8 +140,11 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
         table = _layer_table(model, max_pp, max_vpp, which, tuple(splits.tolist()))
         row = np.searchsorted(splits, row)
     columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index
-    rank, dense, moe = columns[0].take(row), columns[1].take(row), columns[2].take(row)
-    first, last = rank == 0, rank == lay.pp - 1
+    rank = columns[0].take(row)
+    dense = columns[1].take(row)
+    moe = columns[2].take(row)
+    first = rank == 0
+    last = rank == lay.pp - 1
     dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)
     if dual.any():
         pair = columns[3].take(row)
@@ -147,7 +152,8 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
         dense = np.where(dual, columns[4].take(row), dense)
         moe = np.where(dual, columns[5].take(row), moe)
         outer = (pair == 0) | (pair == lay.pp - 1)  # the pair holding stages 0 and pp − 1
-        first, last = np.where(dual, outer, first), np.where(dual, outer, last)
+        first = np.where(dual, outer, first)
+        last = np.where(dual, outer, last)
     # ZB-V folds the model into a V: rank r holds chunks r and 2p−1−r, so rank 0 holds the last chunk and the
     # output layer (Qi et al. 2023, ZB-V). Layer counts per rank are those of the looped split (module
     # docstring); only where the output sits moves.
