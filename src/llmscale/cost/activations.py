@@ -1,45 +1,8 @@
-"""Activation memory of one transformer layer and of a pipeline stage, vectorized over layouts.
+"""Activation memory of one transformer layer and of a pipeline stage, vectorized over layouts; bytes per GPU.
 
-Shape legend: every returned array has shape (N,), one element per layout; bytes per GPU.
-
-A layer keeps, per micro-batch, the tensors its backward needs, listed one by one below (`_attention`, `_dense_mlp`,
-`_moe_mlp`). Per token, with s_c = s / cp tokens per CP rank, b = mbs, t = tp, σ = t when sequence parallelism is
-on (else 1), g = 1 byte for a Linear's saved input under FP8/FP4 (Transformer Engine keeps the quantised copy for
-the weight-gradient GEMM) and 2 otherwise:
-
-    attention   layer input 2h/σ · input-norm output g·h/σ · Q, K, V 2·(n·d_q + g_kv·d_k + g_kv·d_v)/t (MLA: the
-                latents c_q, c_kv before and after their norms (2 + g)·(r_q + r_kv)/σ, and Q, K, V after RoPE) ·
-                attention output 2·n·d_v/t (+ its FP8 copy for the projection, 1·n·d_v/t) · fp32 log-sum-exp 4·n/t
-                (flash) or the s×s scores (unfused, below) · dropout mask h/σ
-    dense MLP   residual 2h/σ · pre-MLP norm output g·h/σ · fc1 output 2·(m−1)·f/t · activation output g·f/t ·
-                dropout mask h/σ
-    MoE MLP     residual 2h/σ · norm output 2h/σ (the router's input; + an FP8 copy g·h/σ for shared experts) ·
-                fp32 router scores 4·E/σ and the permutation's int64 row map 8·E/σ · per routed token copy: the
-                permuted input g·h, fc1 output 2·(m−1)·f_e/etp, activation output g·f_e/etp · shared experts as a
-                dense MLP of S·f_s
-
-For GPT-3 (f = 4h, MHA, dropout, unfused attention) this is Korthikanti et al. 2022 (arXiv:2205.05198) §4.1, Table 2:
-sbh·(34 + 5·a·s/h), 10 + 24/t with TP, 34/t with TP+SP. The MLA and MoE tensors follow NVIDIA's per-tensor
-DeepSeek estimator (yanring/Megatron-MoE-ModelZoo@e8650517d60d misc/tools/deepseek_mem_estimate.py `calc`: 2236 MiB
-per layer and 4096-token micro-batch for DeepSeek-V3 at tp 1 in BF16, reproduced by tests/test_memory.py). The
-experts keep no output for the combine's backward: Megatron-Core applies the router weights inside the SwiGLU
-(NVIDIA/Megatron-LM@d98e8a64ddf3 megatron/core/transformer/moe/experts.py `weighted_bias_swiglu_impl(...,
-permuted_probs)`; the dispatcher's unpermute takes no probabilities), the "probs2swiglu" line of the estimator.
-
-Recompute (Megatron --recompute-modules, NVIDIA/Megatron-LM@000c4ac24f61 megatron/training/arguments.py):
-`recompute_norm` (layernorm) drops both norm outputs; `recompute_mla_up` (mla_up_proj) drops Q, K, V and keeps the
-latents; `recompute_moe_act` (moe_act) drops the experts' activation outputs; `recompute_mlp` (mlp) keeps only a
-dense layer's MLP input; `selective` (core_attn) drops the unfused s×s scores (flash attention stores none); `full`
-keeps only each layer's input, 2h/σ. FP8 with `fp8_cache = fine-grained` (DeepSeek-V3 §3.3.3) keeps the experts'
-SwiGLU inputs in FP8 and recomputes their outputs, and the attention output once in E5M6 (1.5 B).
-
-In-flight micro-batches on pipeline rank r (Narayanan et al. 2021, arXiv:2104.04473: 1F1B stashes at most p;
-sail-sg/zero-bubble-pipeline-parallelism README: ZB-H1 and ZB-V store as much as 1F1B): 1F1B, ZB-H1, ZB-V keep
-min(m, p − r); interleaved keeps min(m·v, 2(p−1−r) + (v−1)·p + 1)/v stage-equivalents (Megatron's warm-up count; on
-rank 0 this is p·(1 + (p−1)/(p·v)), the factor in theoretical_memory_usage.py); DualPipe keeps p + 1 of its two
-half-size chunks (DeepSeek-V3 Table 2). Left out: the embedding's int64 token ids and attention masks (small) and
-activation offload.
-"""
+Per token a layer keeps the tensors its backward needs (GPT-3: sbh·(34 + 5·a·s/h), Korthikanti et al. 2022
+(arXiv:2205.05198) §4.1 Table 2); rank r of 1F1B holds min(m, p − r) micro-batches (Narayanan et al. 2021,
+arXiv:2104.04473). Tensor list, sources, recompute, schedules: docs/cost-model.md#activations."""
 
 from __future__ import annotations
 
@@ -98,13 +61,15 @@ class _Widths:
 
 
 def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> np.ndarray:
-    """Bytes per token the attention block keeps (module docstring), already divided by t or σ."""
-    h, n = model.hidden, model.heads
+    """Bytes per token the attention block keeps (docs/cost-model.md#activations-tensors), already divided by t or σ."""
+    h = model.hidden
+    n = model.heads
     replicated = BYTES_16BIT * h + w.keep_norm * w.gemm_in * h  # layer input, input-norm output
     if model.mla is not None:
         a = model.mla
         d_q = d_k = a.qk_nope_head_dim + a.qk_rope_head_dim
-        d_v, g = a.v_head_dim, n
+        d_v = a.v_head_dim
+        g = n
         replicated = replicated + (BYTES_16BIT + w.gemm_in) * ((a.q_lora_rank or 0) + a.kv_lora_rank)
         keep_qkv = np.where(lay.recompute_mla_up, 0.0, 1.0)
     else:
@@ -141,7 +106,8 @@ def _dense_mlp(model: ModelSpec, lay: Layouts, w: _Widths) -> np.ndarray:
 def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.ndarray) -> np.ndarray:
     """Bytes per token (of the micro-batch on this GPU) the MoE block keeps: replicated-or-SP terms, the routed
     copies this GPU's experts process (`routed_per_token` copies per token), and the shared experts."""
-    h, e = model.hidden, model.experts
+    h = model.hidden
+    e = model.experts
     shared_ffn = model.shared_ffn * model.shared_experts
     fp8_copy = w.gemm_in if (shared_ffn and w.gemm_in < BYTES_16BIT) else 0.0
     replicated = BYTES_16BIT * h + w.keep_norm * (BYTES_16BIT + fp8_copy) * h + (BYTES_FP32 + ROW_MAP_BYTES) * e
@@ -155,8 +121,8 @@ def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.nd
 
 def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts,
                       load: np.ndarray | float = 1.0) -> LayerActivations:
-    """Per-layer activation bytes for one micro-batch (module docstring for the terms), with the experts of the
-    busiest EP rank holding `load` times the mean routed tokens (cost.routing; 1 = balanced)."""
+    """Per-layer activation bytes for one micro-batch (terms: docs/cost-model.md#activations-tensors), with the
+    experts of the busiest EP rank holding `load` times the mean routed tokens (cost.routing; 1 = balanced)."""
     w = _Widths.of(train, lay)
     attention = _attention(model, train, lay, w)
     dense = w.tokens * (attention + _dense_mlp(model, lay, w))
@@ -171,8 +137,10 @@ def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts,
 
 
 def inflight_microbatches(lay: Layouts, num_micro: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """Stage-equivalents of micro-batch activations held by pipeline rank `rank` at its peak."""
-    p, v = lay.pp, lay.vpp
+    """Stage-equivalents of micro-batch activations held by pipeline rank `rank` at its peak, per schedule
+    (docs/cost-model.md#activations-inflight)."""
+    p = lay.pp
+    v = lay.vpp
     one_f_one_b = np.minimum(num_micro, p - rank)
     interleaved = np.minimum(num_micro * v, 2 * (p - 1 - rank) + (v - 1) * p + 1) / v
     dualpipe = np.minimum(num_micro, p + 1)

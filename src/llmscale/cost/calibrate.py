@@ -1,30 +1,8 @@
 """Put a calibration profile's measured numbers in place of the datasheet ones (`apply_calibration`).
 
-What it replaces (datasheet peaks stay the MFU denominators):
-  gemm_<precision> = P / datasheet peak of that precision (P, the sweep fit's asymptote as the narrow dimension
-      grows, is where the kernel model's tile and wave quantization vanish, so P / peak is its main-loop fraction).
-      The sweep's half-dimension d_half stays in the profile as its summary: the kernel model's tile and wave
-      quantization and memory floor (cost/kernels.py) give the narrow-shape roll-off instead. A GEMM measured in
-      float32 (CPU) stands in for the 16-bit GEMM. The attention fractions (FlashAttention-2's too), and the FP8/FP4
-      fractions not measured, are scaled by the same factor as the 16-bit fraction (their catalog ratio to it is
-      kept: not measured); the MXFP8 fraction keeps its catalog ratio to the (measured or scaled) FP8 one.
-  hbm = copy bandwidth / datasheet HBM bandwidth.
-  A fraction above 1 (the device beats the catalog's datasheet) raises that peak or bandwidth to the measurement and
-      sets the fraction to 1.
-  tier t bandwidth_gb_per_s = busbw(all_reduce at tier t) · o_t / η_t, with η_t the ring fraction of the constants
-      in use (comm.scale_up_ring for tier 0, comm.network beyond) and o_t the tier's oversubscription, so that the
-      cost model's achieved B·η/o equals the measured busbw; latency_us = the per-hop α that the ring formula
-      t = t_0 + 2(n−1)·α + S·f/busbw gives for the measured small-message time (t_0 the constants' base latency,
-      α ≥ 0). All-to-all and send/recv keep their ratio to the ring bandwidth (recorded in the profile, not applied).
-  constants: the profile's overrides laid over the constants in use (`calibrated_constants`).
-  storage (`llmscale bench storage`, one node): the cluster's storage system becomes nodes × the measured per-node
-      write and read rates, capped by the cluster's own aggregate figure when it has one — every node writing at
-      the rate one node measured, which the file system's aggregate may not sustain (reliability/checkpoint.py
-      takes the job's G/N share of it). A read served by the page cache (cache_dropped false) is not applied: the
-      read rate stays the cluster's (or the write rate stands for it when the cluster has none).
-The profile's SHA256 goes into the GPU's `source`, so every document records which profile produced a prediction;
-the input hash sees the numbers it replaced.
-"""
+GEMM and HBM fractions = measured / datasheet, tier bandwidth = busbw·o_t/η_t and latency the ring formula's
+per-hop α, storage = nodes × one node's rates; datasheet peaks stay the MFU denominators, and the profile's SHA256
+goes into the GPU's `source`. Each rule and its caveats: docs/cost-model.md#calibrate."""
 
 from __future__ import annotations
 
@@ -53,7 +31,8 @@ def _fraction(measured: float, datasheet: float) -> tuple[float, float]:
 
 
 def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dict[str, Any], dict[str, Any]]:
-    gpu, eff = cluster.gpu, cluster.gpu.efficiency
+    gpu = cluster.gpu
+    eff = cluster.gpu.efficiency
     gpu_fields: dict[str, Any] = {}
     eff_fields: dict[str, Any] = {}
     for g in profile.gemm:
@@ -105,7 +84,7 @@ class Calibrated:
 
 def apply_calibration(cluster: ClusterSpec, constants: Constants, profile: CalibrationProfile) -> Calibrated:
     """The profile's constant overrides laid over `constants`, then `cluster` with the profile's measured peaks,
-    efficiencies and tier bandwidths/latencies derived with those constants (module docstring)."""
+    efficiencies and tier bandwidths/latencies derived with those constants (docs/cost-model.md#calibrate)."""
     calibrated = calibrated_constants(constants, profile)
     return Calibrated(calibrated_cluster(cluster, profile, calibrated.comm), calibrated)
 
@@ -117,7 +96,8 @@ def calibrated_constants(constants: Constants, profile: CalibrationProfile) -> C
 
 def calibrated_cluster(cluster: ClusterSpec, profile: CalibrationProfile, comm: CommConstants) -> ClusterSpec:
     """`cluster` with the profile's measured peaks, efficiencies and tier bandwidths/latencies in place of the
-    datasheet ones (module docstring), re-validated; the profile's SHA256 is recorded in the GPU's source."""
+    datasheet ones (docs/cost-model.md#calibrate), re-validated; the profile's SHA256 is recorded in the GPU's
+    source."""
     gpu_fields, eff_fields = _gpu_updates(cluster, profile)
     digest = profile.sha256 if profile.sealed and profile.sha256 else profile.body_sha256()
     seal = "profile" if profile.sealed else "UNSEALED profile (body)"
@@ -138,7 +118,8 @@ def calibrated_cluster(cluster: ClusterSpec, profile: CalibrationProfile, comm: 
 
 
 def _storage_update(cluster: ClusterSpec, profile: CalibrationProfile) -> dict[str, float]:
-    """The cluster's storage system from one node's measured rates (module docstring), in GB/s within the bounds."""
+    """The cluster's storage system from one node's measured rates (docs/cost-model.md#calibrate-rules), in GB/s
+    within the bounds."""
     measured = profile.storage
     assert measured is not None
     nodes = max(cluster.num_gpus // cluster.node.gpus_per_node, 1)
@@ -147,7 +128,8 @@ def _storage_update(cluster: ClusterSpec, profile: CalibrationProfile) -> dict[s
     read = nodes * measured.read_bytes_per_s / GB if measured.cache_dropped else (
         given.read_gb_per_s if given is not None else write)
     if given is not None:
-        write, read = min(write, given.write_gb_per_s), min(read, given.read_gb_per_s)
+        write = min(write, given.write_gb_per_s)
+        read = min(read, given.read_gb_per_s)
     return {"write_gb_per_s": min(max(write, MIN_GB_PER_S), MAX_GB_PER_S),
             "read_gb_per_s": min(max(read, MIN_GB_PER_S), MAX_GB_PER_S)}
 

@@ -1,51 +1,8 @@
 """Communication cost of one collective in one parallel group, on the cluster's network tiers, vectorized.
 
-Shape legend: `size`, `stride` and `bytes_total` are arrays of shape (N,), one element per layout; per-tier
-intermediates have shape (T, N) with tiers innermost first (T = len(cluster.tiers)); results are (N,) seconds.
-
-Placement. Ranks are numbered TP → CP → EP → DP → PP from the innermost (Megatron's order); a group of n = `size`
-ranks at distance s = `stride` lives in an aligned block of n·s consecutive ranks. The worst group of a layout
-(the one every collective waits for) leaves a domain of tier i (R_i ranks) unless n·s divides R_i, and then holds
-m_i = clip(gcd(R_i, n·s) // s, 1, n) members in its smallest piece of such a domain; `tier` is the first tier whose
-domains hold the whole group. Tier 0 is the scale-up (NVLink) domain; traffic that leaves tier i's domains travels
-on tier i+1 ("crosses boundary i"). When n·s is a power of two and R_i too this is the span rule: the group
-crosses every tier whose domain is smaller than its span (n−1)·s+1.
-
-Bandwidth (one direction, per GPU): b_0 = B_0·η_up, b_j = B_j·η_net / o_j for j ≥ 1 (B rated, η achieved
-fraction from catalog/comm.yaml, o_j the oversubscription of tier j, which throttles the traffic tier j carries
-between tier j−1 domains, as clusters.yaml places it). Every group of a layout runs the collective at once, so a
-tier-i domain's uplinks (R_i·b_{i+1}) are shared by the R_i/m_i groups inside it: each gets m_i·b_{i+1}.
-
-Time, α–β (Hockney's model; ring costs of Thakur, Rabenseifner & Gropp as MPICH's source comments write them),
-S the total buffer as nccl-tests defines it, f(n) its bus factor (both NVIDIA/nccl-tests@03a204a
-doc/PERFORMANCE.md), t_0 the fixed cost of a call (NCCL baseLat), α_max the slowest hop's latency:
-
-  ring (AR, RS, AG)  t = t_0 + steps·ᾱ + S·f(n)/β_ring,  f = 2(n−1)/n (AR), (n−1)/n (RS, AG), steps = 2(n−1), n−1
-                     β_ring = min(b_0 [m_0 > 1], min over crossed i of m_i·b_{i+1})
-  all-reduce         min(ring, hierarchical); hierarchical = t_0 + intra + inter with
-                     intra = min(ring over m_0 at b_0, NVLS: α_nvls + S/(B_0·η_nvls))  (0 when m_0 = 1)
-                     inter = min(ring, tree, in-network) over k = n/m_0 domains on S/m_0, sub-ring β_out =
-                     min over crossed i of (m_i/m_0)·b_{i+1}: ring 2(k−1)ᾱ_out + 2(k−1)/k·(S/m_0)/β_out,
-                     tree 2·log2(k)·α_max + 2·(S/m_0)/β_out (NCCL tuning.cc: tree algbw = busbw/2),
-                     SHARP 2·α_max + (S/m_0)/β_out where every scale-out tier spanned reduces in network
-  all-to-all         t_0 + (n−1)·ᾱ_peer + S·max((m_0−1)/n / a_0, max over crossed i of (n−m_i)/n / a_{i+1})
-                     (a_j as b_j with the all-to-all efficiencies); SimAI calbusbw.cc in busbw form
-  send/recv          t_0 + α_max + S/β_p2p, β_p2p = b_0 inside tier 0, else min over crossed i of
-                     b_{i+1}·min(o_{i+1}, max(1, R_i/s)) (only s of R_i ranks send out when s < R_i)
-
-Latency: per-hop sum (NCCL tuning.cc: ring latency = (nsteps − nInterSteps)·intraLat + nInterSteps·interLat):
-a chunk crosses each ring edge in turn, so ᾱ is the mean α over the ring's edges, each edge costing the latency
-of the outermost tier it crosses. A "max" rule (every step at the slowest hop) would charge all 16 edges of a
-2-node ring the inter-node latency instead of the 2 that cross; `latency_s` (the slowest hop) is kept for
-send/recv and trees.
-
-Left out: message-size efficiency curves (small messages reach less than the asymptotic bandwidth; SimAI's
-ratio tables), protocol choice (LL/LL128/Simple), NCCL's channel and per-channel caps, PAT / NVLS algorithms
-for reduce-scatter and all-gather, pipelining of hierarchical phases (summed here, phase after phase),
-congestion from concurrent collectives of other dimensions, adaptive routing and ECMP collisions, rail and
-plane effects beyond the tier sizes (NCCL's PXN routes cross-rail traffic over NVLink first, so rail-optimized
-fabrics behave as their tier sizes say), stragglers and jitter.
-"""
+α–β per tier: t = t_0 + steps·ᾱ + S·f(n)/β, f(n) the nccl-tests bus factor (NVIDIA/nccl-tests@03a204a
+doc/PERFORMANCE.md) and β the bottleneck of the tier boundaries the worst group crosses; (N,) seconds. Placement,
+bandwidths, per-algorithm times, latency and what is left out: docs/cost-model.md#collectives."""
 
 from __future__ import annotations
 
@@ -62,8 +19,8 @@ from llmscale.units import US
 
 @dataclass(frozen=True)
 class GroupLinks:
-    """What one communication group sees, per layout (arrays of shape (N,)); see the module docstring for the
-    symbols. Bandwidths are achievable, one direction, in the nccl-tests bus-bandwidth sense (time = S·f(n)/busbw);
+    """What one communication group sees, per layout (arrays of shape (N,)); symbols: docs/cost-model.md#collectives.
+    Bandwidths are achievable, one direction, in the nccl-tests bus-bandwidth sense (time = S·f(n)/busbw);
     `inf` where the group uses no link of that kind (size 1, or a group inside one domain for the scale-out ones)."""
 
     bandwidth_bytes_per_s: np.ndarray
@@ -169,9 +126,11 @@ def _latencies(tiers: _Tiers, n: np.ndarray, crossed: np.ndarray, members: np.nd
 
 def _bandwidths(tiers: _Tiers, n: np.ndarray, s: np.ndarray, crossed: np.ndarray, members: np.ndarray,
                 tier: np.ndarray) -> dict[str, np.ndarray]:
-    """Bottleneck bandwidths per algorithm (module docstring): every crossed boundary i is a bound."""
-    b, a = tiers.ring_bytes_per_s, tiers.all_to_all_bytes_per_s
-    inner, outer = crossed[:-1], slice(1, None)
+    """Bottleneck bandwidths per algorithm (docs/cost-model.md#collectives-time): every crossed boundary is a bound."""
+    b = tiers.ring_bytes_per_s
+    a = tiers.all_to_all_bytes_per_s
+    inner = crossed[:-1]
+    outer = slice(1, None)
     m0 = members[0]
     uplinks = np.where(inner, members[:-1] * b[outer], np.inf).min(axis=0, initial=np.inf)
     ring = np.minimum(np.where(m0 > 1, b[0, 0], np.inf), uplinks)
@@ -188,18 +147,14 @@ def _bandwidths(tiers: _Tiers, n: np.ndarray, s: np.ndarray, crossed: np.ndarray
 def group_links(
     cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, comm: CommConstants
 ) -> GroupLinks:
-    """The links a group of `size` ranks at `stride` sees on `cluster` (module docstring: placement and β).
-
-    Members in one scale-up domain share the scale-out uplinks of that domain: the ring through a group with m_0
-    members per node has one edge per channel leaving each node, carrying S·f(n) in all, over the m_0 NICs the
-    group owns (the node's other NICs serve the node's other groups), so β = min(b_0, m_0·b_1): SimAI calbusbw.cc
-    `min(nvlink_bw, nic_bw·nics_per_node)` for whole nodes (m_0 = g). With stride ≥ the domain size, m_0 = 1 and
-    each member drives its own NIC. Sources: aliyun/SimAI astra-sim-alibabacloud/astra-sim/system/calbusbw.cc,
-    NVIDIA/nccl@b6475625 src/graph/tuning.cc, NVIDIA/nccl-tests issues #212 and #290.
-    """
+    """The links a group of `size` ranks at `stride` sees on `cluster`: its members in one scale-up domain share
+    that domain's uplinks, so β = min(b_0, m_0·b_1) (SimAI calbusbw.cc for whole nodes). Placement and bandwidths:
+    docs/cost-model.md#collectives-placement, #collectives-bandwidth (aliyun/SimAI
+    astra-sim-alibabacloud/astra-sim/system/calbusbw.cc, NVIDIA/nccl@b6475625 src/graph/tuning.cc)."""
     n_arr, s_arr = np.broadcast_arrays(np.atleast_1d(np.asarray(size, dtype=np.int64)),
                                        np.atleast_1d(np.asarray(stride, dtype=np.int64)))
-    n, s = n_arr.reshape(-1), s_arr.reshape(-1)
+    n = n_arr.reshape(-1)
+    s = s_arr.reshape(-1)
     if n.size > _DEDUPE_ABOVE:
         # Many layouts but few distinct (size, stride) groups: place each once.
         rows = distinct_rows(n, s)
@@ -240,13 +195,10 @@ def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommCo
 
 
 def _all_reduce_s(bytes_total: np.ndarray, n: np.ndarray, links: GroupLinks) -> np.ndarray:
-    """Fastest of a flat ring and a hierarchical all-reduce, as NCCL's tuner picks the fastest algorithm
-    (tuning.cc). Hierarchical (the "2D all-reduce" of Huawei HCCL's and mscclpp's docs): reduce inside each
-    scale-up domain (ring, or NVLS at the measured 480 GB/s busbw ≡ 274 GB/s algbw on 8×H100: nccl-tests#212,
-    #366), all-reduce S/m_0 across the k = n/m_0 domains (ring, NCCL double binary tree, or SHARP where every
-    scale-out tier has it), all-gather back inside (the intra reduce-scatter + all-gather cost one intra
-    all-reduce); phases summed.
-    Left out: pipelining the phases (NCCL's NVLSTree overlaps them)."""
+    """Fastest of a flat ring and a hierarchical all-reduce, as NCCL's tuner picks (tuning.cc): base + intra + inter,
+    intra = min(ring, NVLS) inside each scale-up domain, inter = min(ring, tree, SHARP) on S/m_0 across the
+    k = n/m_0 domains, phases summed. Terms, the NVLS measurement and what is left out:
+    docs/cost-model.md#collectives-all-reduce."""
     s = np.asarray(bytes_total, dtype=float)
     base = links.comm.base_latency_s(Collective.ALL_REDUCE)
     f = bus_factor(Collective.ALL_REDUCE, n)
@@ -267,7 +219,7 @@ def _all_reduce_s(bytes_total: np.ndarray, n: np.ndarray, links: GroupLinks) -> 
 
 
 def collective_time_s(op: Collective, bytes_total: np.ndarray, size: np.ndarray, links: GroupLinks) -> np.ndarray:
-    """Seconds for one `op` of S = `bytes_total` in every group of `size` ranks (module docstring: equations);
+    """Seconds for one `op` of S = `bytes_total` in every group of `size` ranks (docs/cost-model.md#collectives-time);
     0 where size is 1 or S is 0 (nothing to move: no call is issued, e.g. the expert gradients of a dense model).
     `links` must come from `group_links` with the same size. For SEND_RECV pass the size of the whole ring or
     pipeline (so placement sees its worst neighbour pair); the time is one transfer of S."""

@@ -1,28 +1,8 @@
-"""Compute time of one micro-batch on one GPU, by op class, vectorized over layouts.
+"""Compute time of one micro-batch on one GPU, by op class, vectorized over layouts; seconds per micro-batch per GPU.
 
-Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch per GPU.
-
-Every linear layer is its three GEMMs on the kernel model (cost/kernels.py: tile and wave quantization, a memory
-floor), at the shapes the layout gives it: M = the tokens of a micro-batch on this GPU (s/cp · mbs), N and K the
-layer's sizes after the tensor-parallel split. Attention projections and MLPs split their output (column-parallel)
-or input (row-parallel) over tp; MLA's down-projections are duplicated over tp; the MoE block (cost.moe: the routed
-experts' GEMMs as the run's kernels execute them over the E/ep experts on this GPU, the shared experts, the router,
-the routed copies' permutes, casts and activation) is priced there. Recipes keep the router and the output layer in
-16-bit under FP8/FP4 (DeepSeek-V3 §3.3: "the embedding module, the output head, MoE gating modules ... in original
-precision"; Megatron's FP8 covers the transformer layers' linears only).
-
-The attention core is fused attention at the published throughput curve for chunks of s/cp tokens (kernels.py).
-Without FlashAttention (train.flash_attention false: Megatron-LM's CoreAttention before 2022, Korthikanti et al. 2022
-§4.1) QKᵀ and AV are batched 16-bit GEMMs over the whole s×s matrix (mask applied afterwards), narrow in the head
-dimension, and every score passes through HBM: the fused scale-mask-softmax reads and writes it, dropout reads it and
-writes it and a 1-byte mask (forward); backward, dropout reads the gradient and the mask and writes a gradient,
-softmax reads the gradient and its output and writes one, and the two GEMMs become four. Elementwise work (norms,
-residuals, rotary, activation functions, MoE permutation, FP8 casts) moves bytes at the achievable HBM bandwidth;
-backward elementwise is twice the forward's. Recompute adds a forward of the layers (full), of the attention core
-(selective) and of the recomputed modules (norms, MLA up-projections, activation functions, dense MLPs). A fixed
-launch gap per layer and pass (StepConstants.launch_overhead_us, fitted) covers what the kernels leave idle between
-them; a layout with CUDA graphs (Layout.cuda_graphs) replays its layers without it.
-"""
+Linear layers are three GEMMs on the kernel model (cost/kernels.py) at their tensor-parallel shapes, the attention
+core fused (or unfused 16-bit GEMMs), elementwise work bytes / (η_hbm·B), backward twice the forward; plus recompute
+and a launch gap per layer and pass. Derivations and sources: docs/cost-model.md#compute."""
 
 from __future__ import annotations
 
@@ -97,14 +77,10 @@ Hadamard transform are left out."""
 
 
 def cast_bytes_per_element(precision: Precision, recipe: Fp8Recipe, tn_only: bool) -> float:
-    """HBM bytes one quantisation of a 16-bit GEMM input moves (Transformer Engine docs @3ceb248,
-    docs/features/low_precision_training): the 16-bit source is read once — twice under current scaling, whose
-    amax pass comes first (fp8_current_scaling.rst, Figure 4), against delayed scaling's amax from history
-    (fp8_delayed_scaling.rst) — and the FP8 copies the GEMMs read are written: one row-wise copy that Blackwell
-    reads both ways, plus a transposed one on Hopper, whose FP8 GEMMs are TN-only (fp8_current_scaling.rst,
-    "Transpose handling"); MXFP8's 1×32 and 1D blockwise's 1×128 scale blocks differ row- and column-wise, so
-    both copies are quantised separately (mxfp8.rst "Handling transposes", fp8_blockwise_scaling.rst), each with
-    its scales (E8M0, 1 B per 32; fp32, 4 B per 128)."""
+    """HBM bytes one quantisation of a 16-bit GEMM input moves: the source read (twice under current scaling) plus
+    the FP8 copies written (a transposed one where GEMMs are TN-only; MXFP8 and blockwise write both, with their
+    scales). Per recipe: docs/cost-model.md#compute-casts (Transformer Engine docs @3ceb248,
+    docs/features/low_precision_training)."""
     if precision is Precision.FP4:
         return FP4_CAST_BYTES_PER_ELEMENT
     if precision is not Precision.FP8:
@@ -118,12 +94,9 @@ def cast_bytes_per_element(precision: Precision, recipe: Fp8Recipe, tn_only: boo
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, cast: float) -> tuple[float, float]:
-    """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: two norms
-    (read + write 2·2h each), two residual adds (read 2·2h, write 2h each), rotary on q and k, the
-    activation function (gated: read 2·2f, write 2f; else read and write 2f); an MoE layer permutes and
-    un-permutes its k routed copies (read + write 2·2h each) and combines them (read 2h each). FP8/FP4
-    recipes quantise every GEMM input (QKV and MLP inputs h, output-projection input n·d, fc2 input f, and
-    each routed copy h) at `cast` bytes per element (`cast_bytes_per_element`)."""
+    """(bytes ÷σ, bytes ÷tp) one token's forward elementwise kernels move in one layer: norms, residual adds,
+    rotary, the activation function, an MoE layer's permute, unpermute and combine of its k routed copies, and
+    under FP8/FP4 every GEMM input at `cast` bytes per element. Byte counts: docs/cost-model.md#compute-elementwise."""
     if not moe:
         return _layer_bytes_per_token(model, float(model.ffn_hidden), cast)
     per_sigma, per_tp = _layer_bytes_per_token(model, float(model.shared_ffn * model.shared_experts), cast)
@@ -135,7 +108,8 @@ def _elementwise_bytes_per_token(model: ModelSpec, moe: bool, cast: float) -> tu
 def _layer_bytes_per_token(model: ModelSpec, ffn: float, cast: float) -> tuple[float, float]:
     """`_elementwise_bytes_per_token` of a layer without routed experts whose MLP (or shared experts) is `ffn`
     wide: the part of an MoE layer outside cost.moe.MoeBlock's routed copies."""
-    h, q = model.hidden, model.heads * model.dim_per_head
+    h = model.hidden
+    q = model.heads * model.dim_per_head
     per_sigma = 8.0 * h + 12.0 * h + cast * 2 * h
     per_tp = (6.0 if model.gated_mlp else 4.0) * ffn + 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
     return per_sigma, per_tp + cast * (q + ffn)
@@ -168,7 +142,8 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.
         flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp
         return attention_core_s(x.rates16, flops, train.seq_len / x.lay.cp)
     heads = model.heads / x.tp * x.lay.mbs
-    s_c, d = train.seq_len / x.lay.cp, float(model.dim_per_head)
+    s_c = train.seq_len / x.lay.cp
+    d = float(model.dim_per_head)
     gemm = gemm_s(x.rates16, s_c, train.seq_len, d, heads) + gemm_s(x.rates16, s_c, d, train.seq_len, heads)
     scores = heads * s_c * train.seq_len
     fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
@@ -177,7 +152,9 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.
 
 def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, LinearTimes]:
     """(all attention projections, the MLA up-projections alone: zero without MLA) of one micro-batch."""
-    t, h, n = x.tokens, model.hidden, model.heads
+    t = x.tokens
+    h = model.hidden
+    n = model.heads
     if model.mla is None:
         qkv = linear_s(x.rates, t, h, (n + 2 * model.num_kv_heads) * model.dim_per_head / x.tp)
         return qkv + linear_s(x.rates, t, n * model.dim_per_head / x.tp, h), linear_s(x.rates, t, h, 0.0)
@@ -197,7 +174,8 @@ def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | flo
 def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
             constants: Constants) -> tuple[_Shapes, float]:
     """The per-layer shapes and rates of one micro-batch, and the recipe's bytes per quantized element."""
-    gpu, sustained = cluster.gpu, constants.step.sustained_compute_fraction
+    gpu = cluster.gpu
+    sustained = constants.step.sustained_compute_fraction
     recipe = gpu.fp8_recipe(train)
     cast = cast_bytes_per_element(train.precision, recipe, gpu.fp8_writes_transpose)
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
@@ -258,7 +236,8 @@ def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, element
 def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
     """The output layer (16-bit logits GEMM, fp32 softmax and cross-entropy) and the MTP modules the last stage runs
     (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the shared head again)."""
-    h, mtp = model.hidden, model.mtp_layers
+    h = model.hidden
+    mtp = model.mtp_layers
     logits = linear_s(x.rates16, x.tokens, h, model.vocab / x.tp)
     loss = memory_s(x.rates16, x.tokens * 3 * 4.0 * model.vocab / x.tp)  # fp32 softmax + CE: write, read, write
     linears = logits.scaled(1 + mtp) + linear_s(x.rates, x.tokens, 2 * h, h / x.tp).scaled(mtp)
@@ -288,7 +267,9 @@ def rank_compute(
         value = value + layers.last * getattr(logits, field)
         return value
 
-    gemm, core, elementwise = total("gemm_s"), total("attention_core_s"), total("elementwise_s")
+    gemm = total("gemm_s")
+    core = total("attention_core_s")
+    elementwise = total("elementwise_s")
     gaps = np.where(lay.cuda_graphs, 0.0, launch_overhead_us * US)  # a replayed graph launches no kernel
     elementwise = elementwise + (layers.dense + layers.moe) * gaps
     forward = gemm + core + elementwise

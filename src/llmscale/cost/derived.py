@@ -1,15 +1,8 @@
-"""What the cost model derives from a batch of layouts before it costs anything: the micro-batch count, and for each
-representative pipeline rank (`layout.stages.RankOf`) its layers, the parameters resident on one of its GPUs and the
-micro-batches it holds in flight — computed once per batch (`derive`) and handed on to the step, memory and
-checkpoint models.
+"""What the cost model derives from a batch of layouts before it costs anything, once per batch (`derive`).
 
-Shape legend: every array has shape (N,), one element per layout.
-
-Parameter sharding (Megatron-LM parallel folding, Megatron-Core `moe` docs; Narayanan et al. 2021 §2): non-expert
-weights of a pipeline rank's layers are split tp ways (norms and the router replicated); routed experts ep × etp
-ways; the input embedding lives on the first rank, the output layer on the last (both when pp = 1), vocab split tp
-ways. DualPipe ranks hold two stages (r and p−1−r; DeepSeek-V3 §3.2.1).
-"""
+The micro-batch count and, per representative pipeline rank (`layout.stages.RankOf`), its layers, the parameters
+resident on one GPU (non-expert ÷tp, experts ÷ep·etp) and its micro-batches in flight; shape (N,). Sharding and
+its sources: docs/cost-model.md#derived."""
 
 from __future__ import annotations
 

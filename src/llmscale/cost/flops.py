@@ -1,21 +1,8 @@
 """FLOPs per token: llmscale's own count by op class.
 
-Notation (docs/notation.md): L layers, h hidden, f ffn_hidden, n heads, g kv_heads (query groups),
-d head_dim, q = n·d, V vocab, s sequence length, E routed experts, k top_k, S shared experts,
-f_e / f_s routed / shared expert ffn size, N parameters. Every count is per token; 2 FLOPs per
-multiply-add; multiply by global_batch · seq_len for a step.
-
-llmscale's count (`forward_flops_per_token`) is built from `llmscale.cost.params`: every linear layer costs
-2 FLOPs per parameter a token uses, so parameter counts and FLOPs cannot drift apart. On top of that:
-    attention core = 2·s·n·(d_qk + d_v) per layer (QKᵀ and AV), halved only when causal=True
-    logits         = 2·h·V
-Model FLOPs = 3 × forward (forward + backward at 2× forward), PaLM's MFU definition (Chowdhery et al.
-2022, App. B). Hardware FLOPs add the recomputed forward work (Korthikanti et al. 2022 §4-5).
-Left out: softmax, norms, activations, residual adds, the embedding lookup, optimizer FLOPs.
-
-The FLOP-counting conventions of published sources, which differ from this count, live in
-`llmscale.validation.conventions`.
-"""
+2 FLOPs per parameter a token uses (cost.params), plus the attention core 2·s·n·(d_qk + d_v) per layer (halved when
+causal) and the logits 2·h·V; model FLOPs = 3 × forward (PaLM, Chowdhery et al. 2022, App. B). What is left out and
+hardware FLOPs: docs/cost-model.md#flops; published sources' conventions: `llmscale.validation.conventions`."""
 
 from __future__ import annotations
 
@@ -100,7 +87,8 @@ def forward_flops_per_token(
     multi-token-prediction modules (model.mtp_layers); off by default, as in DeepSeek's 671B/37B counts."""
     counts = count_params(model)
     core = attention_core_flops_per_layer(model, seq_len, causal)
-    n_dense, n_moe = counts.num_dense_layers, counts.num_moe_layers
+    n_dense = counts.num_dense_layers
+    n_moe = counts.num_moe_layers
     return ForwardFlops(
         attention_proj_flops=2.0 * (counts.dense_layer.attention * n_dense + counts.moe_layer.attention * n_moe),
         attention_core_flops=core * model.layers,
@@ -127,12 +115,10 @@ def hardware_flops_per_token(
     causal: bool = False,
     include_mtp: bool = False,
 ) -> np.ndarray:
-    """Hardware FLOPs per token for an array of `Recompute` codes (shape (N,) in, (N,) out):
-    model FLOPs + the recomputed forward work — the transformer layers' forward for full recompute
-    (logits and MTP modules are not recomputed), the attention core's forward for selective
-    (Korthikanti et al. 2022 §4.2). For GPT layouts with full recompute this is Narayanan et al. 2021
-    Eq. 3 (MEG2021). Note that KORT2022's printed hardware count charges selective recompute 3× the
-    attention-core forward (`kort2022_flops_per_token`)."""
+    """Hardware FLOPs per token for an array of `Recompute` codes (shape (N,) in, (N,) out): model FLOPs plus the
+    recomputed forward — the layers' under full recompute, the attention core's under selective (Korthikanti et al.
+    2022 §4.2; for GPT with full recompute Narayanan et al. 2021 Eq. 3, MEG2021). KORT2022 counts selective
+    otherwise: docs/cost-model.md#flops-model-hardware."""
     fwd = forward_flops_per_token(model, seq_len, causal, include_mtp)
     codes = np.asarray(recompute)
     extra = np.where(

@@ -1,45 +1,8 @@
 """Host (CPU) time of a training step: the framework calls that launch each layer's kernels, vectorized over layouts.
 
-Shape legend: arrays of shape (N,), one element per layout; calls per layer and micro-batch, per pass.
-
-Eager PyTorch launches every kernel from the host: a Python module or op (dispatch, autograd bookkeeping), the
-library call (cuBLASLt descriptors and heuristics) and the driver's launch. Measured CPU time per call: 13.5 µs for a
-torch Linear forward on a Xeon 8480C and 33-37 µs on Grace, 90-100 µs for a Transformer Engine Linear on Grace
-(NVIDIA/TransformerEngine issue #2053, 2025-08-11), 115-140 µs per TEColumnParallelLinear forward (PR #1191). The
-host time of a pass is H = n_calls · t_h with t_h = StepConstants.host_call_us, one number fitted inside those
-bounds (scripts/fit_efficiency.py). A call counts once whatever its kernel's length.
-
-Calls counted (Megatron-Core @ core_v0.15.0 transformer_layer.py, attention.py, mlp.py, moe/moe_layer.py, router.py,
-token_dispatcher.py, experts.py; Transformer Engine v2.9 grouped_linear.py, csrc/extensions/cast.cpp). A block of o
-other ops and g GEMMs makes o + g·(1 + q) forward calls and o + g·(2 + q) backward (a GEMM's input quantized by q
-kernels: 0 at 16-bit, 2 under FP8 current scaling, amax then cast, else 1; backward quantizes the output gradient
-and runs the data- and weight-gradient GEMMs):
-
-  attention   norm, two rotary, core, residual + QKV and projection GEMMs (MLA: +2 norms, 4 split/concat, 2 GEMMs)
-  MLP         norm, activation, residual + fc1 and fc2; TP collectives: two per block and pass when tp > 1
-  router      norm, router GEMM and cast, random logits, score and top-k (fused: one kernel, else six), aux loss (2)
-  preprocess  alltoall: counts, splits, their all-gather, four D2H copies (10); flex: fused metadata (3); no backward
-  permute     permute and unpermute (fused: two each, else four); alltoall with E/ep > 1: chunk sort and unsort
-              (fused: two each, else 2 + E/ep)
-  dispatch    alltoall: token, probability and combine all-to-alls and the output add (4); flex: 3
-  experts     te: fp8 pad/unpad (2, FP8 only) and one activation + per local expert and linear its quantize
-              (split_quantize) and GEMM; te-fused: one grouped kernel per linear, quantization and GLU inside;
-              legacy: one grouped GEMM per linear; cublas-loop: a module per expert (two GEMMs, two ops). Biased
-              experts add _apply_bias's split, multiply and add per expert (+1 cat)
-  output      final norm, logits GEMM, fused cross-entropy: 4 forward, 5 backward
-
-The GPU runs a pass in G (its kernels and the exposed communication). Without a host synchronisation the host runs
-ahead of the GPU across layers and the pass takes max(H, G). An MoE layer whose local experts need their token
-counts on the host (`host_synced`) stops the host at every forward layer until the GPU drains: the layer is a
-two-stage flow shop of the part after the counts (a: host, b: GPU) and the part before the next layer's counts:
-
-    T_layer = max(max(a_after, b_after) + b_before, a_after + a_before)
-
-so a host-bound expert block and a GPU-bound attention block add up instead of overlapping. A CUDA graph replays
-the calls it captured as one (`captured`); a graph cannot hold the synchronisation, so the part after it stays eager.
-Left out: the CPU's speed per node (Grace runs TE modules ~2.7× slower than a Xeon in issue #2053: one t_h for all),
-the data-parallel hooks and pipeline send/receive calls, and the backward's own thread (autograd launches on one).
-"""
+A block of o ops and g GEMMs makes o + g·(1 + q) forward calls; a pass's host time is H = n_calls·t_h
+(StepConstants.host_call_us) and the pass takes max(H, G), or a flow shop where an MoE layer waits for its token
+counts. Calls counted (Megatron-Core @ core_v0.15.0), measurements, overlap: docs/cost-model.md#host."""
 
 from __future__ import annotations
 
@@ -60,7 +23,8 @@ transformer_engine/common/util/multi_stream.cpp get_num_compute_streams)."""
 
 @dataclass(frozen=True)
 class HostCalls:
-    """Host calls of one layer and micro-batch by block and pass (shape (N,)): what each launches (module docstring).
+    """Host calls of one layer and micro-batch by block and pass (shape (N,)); what each launches:
+    docs/cost-model.md#host-calls.
     `router` is an MoE layer's part before its token counts reach the host (norm, router, shared experts, the
     dispatcher's preprocess), `experts` the part after (permute, dispatch, experts, combine)."""
 
@@ -87,8 +51,9 @@ def quantize_calls(train: TrainSpec, recipe: Fp8Recipe) -> int:
 
 
 def _block(ops: np.ndarray | float, gemms: np.ndarray | float, q: float) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) calls of a block of `ops` other ops and `gemms` GEMMs (module docstring)."""
-    ops, gemms = np.asarray(ops, dtype=float), np.asarray(gemms, dtype=float)
+    """(forward, backward) calls of a block of `ops` other ops and `gemms` GEMMs (docs/cost-model.md#host-calls)."""
+    ops = np.asarray(ops, dtype=float)
+    gemms = np.asarray(gemms, dtype=float)
     return ops + gemms * (1 + q), ops + gemms * (2 + q)
 
 
@@ -103,7 +68,7 @@ def host_synced(model: ModelSpec, train: TrainSpec) -> bool:
 
 
 def _expert_calls(model: ModelSpec, train: TrainSpec, local: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) calls of the `local` experts by kernel (module docstring, experts)."""
+    """(forward, backward) calls of the `local` experts by kernel (docs/cost-model.md#host-calls, experts)."""
     impl = train.moe_grouped_gemm_impl
     if impl is GroupedGemm.TE_FUSED:
         forward, backward = _block(0.0, 2.0, 0)
@@ -114,7 +79,8 @@ def _expert_calls(model: ModelSpec, train: TrainSpec, local: np.ndarray, q: int)
     else:
         forward, backward = _block(1.0 + (2.0 if q else 0.0), 2.0 * local, q)
     if model.linear_bias:
-        forward, backward = forward + 3.0 * local + 1.0, backward + 3.0 * local
+        forward = forward + 3.0 * local + 1.0
+        backward = backward + 3.0 * local
     return forward, backward
 
 
@@ -123,8 +89,8 @@ MOE_BEFORE_SYNC = ("router", "preprocess", "shared")
 
 
 def moe_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, q: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(forward, backward) host calls of each part of one MoE block (module docstring: router, preprocess, shared,
-    permute, dispatch, experts). Reads lay.ep and lay.tp."""
+    """(forward, backward) host calls of each part of one MoE block (router, preprocess, shared, permute, dispatch,
+    experts: docs/cost-model.md#host-calls). Reads lay.ep and lay.tp."""
     local = (model.experts / lay.ep).astype(float)
     collectives = np.where(lay.tp > 1, 2.0, 0.0)
     zero = np.zeros(lay.size)
@@ -145,14 +111,16 @@ def moe_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, q: int) -> dict[
 
 @reads("tp", "cp", "mbs", "sp", "etp", "ep")
 def layer_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, recipe: Fp8Recipe) -> HostCalls:
-    """Host calls of a dense layer's blocks and an MoE layer's, per pass (module docstring); `router` holds an MoE
-    layer's parts before its token counts reach the host (MOE_BEFORE_SYNC), `experts` the rest. Reads lay.ep, lay.tp."""
+    """Host calls of a dense layer's blocks and an MoE layer's, per pass (docs/cost-model.md#host-calls); `router`
+    holds an MoE layer's parts before its token counts reach the host (MOE_BEFORE_SYNC), `experts` the rest. Reads
+    lay.ep, lay.tp."""
     q = quantize_calls(train, recipe)
     collectives = np.where(lay.tp > 1, 2.0, 0.0)
     attention = _block(5.0 + collectives + (6.0 if model.mla else 0.0), 4.0 if model.mla else 2.0, q)
     mlp = _block(3.0 + collectives, 2.0, q)
     zero = np.zeros(lay.size)
-    router, experts = (zero, zero), (zero, zero)
+    router = (zero, zero)
+    experts = (zero, zero)
     if model.is_moe:
         parts = moe_calls(model, train, lay, q)
         before = [parts[name] for name in MOE_BEFORE_SYNC]
@@ -226,9 +194,10 @@ class LayerHost:
 
 def host_wait(host: LayerHost, layers: StageLayers, has_moe: bool, full: np.ndarray, gpu_forward: np.ndarray,
               gpu_backward: np.ndarray, moe_layer: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds the GPU of one rank waits for its host per micro-batch (module docstring): `gpu_*`
-    the pass's GPU seconds (kernels and exposed communication), `moe_layer` = (forward GPU seconds of one MoE layer,
-    their part after its token counts). Full recompute launches the forward again in backward."""
+    """(forward, backward) seconds the GPU of one rank waits for its host per micro-batch
+    (docs/cost-model.md#host-overlap): `gpu_*` the pass's GPU seconds (kernels and exposed communication),
+    `moe_layer` = (forward GPU seconds of one MoE layer, their part after its token counts). Full recompute launches
+    the forward again in backward."""
     rest_f = layers.dense * host.dense_forward + layers.last * host.output_forward
     backward = layers.dense * host.dense_backward + layers.last * host.output_backward - gpu_backward
     if not has_moe:

@@ -1,30 +1,8 @@
 """Kernel times from physics, vectorized over layouts: GEMMs on a roofline with tile and wave quantization, fused
-attention from published throughput curves, memory-bound kernels at the HBM roofline.
+attention from published throughput curves, memory-bound kernels at the HBM roofline; seconds per call.
 
-Shape legend: dimensions and results are arrays of shape (N,) (or scalars that broadcast); seconds per call.
-
-GEMM, one kernel computing `groups` equal products of an M×K and a K×N matrix (a grouped GEMM when groups > 1):
-with output tiles of T_m×T_n, its C = groups·⌈M/T_m⌉·⌈N/T_n⌉ tiles run over the GPU's S SMs in W = ⌈C/S⌉ waves
-(tile and wave quantization: NVIDIA, "Matrix Multiplication Background User's Guide" §3.1–3.2; DeepGEMM's heuristic
-counts the same waves, deepseek-ai/DeepGEMM@54e22612 csrc/jit_kernels/heuristics/sm90.hpp `get_layout_info`). Each
-wave runs one tile per SM at η of the per-SM peak and pays a fixed t_w (prologue, epilogue and store); the library
-picks the tile of `TILES` that finishes first:
-
-    t_compute = min over tiles of W · (2·T_m·T_n·K / (η·peak/S) + t_w)
-    t_memory  = (groups·(M·K + K·N)·b + groups·M·N·2) / (η_hbm·B)      b = operand bytes, outputs 16-bit
-    t         = max(t_compute, t_memory)
-
-η (the main-loop fraction) and t_w are catalog numbers derived from published measurements (catalog/gpus.yaml and
-scripts/derive_gemm_ceilings.py). A GPU without an SM count (a CPU host) runs t = groups·2MNK/(η·peak). A training
-linear layer runs three GEMMs (`linear_s`): forward Y = XW (M = tokens, K = in, N = out), input gradient
-dX = dY·Wᵀ (M = tokens, K = out, N = in) and weight gradient dW = Xᵀ·dY (M = in, K = tokens, N = out).
-
-Fused attention (FlashAttention-2/3/4, cuDNN): achieved FLOP/s at sequence length s follows TF(s) = T∞/(1 + s₀/s)
-(every published series fits it within ±5 %), forward and backward separately, causal, 16-bit; T∞ and s₀ per GPU
-in the catalog, from the FlashAttention papers' tables and NVIDIA's cudnn-frontend benchmark results. With context
-parallelism each rank's kernel sees chunks of s/cp tokens. Memory-bound kernels move their bytes at η_hbm of the
-HBM bandwidth.
-"""
+GEMM t = max(min over tiles of ⌈C/S⌉·(2·T_m·T_n·K/(η·peak/S) + t_w), bytes/(η_hbm·B)); attention TF(s) = T∞/(1 + s₀/s).
+Derivation: docs/cost-model.md#kernels (NVIDIA, "Matrix Multiplication Background User's Guide" §3.1–3.2)."""
 
 from __future__ import annotations
 
@@ -68,16 +46,10 @@ class KernelRates:
     def of(cls, gpu: GPUSpec, precision: Precision, sustained: float = 1.0,
            recipe: Fp8Recipe = Fp8Recipe.TENSORWISE, attention: AttentionKernel = AttentionKernel.FASTEST,
            ) -> KernelRates:
-        """`gpu`'s rates at `precision`, its tensor-core peaks times `sustained` (the throughput a training run
-        sustains against the burst the catalog's measurements saw: StepConstants.sustained_compute_fraction);
-        FP8 GEMMs of a block-scaled `recipe` run at the GPU's MXFP8 fraction where it has one (Transformer Engine
-        runs 1×128 blockwise scaling as MXFP8 on Blackwell). On Hopper blockwise keeps the per-tensor rate, which
-        DeepGEMM's blockwise kernels reach (up to 1550 TFLOP/s on H800, README @327ec92); Transformer Engine's own
-        blockwise GEMMs there are software-emulated and slower (docs fp8_blockwise_scaling.rst @3ceb248; its H200
-        GEMM tutorial: 22.9 against 20.3 ms per layer, quantization included), which is left out: no kernel-only
-        measurement of them is published. Attention runs on the `attention` kernel's curve (the resolver refuses a
-        kernel the GPU has no measurement of); FASTEST takes, at each chunk length, the faster of the GPU's measured
-        curves (the catalog's Hopper cuDNN curve is measured from 2,048 tokens up, FlashAttention-2's from 512)."""
+        """`gpu`'s rates at `precision`: tensor-core peaks × `sustained` (StepConstants.sustained_compute_fraction),
+        FP8 GEMMs of a block-scaled `recipe` at the GPU's MXFP8 fraction where it has one (else per-tensor, as
+        DeepGEMM reaches on Hopper), attention on the `attention` kernel's curve (FASTEST: the faster measured curve
+        at each chunk length). Why, and the measurements: docs/cost-model.md#kernels-rates."""
         eff = gpu.efficiency
         named = eff.attention_curve(attention)
         assert named is not None, f"no {attention.value} attention curve for {gpu.name} (io.resolve checks it)"
@@ -99,7 +71,7 @@ class KernelRates:
 
 def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
            groups: np.ndarray | float = 1.0) -> np.ndarray:
-    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (module docstring)."""
+    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (docs/cost-model.md#kernels-gemm)."""
     m, n, k, groups = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
     flops = 2.0 * groups * m * n * k
     if r.sm_count is None:
@@ -109,7 +81,8 @@ def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.n
         # Every tile at once along a leading axis (one numpy call per term instead of one per tile and term; the
         # minimum over a leading axis is an element-wise one, fast).
         tiles = (len(TILES),) + (1,) * len(np.broadcast(m, n, k, groups).shape)
-        tile_m, tile_n = TILE_M.reshape(tiles), TILE_N.reshape(tiles)
+        tile_m = TILE_M.reshape(tiles)
+        tile_n = TILE_N.reshape(tiles)
         waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) / r.sm_count)
         compute = (waves * (2.0 * tile_m * tile_n * k / per_sm + r.wave_overhead_s)).min(axis=0)
     moved = groups * ((m * k + k * n) * r.operand_bytes + m * n * BYTES_16BIT)

@@ -1,17 +1,8 @@
-"""Memory of the most-loaded GPU for a model × cluster × training run × layouts, vectorized.
+"""Memory of the most-loaded GPU for a model × cluster × training run × layouts, vectorized; bytes per GPU, (N,).
 
-Shape legend: every array field of the results has shape (N,), one element per layout; bytes per GPU
-unless the name says otherwise.
-
-The parameters each pipeline rank's GPU holds (before ZeRO) and its micro-batches in flight come from
-`cost.derived` (computed once per batch of layouts).
-
-Weights, gradients and optimizer state per parameter, ZeRO sharding and offload: `cost.model_state`.
-
-Other: a runtime reservation (CUDA context, NCCL), communication buffers (TP/SP gather of one activation,
-pipeline send/recv, EP dispatch/combine, ZeRO-3 unsharded weights and gradients: `cost.model_state`), and a
-fragmentation margin on the dynamic part (constants in catalog/memory.yaml with their sources).
-"""
+Per representative rank: model state (`cost.model_state`), activations, communication buffers, a runtime
+reservation and a fragmentation margin on the dynamic part (catalog/memory.yaml), from the parameters and in-flight
+micro-batches of `cost.derived`. What each holds: docs/cost-model.md#memory."""
 
 from __future__ import annotations
 
@@ -100,13 +91,10 @@ def _comm_buffer_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, acts: L
 
 
 def logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
-    """Last stage: fp32 logits for the vocab-parallel cross-entropy, 4·s·b·V/t, for one micro-batch
-    (Megatron theoretical_memory_usage.py counts 4·sbh·(1 + V/h)/t). Transformer Engine's fused cross-entropy
-    (TrainSpec.fused_cross_entropy) keeps only the 16-bit logits, 2·s·b·V/t: its Triton kernel writes the
-    gradient into them in place and the autograd function saves that tensor (NVIDIA/TransformerEngine@1269b2e209c3
-    transformer_engine/pytorch/cross_entropy.py `ctx.save_for_backward(_input.detach())`; Megatron-Core calls it for
-    cross_entropy_fusion_impl 'te', NVIDIA/Megatron-LM@d95e86a25bce
-    megatron/core/models/common/language_module/language_module.py `compute_language_model_loss`)."""
+    """Last stage, one micro-batch: fp32 logits for the vocab-parallel cross-entropy, 4·s·b·V/t (Megatron
+    theoretical_memory_usage.py counts 4·sbh·(1 + V/h)/t), or only the 16-bit ones, 2·s·b·V/t, under Transformer
+    Engine's fused cross-entropy (TrainSpec.fused_cross_entropy), which writes the gradient into them in place.
+    Sources: docs/cost-model.md#memory-logits."""
     tokens = train.seq_len / lay.cp * lay.mbs
     vocab_bytes = float(BYTES_16BIT) if train.fused_cross_entropy else 4.0
     return tokens * (vocab_bytes * model.vocab + 4.0 * model.hidden) / lay.tp
@@ -116,13 +104,8 @@ def _offloaded_activations(lay: Layouts, activations: np.ndarray,
                            layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes kept on the GPU, bytes of the one offloaded layer in transit, bytes sent to the host and back per
     micro-batch) when the activations of `offload_activations` of the rank's `layers` go to host memory (Transformer
-    Engine's CPU offload, which Megatron enables with --cpu-offloading-num-layers). One offloaded layer is resident
-    beside the kept ones twice: the last one offloaded is freed only at the last layer's commit, and it is reloaded
-    at the first commit of the backward (NVIDIA/TransformerEngine@1269b2e209c3 transformer_engine/pytorch/
-    cpu_offload.py AsyncDoubleBufferGroupOffloadHandler: offload group i is freed and reloaded at layer
-    layer_window_map[i], which is the model's last layer for the last group), so not while the output layer and the
-    loss run. Megatron allows offload only with pp = 1 and no recompute (layout rules), so one micro-batch of each
-    layer is held."""
+    Engine's CPU offload, Megatron --cpu-offloading-num-layers; pp = 1, so one micro-batch per layer). Why one
+    offloaded layer stays resident: docs/cost-model.md#memory-offload."""
     per_layer = activations / np.maximum(layers, 1)
     offloaded = np.minimum(lay.offload_activations, layers)
     kept = activations - offloaded * per_layer
@@ -244,7 +227,7 @@ def memory_breakdown(
     model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
     derived: LayoutDerived | None = None,
 ) -> MemoryBreakdown:
-    """Memory of the most-loaded GPU of every layout (see module docstring). `derived` hands over the batch's
+    """Memory of the most-loaded GPU of every layout (docs/cost-model.md#memory). `derived` hands over the batch's
     micro-batch count and per-rank layers, parameters and in-flight micro-batches (`cost.derived.derive`) when the
     caller has them."""
     const = constants.memory

@@ -1,17 +1,8 @@
-"""Model-state memory of one GPU, vectorized: weights, gradients and optimizer state per parameter, their ZeRO
-sharding, the unsharded ZeRO-3 buffers, low-precision weight copies and host offload (`cost.memory` adds
-activations, buffers and margins and picks the most-loaded rank).
+"""Model-state memory of one GPU, vectorized: weights, gradients and optimizer state per parameter, ZeRO sharding,
+ZeRO-3 buffers, low-precision weight copies and host offload (`cost.memory` adds the rest); bytes per GPU.
 
-Shape legend: arrays of shape (N,), one element per layout; bytes per GPU.
-
-Bytes per parameter (mixed precision, Megatron `theoretical_memory_usage.py` at 00caa53: 18 B without,
-6 + 12/DP B with the distributed optimizer): weights 2 (16-bit), gradients 4 (fp32 main_grad; 2 if
-TrainSpec.fp32_grads is off), optimizer 4 (fp32 master) + 8 (Adam moments). ZeRO stage z shards the
-optimizer (z ≥ 1), the gradients (z ≥ 2) and the weights (z = 3) over the data-parallel group: dp × cp
-ranks for non-expert parameters, the expert-data-parallel group edp = tp·cp·dp / (ep·etp) for experts.
-FP8/FP4 recipes add cached low-precision weight copies. Offload moves the optimizer (with the fp32 gradient
-copy) or the weights to host memory and costs PCIe traffic every step.
-"""
+Mixed precision: 2 + 4 + 12 = 18 B per parameter (Megatron `theoretical_memory_usage.py` at 00caa53); ZeRO z ≥ 1,
+2, 3 shards optimizer, gradients, weights over dp·cp (experts: edp). Breakdown: docs/cost-model.md#model-state."""
 
 from __future__ import annotations
 
@@ -121,7 +112,8 @@ def state_bytes(
     opt_b = optimizer_state_bytes_per_param(train)
     cache_b = {Precision.FP8: const.fp8_weight_cache_bytes_per_param,
                Precision.FP4: const.fp4_weight_cache_bytes_per_param}.get(train.precision, 0.0)
-    ne, ex = params.non_expert, params.expert
+    ne = params.non_expert
+    ex = params.expert
     byte = np.where(_fsdp_fp8(train, lay), 1.0 / BYTES_16BIT, 1.0)  # FP8 layer weights: 1 B instead of 2
     layers_ne = ne - params.outside_layers
     weights = ((params.outside_layers + byte * layers_ne) * shard.weights_ne

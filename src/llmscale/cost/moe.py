@@ -1,30 +1,8 @@
 """The MoE block of a layer on the GPU, part by part, vectorized over layouts: router, expert GEMMs as the run's
-kernels execute them, shared experts, and the memory-bound work on the routed copies.
+kernels execute them, shared experts, and the memory-bound work on the routed copies; seconds on the busiest EP rank.
 
-Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch on the busiest EP rank.
-
-Expert GEMMs (cost.kernels: tiles and waves over the SMs at the precision's main-loop ceiling). A local expert
-receives M = s_c·b·k·etp/tp·I/(E/ep) tokens (I: the busiest rank's load, cost.routing) and multiplies M×h by
-h×(m−1)·f_e/etp (fc1) and M×f_e/etp by f_e/etp×h (fc2). How the E/ep local GEMMs share the GPU depends on the kernel
-(TrainSpec.moe_grouped_gemm_impl):
-
-  te           one cuBLASLt GEMM per expert, round-robin over S = 4 streams (host.TE_STREAMS): S GEMMs share the
-               SMs at a time, so t = (E/ep)/S · t_gemm(groups = S)   (S = min(4, E/ep))
-  te-fused     one grouped kernel per linear over all local experts: t = t_gemm(groups = E/ep); the GLU and the
-               FP8 quantization of fc2's input run in its epilogue (no separate pass)
-  legacy       one CUTLASS grouped GEMM per linear: t = t_gemm(groups = E/ep)
-  cublas-loop  one GEMM after another on one stream: t = E/ep · t_gemm(groups = 1)
-
-so a small M pays each expert's partial last wave (`te` S at a time, `cublas-loop` one at a time). Sources: TE v2.9
-multi_stream_cublas_gemm (NVIDIA/TransformerEngine@70f53666 transformer_engine/common/gemm/cublaslt_gemm.cu), the
-fused grouped MLP (NVIDIA technical blog 'Boosting MoE Training Throughput with Advanced Fusion Kernels',
-2026-06-15: GroupGemm + GLU + quantize in one kernel), nv-grouped-gemm's gmm (fanshiqing/grouped_gemm).
-
-Routed copies (HBM roofline, cost.kernels.memory_s): permute and unpermute read and write each of the k copies,
-2·2h bytes each, and the combine reads them, 2h (per token, sequence-parallel share); FP8/FP4 quantize each copy
-and each expert's fc2 input at the recipe's bytes per element (cost.compute.cast_bytes_per_element); the
-activation reads (m−1)·f_e and writes f_e per copy, 16-bit.
-"""
+A local expert gets M = s_c·b·k·etp/tp·I/(E/ep) tokens; `te` takes (E/ep)/S · t_gemm(groups = S) over S streams,
+the grouped kernels t_gemm(groups = E/ep). Per kernel, routed copies, sources: docs/cost-model.md#moe."""
 
 from __future__ import annotations
 
@@ -58,7 +36,7 @@ def routed_tokens_per_expert(model: ModelSpec, lay: Layouts, tokens: np.ndarray,
 
 def expert_linears(model: ModelSpec, rates: KernelRates, per_expert: np.ndarray, ffn: np.ndarray | float,
                    local: np.ndarray, impl: GroupedGemm) -> LinearTimes:
-    """The local experts' GEMMs as `impl` runs them (module docstring: concurrency per kernel)."""
+    """The local experts' GEMMs as `impl` runs them (concurrency per kernel: docs/cost-model.md#moe-experts)."""
     if impl is GroupedGemm.TE:
         streams = np.minimum(local, TE_STREAMS)
         return mlp_linears(model, rates, per_expert, ffn, streams).scaled(local / streams)
@@ -75,7 +53,7 @@ class MoeBlock:
     router: LinearTimes
     """The 16-bit router GEMM over the sequence-parallel share of the tokens."""
     experts: LinearTimes
-    """The routed experts' GEMMs (module docstring)."""
+    """The routed experts' GEMMs (docs/cost-model.md#moe-experts)."""
     shared: LinearTimes
     """The shared experts: a tensor-parallel MLP over every token."""
     permute_s: np.ndarray
@@ -100,11 +78,14 @@ class MoeBlock:
 
 def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRates, rates16: KernelRates,
               tokens: np.ndarray, load: np.ndarray, cast: float) -> MoeBlock:
-    """The MoE block of one micro-batch of `tokens` per GPU (module docstring); `load` the busiest rank's routed
-    load over the mean, `cast` the recipe's bytes per quantized element. Reads lay.tp, lay.sp, lay.etp, lay.ep."""
+    """The MoE block of one micro-batch of `tokens` per GPU (docs/cost-model.md#moe); `load` the busiest rank's
+    routed load over the mean, `cast` the recipe's bytes per quantized element. Reads lay.tp, lay.sp, lay.etp,
+    lay.ep."""
     tp = lay.tp.astype(float)
     sigma = np.where(lay.sp, lay.tp, 1).astype(float)
-    h, k, f_e = model.hidden, model.top_k, float(model.expert_ffn_hidden or 0)
+    h = model.hidden
+    k = model.top_k
+    f_e = float(model.expert_ffn_hidden or 0)
     local = (model.experts / lay.ep).astype(float)
     per_expert = routed_tokens_per_expert(model, lay, tokens, load)
     experts = expert_linears(model, rates, per_expert, f_e / lay.etp, local, impl)

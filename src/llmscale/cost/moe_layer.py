@@ -1,20 +1,8 @@
 """One MoE layer of one micro-batch on the busiest EP rank, part by part: GPU seconds, what each part moves or
 computes, and the host calls that launch it — the listing `explain` prints, from the functions the step uses.
 
-Parts (forward + backward; cost.moe for the GPU side, cost.host for the calls, cost.traffic for the all-to-all):
-
-  router       the 16-bit router GEMM (2·T/σ·h·E FLOPs forward, three GEMMs) and its score, top-k and loss kernels
-  preprocess   token counts, split sizes and their all-gather; the host waits here for the counts where `synced`
-  permute      permute, chunk sort, unpermute and combine of the k routed copies (10h bytes per copy forward)
-  quantize     FP8/FP4 copies of the routed tokens and of the experts' fc2 inputs
-  all-to-all   dispatch and combine of the routed copies over the EP group, both passes (α-β, message size included)
-  experts      the local experts' GEMMs as the run's kernels execute them (M = tokens per expert)
-  activation   the experts' activation function (fused into the GEMM under te-fused)
-  shared       the shared experts (a tensor-parallel MLP)
-
-The backward moves twice the forward's bytes (cost.compute); GEMMs run their three products. The host time of a
-part is its calls × StepConstants.host_call_us before any CUDA graph (the layer's total after graphs is given too).
-"""
+Parts (router, preprocess, permute, quantize, all-to-all, experts, activation, shared), forward + backward, from
+cost.moe, cost.host and cost.traffic: docs/cost-model.md#moe-layer."""
 
 from __future__ import annotations
 
@@ -35,7 +23,7 @@ from llmscale.units import BYTES_16BIT, US
 
 @dataclass(frozen=True)
 class MoePart:
-    """One part of the layer (module docstring) for one layout."""
+    """One part of the layer (docs/cost-model.md#moe-layer) for one layout."""
 
     name: str
     gpu_s: float
@@ -67,7 +55,7 @@ class MoeLayerParts:
 
 def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
                     i: int = 0) -> MoeLayerParts:
-    """The parts of layout i's MoE layer (module docstring); the model must be MoE."""
+    """The parts of layout i's MoE layer (docs/cost-model.md#moe-layer); the model must be MoE."""
     assert model.is_moe, "moe_layer_parts of a dense model"
     block = moe_block_of(model, cluster, train, lay, constants)
     recipe = cluster.gpu.fp8_recipe(train)
@@ -77,7 +65,8 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     host = LayerHost.of(layer_calls(model, train, lay, recipe), train.cuda_graph_scope, lay.cuda_graphs, call_s)
     tokens = float(train.seq_len / lay.cp[i] * lay.mbs[i])
     sigma = float(lay.tp[i] if lay.sp[i] else 1)
-    h, f_e = model.hidden, float(model.expert_ffn_hidden or 0)
+    h = model.hidden
+    f_e = float(model.expert_ffn_hidden or 0)
     local = float(model.experts / lay.ep[i])
     copies = float(block.tokens_per_expert[i]) * local
     dispatch = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
@@ -91,7 +80,8 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     def gemms(t: object) -> float:
         return float(t.forward_s[i] + t.input_grad_s[i] + t.weight_grad_s[i])  # type: ignore[attr-defined]
 
-    m, hbm = model.mlp_matrices, cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
+    m = model.mlp_matrices
+    hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     shared_flops = 6.0 * tokens * h * m * model.shared_ffn * model.shared_experts
     memory = {name: three(getattr(block, f"{name}_s")) for name in ("permute", "cast", "activation")}
     parts = (

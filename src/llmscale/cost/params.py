@@ -1,20 +1,8 @@
 """Parameter counts by class, for dense, GQA, MLA and MoE transformers.
 
-Notation (docs/notation.md): L layers, h hidden, f ffn_hidden, n heads, g kv_heads, d head_dim,
-V vocab, E routed experts, k top_k, S shared experts, f_e / f_s routed / shared expert ffn size,
-m = 3 (gated MLP) or 2.
-
-Per layer (Megatron-LM `theoretical_memory_usage.py` at 00caa53, and Narayanan et al. 2021 Eq. 2):
-    attention (MHA/GQA) = h·n·d + 2·h·g·d + n·d·h            (Q, K, V, output projections)
-    attention (MLA)     = h·r_q + r_q·n·(d_nope + d_rope) + h·(r_kv + d_rope)
-                          + r_kv·n·(d_nope + d_v) + n·d_v·h + r_q + r_kv   (DeepSeek-V2 §2.1)
-    dense MLP           = m·h·f
-    MoE layer           = E·m·h·f_e (routed) + S·m·h·f_s (shared) + h·E (router)
-    norms               = 2·h (RMSNorm) or 4·h (LayerNorm weight + bias), + h for the final norm
-Embeddings: V·h input, V·h output unless tied, plus a learned position table if any.
-Biases (GPT-3 style) add the output sizes of every linear layer. MTP modules (DeepSeek-V3 §2.2) are
-counted separately from `total` (DeepSeek's 671B excludes its 14B MTP module).
-"""
+Per layer: attention h·n·d + 2·h·g·d + n·d·h (MHA/GQA), dense MLP m·h·f, MoE E·m·h·f_e + S·m·h·f_s + h·E (Megatron-LM
+`theoretical_memory_usage.py` at 00caa53, Narayanan et al. 2021 Eq. 2); MTP modules apart from `total`. MLA, norms,
+embeddings and biases: docs/cost-model.md#params."""
 
 from __future__ import annotations
 
@@ -112,14 +100,16 @@ class ParamCounts:
 
 def attention_params(model: ModelSpec) -> int:
     """Q, K, V and output projections of one layer (MHA, GQA or MLA), with biases if any."""
-    h, n = model.hidden, model.heads
+    h = model.hidden
+    n = model.heads
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = h * n * qk if a.q_lora_rank is None else h * a.q_lora_rank + a.q_lora_rank * n * qk + a.q_lora_rank
         kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * n * (a.qk_nope_head_dim + a.v_head_dim)
         return q + kv + a.kv_lora_rank + n * a.v_head_dim * h
-    d, g = model.dim_per_head, model.num_kv_heads
+    d = model.dim_per_head
+    g = model.num_kv_heads
     weights = h * n * d + 2 * h * g * d + n * d * h
     biases = (n * d + 2 * g * d + h) if model.linear_bias else 0
     return weights + biases
@@ -137,13 +127,10 @@ def norm_params(model: ModelSpec) -> int:
 
 
 def tensors_per_layer(model: ModelSpec, moe: bool, ep: np.ndarray | int = 1) -> tuple[int, np.ndarray | int]:
-    """(non-expert, expert) parameter tensors one GPU holds of one dense (moe False) or MoE layer, as a framework
-    that handles each tensor on its own sees them: every linear weight (and its bias), every norm's weight (and a
-    LayerNorm's bias). Attention is Megatron's fused QKV and the output projection, or MLA's q down/up (or one q),
-    kv down/up and output projections with their norms; an MLP is its fused fc1 and fc2; an MoE layer has the
-    router (a weight only) and the shared experts' MLPs among the non-expert tensors, and the MLPs of its E/ep
-    local experts as expert tensors. The embedding, output layer and final norm are left out (three tensors on the
-    first and last stage)."""
+    """(non-expert, expert) parameter tensors one GPU holds of one dense (moe False) or MoE layer, each weight, bias
+    and norm on its own, as a framework that handles tensors one by one sees them (Megatron's fused QKV and fc1;
+    the E/ep local experts' MLPs are the expert tensors); the embedding, output layer and final norm are left out.
+    What counts: docs/cost-model.md#params-tensors."""
     bias = 2 if model.linear_bias else 1
     norm = 2 if model.norm is Norm.LAYERNORM else 1
     if model.mla is not None:
@@ -159,8 +146,9 @@ def tensors_per_layer(model: ModelSpec, moe: bool, ep: np.ndarray | int = 1) -> 
 
 
 def count_params(model: ModelSpec) -> ParamCounts:
-    """Parameter counts by class (see module docstring for the formulas)."""
-    attn, norms = attention_params(model), 2 * norm_params(model)
+    """Parameter counts by class (formulas: docs/cost-model.md#params-formulas)."""
+    attn = attention_params(model)
+    norms = 2 * norm_params(model)
     dense = LayerParams(attn, norms, mlp_params(model, model.ffn_hidden), 0, 0, 0)
     if model.is_moe:
         expert = mlp_params(model, model.expert_ffn_hidden or 0)
@@ -174,7 +162,8 @@ def count_params(model: ModelSpec) -> ParamCounts:
         )
         active_routed = model.top_k * expert
     else:
-        moe, active_routed = LayerParams(0, 0, 0, 0, 0, 0), 0
+        moe = LayerParams(0, 0, 0, 0, 0, 0)
+        active_routed = 0
     h = model.hidden
     last_layer = moe if model.is_moe else dense
     # DeepSeek-V3 MTP module: two norms + a 2h→h projection + one transformer layer (§2.2).

@@ -1,14 +1,8 @@
 """The critical rank's path through one micro-batch: its compute, the communication left on it, and the time its GPU
-waits for the host, vectorized over layouts (cost.step assembles the step from it).
+waits for the host, vectorized over layouts (cost.step assembles the step from it); seconds per micro-batch.
 
-Shape legend: arrays of shape (N,), one element per layout; seconds per micro-batch.
-
-Each of TP's collectives and EP's all-to-alls runs once forward and once backward, and once more when full recompute
-re-runs the forward; the CP exchange hides behind the attention core (forward: K, V; backward: K, V and their
-gradients) and is repeated by any recompute. EP all-to-alls are hidden by DualPipe up to the overlapped chunk's
-compute, else left exposed at the overlap's share (catalog/step.yaml). The host's launches (cost.host) are set
-against the GPU time of each pass: what they do not hide behind is the rank's host wait.
-"""
+TP and EP run forward and backward (once more under full recompute), CP hides behind the attention core, EP behind
+an overlapped chunk's compute, the host's launches behind the GPU's pass: docs/cost-model.md#path."""
 
 from __future__ import annotations
 
@@ -64,7 +58,8 @@ def select(mask: np.ndarray, a: DataclassT, b: DataclassT) -> DataclassT:
     """Field-wise np.where over two dataclasses of arrays (nested dataclasses included)."""
     values = {}
     for f in fields(a):  # type: ignore[arg-type]
-        x, y = getattr(a, f.name), getattr(b, f.name)
+        x = getattr(a, f.name)
+        y = getattr(b, f.name)
         values[f.name] = select(mask, x, y) if is_dataclass(x) else np.where(mask, x, y)
     return type(a)(**values)
 
@@ -97,8 +92,8 @@ class PathShares:
 
 def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm,
                   moe: LayerTimes, host: LayerHost) -> CriticalPath:
-    """Communication and host wait on one rank's path per micro-batch (module docstring); `moe` the MoE layer's
-    times, `host` the host seconds per layer (cost.host)."""
+    """Communication and host wait on one rank's path per micro-batch (docs/cost-model.md#path-overlap); `moe` the
+    MoE layer's times, `host` the host seconds per layer (cost.host)."""
     full = shares.full
     has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
     tp_layers = layers.dense * comm.tp_dense_s
@@ -109,7 +104,8 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
     cp_fwd = np.maximum(0.0, count * comm.cp_s - compute.attention_core_forward_s)
     cp_bwd = np.maximum(0.0, 2 * count * comm.cp_s - compute.attention_core_backward_s)
     cp = cp_fwd * (1 + shares.any_recompute) + cp_bwd
-    total, fwd = compute.total_s, compute.forward_s
+    total = compute.total_s
+    fwd = compute.forward_s
     ep: np.ndarray | float = 0.0
     ep_layer: np.ndarray | float = 0.0
     if has_moe:

@@ -1,26 +1,8 @@
 """MoE routing load: how much more than the average the busiest expert-parallel rank receives, vectorized.
 
-Shape legend: arrays of shape (N,), one element per layout.
-
-The expert all-to-all and the grouped GEMMs after it wait for the busiest EP rank, every MoE layer, so each MoE
-layer costs its balanced time times I = E[max_r L_r] / mean_r L_r over the ep ranks. Per micro-batch a rank routes
-N = s_c·b·k·etp/tp (token, expert) assignments; its load is the sum over its E/ep experts. Two sources of spread:
-
-  sampling     each token picks k of E experts: the rank load's coefficient of variation is
-               cv² = (1 − 1/ep)·(E − k)/(E − 1)/N (multivariate hypergeometric occupancy)
-  router       the experts a router systematically favours: per-expert spread σ = V / z(E_V), from the measured
-               MaxVio V on models of E_V experts (catalog/moe.yaml), averaged over the rank's E/ep experts
-
-  I = 1 + z(ep)·√(σ²·ep/E + cv²)
-
-with z(n) the expected maximum of n standard normals (Blom's approximation Φ⁻¹((n − 0.375)/(n + 0.25)); the leading
-term √(2 ln n) of the extreme-value expansion overstates it by 23-43 % at n = 8-64). Forced balancing (Megatron
---moe-router-force-load-balancing) keeps only the sampling term. A capacity factor c caps the load: I = c when each
-expert's input is padded to its capacity (Megatron --moe-pad-expert-input-to-capacity), else min(I, c) (Megatron
-applies the capacity per source rank, megatron/core/transformer/moe/moe_utils.py `get_capacity`). Checked against a
-Monte-Carlo of Megatron's routing: within 0.3 % for force-balanced DeepSeek-V3 (tests/test_routing.py reproduces the
-sampling term by simulation).
-"""
+I = 1 + z(ep)·√(σ²·ep/E + cv²), cv² = (1 − 1/ep)·(E − k)/(E − 1)/N the sampling spread, σ the router's from the
+measured MaxVio (catalog/moe.yaml), z(n) Blom's expected maximum of n normals; a capacity factor c caps I.
+Derivation, capacity and the check against Megatron's routing: docs/cost-model.md#routing."""
 
 from __future__ import annotations
 
@@ -51,10 +33,12 @@ def routed_copies_per_token(model: ModelSpec, lay: Layouts) -> np.ndarray:
 
 def busiest_rank_load(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: np.ndarray,
                       const: MoeConstants) -> np.ndarray:
-    """I: the busiest EP rank's routed load over the mean, per layout (module docstring); 1 for dense models."""
+    """I: the busiest EP rank's routed load over the mean, per layout (docs/cost-model.md#routing); 1 for dense
+    models."""
     if not model.is_moe:
         return np.ones(lay.size)
-    experts, k = float(model.experts), float(model.top_k)
+    experts = float(model.experts)
+    k = float(model.top_k)
     ep = lay.ep.astype(float)
     assignments = tokens * routed_copies_per_token(model, lay)
     sampling = (1.0 - 1.0 / ep) * (experts - k) / max(experts - 1.0, 1.0) / assignments

@@ -1,24 +1,8 @@
 """Step time, MFU and throughput of a training step, vectorized over layouts — the one cost model that
-`explain`, `plan` and `validate` share.
+`explain`, `plan` and `validate` share; seconds, shape (N,).
 
-Shape legend: every array field of `StepBreakdown` has shape (N,), one element per layout; seconds.
-
-For each pipeline rank that can be critical (stages.RankOf) a micro-batch costs forward F and backward
-B = B_in + W (compute.py) plus the communication on its critical path: TP collectives (the exposed share,
-catalog/step.yaml), context-parallel KV exchange beyond what the attention core hides, and expert all-to-alls
-(hidden by DualPipe up to the overlapped chunk's compute, else the exposed share), and the time the GPU waits for
-the host's kernel launches (cost.host; cost.path puts them together). The slowest rank sets
-the pipeline (pipeline.py: busy + bubble + exposed p2p). After the last micro-batch the data-parallel
-gradient sync runs, overlapped with that micro-batch's backward up to dp_overlap_efficiency; the
-distributed optimizer's parameter all-gather overlaps the next step's first forward the same way; ZeRO-3
-gathers per micro-batch behind compute (not at all under TrainSpec.zero3_synchronous, DeepSpeed's 2021 ZeRO-3,
-which also issues one collective per parameter tensor). Then the optimizer step (HBM-bound: ~30 B read or written per
-local parameter shard) and a fixed overhead.
-
-MFU = model FLOPs (PaLM: 6N-style, no recompute, no causal halving; flops.model_flops_per_token) per step /
-(step time · GPUs · dense peak of the training precision) — the convention of NVIDIA's benchmark READMEs,
-where an FP8 run's MFU is against the FP8 peak. HFU counts the recompute FLOPs too.
-"""
+Step = the slowest rank's pipeline (busy + bubble + exposed p2p) + exposed DP sync + optimizer + overhead + offload;
+MFU = model FLOPs / (step time · GPUs · dense peak of the training precision): docs/cost-model.md#step."""
 
 from __future__ import annotations
 
@@ -109,7 +93,7 @@ STEP_PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_ex
 
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
                   derived: LayoutDerived | None = None) -> StepBreakdown:
-    """The step-time breakdown of every layout (see module docstring), with the model constants `constants`;
+    """The step-time breakdown of every layout (docs/cost-model.md#step), with the model constants `constants`;
     `derived` hands over the batch's derived quantities (`cost.derived.derive`) when the caller has them."""
     const = constants.step
     derived = derived if derived is not None else derive(model, train, lay)
@@ -226,8 +210,8 @@ class _ShardCosts:
 def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
                  critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
-    from pp, vpp and schedule), computed once per distinct (SHARD_COLUMNS, vpp, schedule, critical) row: a search
-    has few."""
+    from pp, vpp and schedule), computed once per distinct row of the columns it and stage_layers read and of
+    `critical`: a search has few."""
     rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, reads_of(_shard_costs, stage_layers), critical)
     layers = _layers_of(derived.distinct_stages, critical.take(rows.first), derived.rows.inverse.take(rows.first))
     lay = lay.select(*reads_of(_shard_costs)).take(rows.first)

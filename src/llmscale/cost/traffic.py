@@ -1,26 +1,8 @@
-"""Communication per micro-batch and per step, by parallel dimension, vectorized over layouts.
+"""Communication per micro-batch and per step, by parallel dimension, vectorized over layouts; seconds per GPU.
 
-Shape legend: arrays of shape (N,), one element per layout; seconds per GPU.
-
-Groups and their placement follow the layout's rank order, innermost first: Megatron's default TP → CP → (EP)
-→ DP → PP, or TP → CP → (EP) → PP → DP (specs.layout.RankOrder), so a group's stride is the product of the
-sizes inside it (`GroupStrides`; under the second order a group with members both inside and across tp·cp
-blocks is placed as if spread evenly over its span). Expert layers re-fold a stage's tp·cp·dp ranks as
-ETP → EP → EDP (Megatron MoE parallel folding). Volumes (16-bit activations, s_c = s/cp tokens, b = mbs):
-
-  TP  per layer and direction: with SP two all-gathers and two reduce-scatters of the gathered activation
-      S = 2·s_c·b·h bytes (attention and MLP blocks; an MoE layer's expert block only when etp > 1);
-      without SP two all-reduces of S (Korthikanti et al. 2022 §4.2.2, Fig. 5).
-  CP  per layer: the ring passes each rank's K and V chunk cp − 1 times, 2·2·s_c·b·g·d bytes per step, in
-      forward, and K, V and their gradients in backward (Megatron/TransformerEngine context parallelism).
-  EP  per MoE layer and direction: dispatch and combine all-to-alls, each GPU sending its routed token
-      copies, 2·h bytes each (tokens·k·etp/tp copies per GPU, times the busiest rank's load, cost.routing; min(k, M)
-      across nodes with node-limited routing); an FP8 dispatch sends h bytes and its block scales instead.
-  PP  per micro-batch and stage boundary: one activation, 2·s_c·b·h/σ bytes, each way.
-  DP  per step: gradients reduce-scattered (ZeRO ≥ 1) or all-reduced (ZeRO 0) and, with a distributed
-      optimizer, 16-bit parameters all-gathered; ZeRO-3 gathers weights in forward and backward and
-      reduce-scatters gradients every micro-batch. Non-expert parameters over dp·cp, experts over edp.
-"""
+Groups are placed in the layout's rank order (TP → CP → (EP) → DP → PP, or PP inside DP: `GroupStrides`); TP moves
+S = 2·s_c·b·h bytes per collective (Korthikanti et al. 2022 §4.2.2), CP K and V, EP the routed copies, PP one
+activation, DP gradients and parameters. Volumes per dimension: docs/cost-model.md#traffic."""
 
 from __future__ import annotations
 
@@ -90,8 +72,8 @@ class MicrobatchComm:
 @reads("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
                     constants: Constants) -> MicrobatchComm:
-    """Per-layer communication time of one micro-batch in one direction (see module docstring). Reads the layout
-    columns tp, cp, mbs, sp, etp, ep, pp, dp and rank_order only (step.MICROBATCH_COLUMNS)."""
+    """Per-layer communication time of one micro-batch in one direction (docs/cost-model.md#traffic-volumes). Reads
+    the layout columns it declares (`reads`) only."""
     comm = constants.comm
     tokens = train.seq_len / lay.cp * lay.mbs
     h = model.hidden

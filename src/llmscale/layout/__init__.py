@@ -1,7 +1,5 @@
-"""The parallel layout as arrays: many candidate layouts as one struct of numpy arrays (`arrays.Layouts`, its columns
-read from the layout's definition), the divisibility rules that mask them (`rules`), the search space they are
-generated from (`space`) and the split of the model's layers over pipeline ranks (`stages`). Pure functions over
-specs and arrays; nothing here reads a file or knows a cost.
+"""The parallel layout as arrays: candidate layouts as one struct of numpy arrays, the rules that mask them, the search
+space and the layer split (docs/cost-model.md#layout-package); nothing here reads a file or knows a cost.
 
 May import: `llmscale.specs`, `llmscale.errors`, `llmscale.units`, `llmscale` (the version).
 """

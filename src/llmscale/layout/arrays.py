@@ -1,14 +1,8 @@
 """Layouts: many candidate parallel layouts as a struct of numpy arrays (docs/architecture.md principle 1).
 
-Shape legend: every column is a 1-D array of shape (N,), one element per candidate layout. Integer fields are
-int64, enum fields (`recompute`, `schedule`, `rank_order`) hold the `.code` of their members, flags are bool.
-The columns are the fields of `specs.layout.Layout` — read from its declaration (`LAYOUT_FIELDS`), never listed
-here — and a field the user leaves out gets its spec default or, for derived fields (dp, etp, sp, schedule), the
-rule its `Knob` declares. Explaining one layout is a search of size one: `Layouts.from_layout(layout, num_gpus)`.
-
-A formula evaluated once per distinct row of a few columns (`distinct`) runs on a view of those columns only
-(`select`): reading any other column raises, so a formula cannot silently depend on a column its key lacks.
-"""
+Every column is a 1-D array of shape (N,), one element per layout, read from `specs.layout.Layout` (`LAYOUT_FIELDS`);
+a formula keyed on a few columns runs on a view of them (`select`), which refuses any other column. Types, defaults
+and views: docs/cost-model.md#arrays."""
 
 from __future__ import annotations
 

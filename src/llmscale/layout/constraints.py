@@ -1,15 +1,8 @@
-"""What a search may choose for each layout field: the values a user fixes or bounds on `plan` (`--tp 8`,
-`--pp 4..16`, `--schedule 1f1b,interleaved`, `--cuda-graphs on`) and what a framework can run
-(`specs.framework`), both as `FieldRule`s over the layout's own field definition.
-
-A rule is a set of allowed values (ints, bools or enum members) or, for an int field, an inclusive range. The
-space (layout.space) narrows its candidate lists with them before the Cartesian product; `mask` then removes the
-rows whose derived columns (dp, etp, sp, schedule) break a rule. A field the space does not vary (CUDA graphs,
-TP overlap, activation offload, …) takes the user's values as one more product dimension.
+"""What a search may choose for each layout field: the values a user fixes or bounds on `plan` and what a framework
+can run (`specs.framework`), both as `FieldRule`s (a value set or an int range) over the layout's field definition.
 
 Text form (`parse_rule`): `8` · `1,2,4` · `4..16` · `..16` · `4..` for ints; `on`/`off` (also true/false, yes/no,
-1/0) for switches; enum values by name (`1f1b,interleaved`).
-"""
+1/0) for switches; enum names (`1f1b,interleaved`). How the space applies them: docs/cost-model.md#constraints."""
 
 from __future__ import annotations
 

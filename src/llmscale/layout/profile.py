@@ -1,12 +1,7 @@
 """A framework release's layout settings over many layouts: the switches its rules turn on for some layouts and not
 others (TP overlap where tp > 1, EP all-to-all overlap, CUDA graphs on some GPUs), evaluated per layout with
-`np.where`, so that a search prices each candidate as the release runs it (specs.framework).
-
-Only settings the search does not choose itself are filled: recompute, offload, schedule and rank order stay search
-dimensions. Of the filled ones, sequence parallelism and the overlaps never slow a step in the cost model (they
-hold no memory), so a search turns them on wherever they can run (`SEARCHED_ON`; the engine runs both values and a
-plan recommends how to run), except where a rule with a condition sets them off: that is the release saying they
-do not work there (e.g. no TP overlap under NVFP4). A release's unconditioned default off is only a default.
+`np.where`, so that a search prices each candidate as the release runs it (specs.framework). Which settings are
+filled and which a search turns on: docs/cost-model.md#profile.
 """
 
 from __future__ import annotations
@@ -23,8 +18,9 @@ from llmscale.specs.framework import JobFacts, ProfileRule, ReleaseProfile, Rule
 SEARCH_FILLED = ("sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_graphs")
 """The release settings a search takes as the release sets them (the others it searches)."""
 SEARCHED_ON = ("sp", "tp_comm_overlap", "ep_comm_overlap")
-"""Settings a search turns on wherever they can run (module docstring): sequence parallelism (it only saves memory
-and TP overlap needs it) and the TP and EP overlaps (layout.rules Reason.TP_OVERLAP, Reason.EP_OVERLAP)."""
+"""Settings a search turns on wherever they can run (docs/cost-model.md#profile-searched-on): sequence parallelism
+(it only saves memory and TP overlap needs it) and the TP and EP overlaps (layout.rules Reason.TP_OVERLAP,
+Reason.EP_OVERLAP)."""
 
 
 @dataclass(frozen=True)

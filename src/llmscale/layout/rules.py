@@ -1,8 +1,7 @@
 """Divisibility and consistency rules of a parallel layout, vectorized over candidates.
 
-`check` returns one reason code per layout (0 = valid); the search counts rejections by reason, and
-the CLI turns the reason of a single layout into one line naming the fields and their values (the
-torchtitan habit: "tp (8) × pp (4) × dp (3) = 96 ≠ 128 GPUs"). One rule set serves both.
+`check` returns one reason code per layout (0 = valid): the search counts rejections by reason, the CLI names the
+fields of one layout's reason ("tp (8) × pp (4) × dp (3) = 96 ≠ 128 GPUs"): docs/cost-model.md#rules.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """The layout space of a model on a number of GPUs, generated as arrays (docs/architecture.md principle 1).
 
-The Cartesian product of the candidate values below, checked by `rules.check` (divisibility, batch, schedule) —
-no Python loop over layouts; the leading rules are applied to the columns they read before the rest is built:
-
-  tp        powers of two that divide heads and kv_heads, up to the scale-up domain (NVLink never spans
-            more; TP across the network is never competitive)
-  cp        1, 2, 4, … up to `max_cp` (1 unless the sequence is long: s ≥ 16K)
-  pp        divisors of the GPU count up to the layers (uneven stages allowed by the memory model)
-  vpp       1 and the divisors v ≤ 8 of layers / pp (interleaved when v > 1)
-  dp        GPUs / (tp·cp·pp) when whole
-  ep, etp   (MoE) divisors of experts; etp ∈ {1, tp}
-  mbs       1, 2, 4, 8
-  zero      0, 1, 2 (ZeRO-2/3 only without pipelining: DeepSpeed rejects them with pipeline parallelism, and
-            torch pipelining runs FSDP2 over stages as ZeRO-1 — SpaceOptions.zero_with_pp); ZeRO-3 on request only
-            (SpaceOptions.zero), see there
-  recompute none, selective, full; for MoE and MLA models also the output-discarding module recomputes on top of
-            none or selective (norms, MLA up-projections, the experts' activations: what DeepSeek-V3 §3.2.3 and the
-            Megatron-Bridge DeepSeek recipes run), as one switch (SpaceOptions.module_recompute)
-  schedule  1f1b or interleaved (by vpp), plus zb-h1, zbv and dualpipe when pp > 1
-  order     Megatron's tp-cp-ep-dp-pp; tp-cp-ep-pp-dp on request (SpaceOptions.rank_orders)
-
-`SpaceOptions.rules` (a user's `--tp 8`, `--pp 4..16`, a framework's features) narrow every list above and mask
-what they exclude; a range keeps the default candidates inside it (zero: all four stages).
-"""
+The Cartesian product of each field's candidate values (tp, cp, pp, vpp, dp, ep, etp, mbs, zero, recompute,
+schedule, order) checked by `rules.check`, no Python loop over layouts; the leading rules prune the columns they
+read before the rest is built (`_early_kept`). `SpaceOptions.rules` narrow the lists.
+Default candidates and why: docs/cost-model.md#space."""
 
 from __future__ import annotations
 
@@ -46,7 +27,7 @@ from llmscale.specs.train import TrainSpec
 
 @dataclass(frozen=True)
 class SpaceOptions:
-    """Which values each layout field may take (None = the defaults in the module docstring)."""
+    """Which values each layout field may take (None = the defaults, docs/cost-model.md#space-candidates)."""
 
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
@@ -154,7 +135,7 @@ def _product(columns: dict[str, list[int]]) -> dict[str, np.ndarray]:
 
 def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus: int,
              opts: SpaceOptions | None = None) -> Space:
-    """All valid layouts for `num_gpus` GPUs (module docstring), with rejection counts by reason."""
+    """All valid layouts for `num_gpus` GPUs (docs/cost-model.md#space), with rejection counts by reason."""
     opts = opts or SpaceOptions()
     values = candidate_values(model, cluster, train, num_gpus, opts)
     values |= _mode_values(model, opts)

@@ -1,19 +1,8 @@
-"""Which layers a pipeline rank holds, vectorized over layouts.
+"""Which layers a pipeline rank holds, vectorized over layouts; arrays of shape (N,).
 
-Shape legend: arrays of shape (N,), one element per layout.
-
-Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp of the pp × vpp chunks the model's L layers are cut into
-(Megatron interleaving), chunk k holding the next layers after chunk k − 1. Each rank gets ⌈L/pp⌉ layers; when
-pp does not divide L the shortfall goes to the last rank, then the first (the ranks that also hold the output
-layer and the embedding: Llama 3 §3.3.2 "one fewer layer on the first and last stage", Megatron's
-account_for_embedding/loss_in_pipeline_split), then from rank pp−2 inward, rank 1 last. A rank's layers are
-spread over its vpp chunks as evenly as they go, the short chunks first — on the last rank last, next to the
-output layer (the Megatron split). The first chunk carries the input embedding, the last the output layer.
-Under DualPipe a rank holds stages r and pp−1−r (DeepSeek-V3 §3.2.1); under ZB-V's V shape the output sits on
-rank 0, whose layer count is taken from the looped split (an approximation: the shortfall is not moved to it).
-MoE layers are those at index i ≥ first_dense_layers with (i − first_dense_layers) divisible by moe_layer_freq.
-The step and memory models examine the ranks RankOf names (0, 1, pp − 1 and the busiest interior one).
-"""
+Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp (Megatron interleaving), ⌈L/pp⌉ layers, the shortfall taken from
+the last rank, then the first (Llama 3 §3.3.2); DualPipe pairs stages r and pp−1−r (DeepSeek-V3 §3.2.1). The split,
+ZB-V, MoE layers and the ranks examined: docs/cost-model.md#stages."""
 
 from __future__ import annotations
 
@@ -51,8 +40,8 @@ def moe_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
 
 
 def rank_layer_counts(layers: int, pp: int) -> np.ndarray:
-    """Layers of each pipeline rank (module docstring): ⌈L/pp⌉ each, one fewer on the last, first, then ranks
-    pp−2, pp−3, …, 1 until the counts sum to L."""
+    """Layers of each pipeline rank (docs/cost-model.md#stages-split): ⌈L/pp⌉ each, one fewer on the last, first,
+    then ranks pp−2, pp−3, …, 1 until the counts sum to L."""
     counts = np.full(pp, -(-layers // pp), dtype=np.int64)
     order = [pp - 1, 0, *range(pp - 2, 0, -1)]
     counts[order[: int(counts.sum()) - layers]] -= 1
@@ -101,8 +90,10 @@ def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf
         if pp < 1 or vpp < 1:
             continue
         dense, moe = _rank_layers(model, pp, vpp)
-        pair_dense, pair_moe = dense + dense[::-1], moe + moe[::-1]
-        rank, pair = rank_of_pp.pick(moe, dense), rank_of_pp.pick(pair_moe, pair_dense)
+        pair_dense = dense + dense[::-1]
+        pair_moe = moe + moe[::-1]
+        rank = rank_of_pp.pick(moe, dense)
+        pair = rank_of_pp.pick(pair_moe, pair_dense)
         table[i] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
     table.flags.writeable = False
     return table
@@ -150,8 +141,11 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
         table = _layer_table(model, max_pp, max_vpp, which, tuple(splits.tolist()))
         row = np.searchsorted(splits, row)
     columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index
-    rank, dense, moe = columns[0].take(row), columns[1].take(row), columns[2].take(row)
-    first, last = rank == 0, rank == lay.pp - 1
+    rank = columns[0].take(row)
+    dense = columns[1].take(row)
+    moe = columns[2].take(row)
+    first = rank == 0
+    last = rank == lay.pp - 1
     dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)
     if dual.any():
         pair = columns[3].take(row)
@@ -159,7 +153,8 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
         dense = np.where(dual, columns[4].take(row), dense)
         moe = np.where(dual, columns[5].take(row), moe)
         outer = (pair == 0) | (pair == lay.pp - 1)  # the pair holding stages 0 and pp − 1
-        first, last = np.where(dual, outer, first), np.where(dual, outer, last)
+        first = np.where(dual, outer, first)
+        last = np.where(dual, outer, last)
     # ZB-V folds the model into a V: rank r holds chunks r and 2p−1−r, so rank 0 holds the last chunk and the
     # output layer (Qi et al. 2023, ZB-V). Layer counts per rank are those of the looped split (module
     # docstring); only where the output sits moves.
