@@ -137,3 +137,36 @@ def test_docstrings_cite_nothing_outside_the_repository() -> None:
     found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted(paths) if path.name != "test_structure.py"
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not found, "citations that do not resolve:\n" + "\n".join(found)
+
+
+MAX_DOCSTRING_LINES = {"cost": 5, "layout": 5}
+"""Docstrings of the cost model and the layout space: what it is, the formula and a link (docs/cost-model.md holds
+the derivations); elsewhere MAX_OTHER_DOCSTRING_LINES."""
+MAX_OTHER_DOCSTRING_LINES = 10
+
+
+def test_docstrings_are_short_and_link_their_derivations() -> None:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        limit = MAX_DOCSTRING_LINES.get(path.relative_to(SRC).parts[0], MAX_OTHER_DOCSTRING_LINES)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = len((ast.get_docstring(node) or "").splitlines())
+                if lines > limit:
+                    found.append(f"{path.relative_to(ROOT)} {getattr(node, 'name', '(module)')}: {lines} > {limit}")
+    assert not found, "\n".join(found)
+
+
+def test_every_docs_link_in_the_code_names_an_anchor_that_exists() -> None:
+    link = re.compile(r"docs/([\w-]+\.md)#([\w-]+)")
+    anchors: dict[str, set[str]] = {}
+    for doc in (ROOT / "docs").glob("*.md"):
+        text = doc.read_text(encoding="utf-8")
+        headings = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                    for h in re.findall(r"^#+ (.*)$", text, re.M)}
+        anchors[doc.name] = set(re.findall(r'<a id="([\w-]+)"', text)) | headings
+    links = [(path, name, anchor) for path in sorted(SRC.rglob("*.py"))
+             for name, anchor in link.findall(path.read_text(encoding="utf-8"))]
+    broken = [f"{path.relative_to(ROOT)}: docs/{name}#{anchor}" for path, name, anchor in links
+              if anchor not in anchors.get(name, set())]
+    assert len(links) > 100 and not broken, "links to missing anchors:\n" + "\n".join(broken)

@@ -1,9 +1,7 @@
-"""The layout space of a model on a number of GPUs, generated as arrays (docs/architecture.md principle 1).
-
-The Cartesian product of each field's candidate values (tp, cp, pp, vpp, dp, ep, etp, mbs, zero, recompute,
-schedule, order) checked by `rules.check`, no Python loop over layouts; the leading rules prune the columns they
-read before the rest is built (`_early_kept`). `SpaceOptions.rules` narrow the lists.
-Default candidates and why: docs/cost-model.md#space."""
+"""The layout space of a model on a number of GPUs as arrays (docs/architecture.md principle 1): the Cartesian
+product of each field's candidate values, checked by `rules.check` with no Python loop over layouts, the leading
+rules applied before the rest is built (`_early_kept`). `SpaceOptions.rules` narrow the lists. Candidates, pruning
+and why: docs/cost-model.md#space."""
 
 from __future__ import annotations
 
