@@ -114,9 +114,6 @@ def site_key(result: Result) -> str:
 def run_fuzz(cases: int, seed: int, surface: str | None = None, limit_s: int = 10,
              progress: Callable[[int, Result], None] | None = None) -> Report:
     """Generate and run `cases` cases from `seed` (case i depends only on seed and i)."""
-    from llmscale.cli.heap import keep_freed_memory
-
-    keep_freed_memory()
     bases = ff.load_bases(saved_outputs())
     names = [surface] if surface else list(SURFACES)
     weights = [SURFACES[n][0] for n in names]

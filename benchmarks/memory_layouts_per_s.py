@@ -9,11 +9,11 @@ Pin to one core with `taskset -c 0` (and OMP_NUM_THREADS=1) for a one-core figur
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
 
-from llmscale.cli.heap import keep_freed_memory
 from llmscale.cost.memory import memory_breakdown
 from llmscale.io.catalog import load_constants, load_gpu, load_model
 from llmscale.layout.arrays import Layouts
@@ -45,6 +45,14 @@ def random_layouts(n: int, seed: int = 0) -> Layouts:
     )
 
 
+def heap_settings() -> str:
+    """glibc's malloc thresholds as this process got them from the environment (llmscale leaves them at glibc's
+    defaults; MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=1073741824 keep freed chunks in the heap)."""
+    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    given = [f"{name}={os.environ[name]}" for name in names if name in os.environ]
+    return ", ".join(given) or "glibc defaults"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="seed-10t-moe")
@@ -52,7 +60,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--one-at-a-time", type=int, default=2000, help="layouts scored one by one for the ratio")
     args = parser.parse_args()
-    print(f"# heap: thresholds raised (as the llmscale command, llmscale.cli.heap): {keep_freed_memory()}")
+    print(f"# heap: {heap_settings()}")
     model, train, cluster = load_model(args.model), TrainSpec(global_batch=8192), _cluster(500_000)
     lay = random_layouts(args.layouts)
     memory_breakdown(model, cluster, train, lay.take(np.arange(10)), CONSTANTS)  # warm caches

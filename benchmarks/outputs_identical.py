@@ -43,8 +43,8 @@ VOLATILE = ("seconds", "generated_layouts")
 
 
 def _run(command: str, args: list[str]) -> dict:
-    done = subprocess.run([sys.executable, "-c", "from llmscale.cli.main import main; main()", command, *args, "--json"], capture_output=True,
-                          text=True, check=False)
+    argv = [sys.executable, "-c", "from llmscale.cli.main import main; main()", command, *args, "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode not in (0, 3) or not done.stdout.strip():
         raise SystemExit(f"{command} {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
     return json.loads(done.stdout)

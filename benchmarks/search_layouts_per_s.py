@@ -21,7 +21,7 @@ The target line reports whether (b) meets TARGET_LAYOUTS_PER_S; the exit status 
 (the `verified` columns) only, since timings vary with the machine.
 
 Run:  OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/search_layouts_per_s.py [--layouts 1000000] [--single 300]
-      [--default-heap]
+      (glibc's malloc thresholds as the environment sets them: MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_)
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from typing import TypeVar
 import numpy as np
 
 from llmscale import __version__
-from llmscale.cli.heap import keep_freed_memory
 from llmscale.cost.step import estimate_step
 from llmscale.io.catalog import load_cluster, load_constants, load_model
 from llmscale.layout.arrays import Layouts
@@ -288,17 +287,21 @@ def _summary(cases: dict[str, Case], batches: dict[str, BatchResult], rows: list
           f"one-at-a-time = vectorized within {MATCH_RTOL:g}")
 
 
+def heap_settings() -> str:
+    """glibc's malloc thresholds as this process got them from the environment (llmscale leaves them at glibc's
+    defaults; MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=1073741824 keep freed chunks in the heap)."""
+    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    given = [f"{name}={os.environ[name]}" for name in names if name in os.environ]
+    return ", ".join(given) or "glibc defaults"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--layouts", type=int, default=1_000_000, help="layouts in the vectorized batch")
     parser.add_argument("--single", type=int, default=300, help="layouts scored one at a time")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--default-heap", action="store_true",
-                        help="leave glibc's malloc thresholds alone (the llmscale command raises them: "
-                             "llmscale.cli.heap)")
     args = parser.parse_args()
-    heap = "glibc defaults" if args.default_heap else f"thresholds raised: {keep_freed_memory()}"
-    print(f"# heap: {heap}")
+    print(f"# heap: {heap_settings()}")
     cases = {
         "gpt3": Case(load_model("gpt3-175b"), load_cluster("selene", num_gpus=1536),
                      TrainSpec(seq_len=2048, global_batch=1536), 1536),

@@ -181,19 +181,6 @@ def test_rank_orders_coincide_without_data_parallelism() -> None:
         assert getattr(step, f)[0] == getattr(step, f)[1], f
 
 
-def test_keeping_freed_memory_is_harmless_and_works_on_glibc() -> None:
-    # llmscale.cli.heap raises glibc's malloc thresholds (64K-layout chunks of seed-10t-moe scored after one 1M-layout
-    # call: 1.8 M layouts/s without, 2.3 M/s with); on other C libraries it must do nothing rather than fail.
-    import platform
-
-    from llmscale.cli.heap import keep_freed_memory
-
-    result = keep_freed_memory()
-    assert isinstance(result, bool)
-    if platform.libc_ver()[0] == "glibc":
-        assert result
-
-
 def test_synchronous_zero3_hides_none_of_its_per_tensor_collectives() -> None:
     # DeepSpeed ZeRO-3 of 2021 (microsoft/DeepSpeed@112ebff): one all-gather per parameter tensor with
     # torch.cuda.synchronize() before it, and the device synchronized after each sub-module's gathers, so its

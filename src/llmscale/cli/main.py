@@ -17,7 +17,6 @@ import typer
 
 from llmscale import __version__
 from llmscale.cli import options as o
-from llmscale.cli.heap import keep_freed_memory
 from llmscale.cli.help_width import keep_option_names_whole
 from llmscale.cli.plan_cmd import plan_cmd
 from llmscale.errors import LlmscaleError
@@ -230,7 +229,6 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the app, turning LlmscaleError into one line and exit code 2, and warnings into one line."""
-    keep_freed_memory()
     warnings.showwarning = _warning_line
     for category in (UnsealedProfileWarning, PartialNodeWarning, o.DecimalCountWarning):
         warnings.simplefilter("always", category)  # every run says so, not only the first in a process
