@@ -233,35 +233,25 @@ def take_fields(obj: DataclassT, index: np.ndarray) -> DataclassT:
 
 def distinct_rows(*columns: np.ndarray) -> DistinctRows:
     """Distinct rows of integer or bool columns of shape (N,), in ascending (lexicographic) order as np.unique(axis=0)
-    gives them: one mixed-radix key per row (each column offset by its minimum; constant columns skipped), made dense
-    again (`_dense_codes`) whenever the next column would take its range past a table of ~4N entries, so the rows are
-    found by a table over the key range (O(N), no sort). A column whose own range is larger than that, or that takes a
-    dense key past it, is replaced by np.unique's codes (a sort) first."""
+    gives them: np.unique of one mixed-radix key per row (each column offset by its minimum), the key re-coded by
+    np.unique first wherever the next column would take it past int64."""
     size = columns[0].shape[0]
     if size == 0:
         return DistinctRows(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp))
-    limit = 4 * size + 1024
-    key: np.ndarray | None = None
-    radix, offset = 1, 0  # the key is Σ (value − low)·weight: the columns' minima are subtracted once, as `offset`
+    key = np.zeros(size, dtype=np.int64)
+    radix = 1
     for column in columns:
-        values, low, span = _column_codes(column, limit)
+        low, high = int(column.min()), int(column.max())
+        span = high - low + 1
         if span == 1:
             continue  # a constant column separates no rows
-        if key is not None and radix * span > limit:
-            key, radix = _dense_codes(key - offset, radix)
-            offset = 0
-        key = values if key is None else key * span + values
-        radix, offset = radix * span, offset * span + low
-        if radix > limit:  # a wide column after a dense key: sort this once
-            unique, inverse = np.unique(key - offset, return_inverse=True)
-            key, radix, offset = inverse.reshape(-1), int(unique.shape[0]), 0
-    if key is None:  # every column constant: one row
-        return DistinctRows(np.array([size - 1], dtype=np.intp), np.zeros(size, dtype=np.intp))
-    key = (key - offset if offset else key).astype(np.intp, copy=False)
-    keys, row_of_key = _key_table(key, radix)
-    last_index = np.empty(radix, dtype=np.intp)
-    last_index[key] = np.arange(size)  # some layout of each key: every one of them has the same values
-    return DistinctRows(last_index.take(keys), row_of_key.take(key))
+        if radix * span >= 2**62:
+            unique, inverse = np.unique(key, return_inverse=True)
+            key, radix = inverse.reshape(-1).astype(np.int64), int(unique.shape[0])
+        key = key * span + (column.astype(np.int64, copy=False) - low)
+        radix *= span
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return DistinctRows(first.astype(np.intp, copy=False), inverse.reshape(-1).astype(np.intp, copy=False))
 
 
 def distinct_within(lay: Layouts, rows: DistinctRows, base: tuple[str, ...], names: tuple[str, ...],
@@ -275,36 +265,3 @@ def distinct_within(lay: Layouts, rows: DistinctRows, base: tuple[str, ...], nam
     part = distinct_rows(*(lay.column(name).take(rows.first) for name in inside)).inverse if inside else None
     key = [part.take(rows.inverse)] if part is not None else []
     return distinct_rows(*key, *(lay.column(name) for name in outside), *extra)
-
-
-def _column_codes(column: np.ndarray, limit: int) -> tuple[np.ndarray, int, int]:
-    """(values, their minimum, their span) of a column, whose values minus the minimum are codes 0 … span − 1 in
-    the order of its values; a column whose range exceeds `limit` as its np.unique inverse (minimum 0)."""
-    low, high = int(column.min()), int(column.max())
-    if column.dtype == bool:
-        return column, low, high - low + 1
-    values = column.astype(np.int64, copy=False)
-    if high - low + 1 > limit:
-        unique, inverse = np.unique(values, return_inverse=True)
-        return inverse.reshape(-1), 0, int(unique.shape[0])
-    if abs(low) > 2**31:  # offset now: the caller's unsubtracted key must stay far inside int64
-        return values - low, 0, high - low + 1
-    return values, low, high - low + 1
-
-
-def _dense_codes(key: np.ndarray, radix: int) -> tuple[np.ndarray, int]:
-    """Keys below `radix` renumbered 0 … U − 1 in ascending order (a table over the range, no sort), and U."""
-    keys, row_of_key = _key_table(key, radix)
-    return row_of_key.take(key), int(keys.shape[0])
-
-
-def _key_table(key: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the keys present in `key`, ascending; a table over 0 … radix − 1 giving each present key its rank there).
-    Ranks by scattering 0 … U − 1 onto the present keys: np.cumsum over a bool or int64 table is several times
-    slower (numpy 2.4 has no SIMD accumulate for them)."""
-    present = np.zeros(radix, dtype=bool)
-    present[key] = True
-    keys = np.flatnonzero(present)
-    row_of_key = np.empty(radix, dtype=np.intp)  # entries of absent keys are never read
-    row_of_key[keys] = np.arange(keys.shape[0])
-    return keys, row_of_key
