@@ -1,12 +1,7 @@
 """llmscale: plan, predict and check the training of very large language models."""
 
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
-
-try:
-    __version__ = _version("llmscale")
-except _PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+source"
+__version__ = "0.1.0"
+"""The one place the version is written: pyproject.toml reads it from here (tool.setuptools.dynamic)."""
 
 _API = ("plan", "explain", "memory", "export", "goodput", "allocate", "validate")
 __all__ = ["__version__", *_API]

@@ -8,10 +8,20 @@ May import: `llmscale.report`, `llmscale.launch`, `llmscale.scaling`, `llmscale.
 `llmscale.units`, `llmscale` (the version).
 """
 
-from llmscale.api.allocate import allocate
-from llmscale.api.jobs import explain, export, memory, plan
-from llmscale.api.results import Document, Explain, LayoutScore, Plan
-from llmscale.api.runs import goodput, validate
+from importlib import import_module
 
-__all__ = ["Document", "Explain", "LayoutScore", "Plan", "allocate", "explain", "export", "goodput", "memory", "plan",
-           "validate"]
+_HOMES = {"allocate": "allocation", "explain": "jobs", "export": "jobs", "memory": "jobs", "plan": "jobs",
+          "Document": "results", "Explain": "results", "LayoutScore": "results", "Plan": "results",
+          "goodput": "runs", "validate": "runs"}
+"""Each public name and the module that defines it, imported on first use: a command loads only what it runs."""
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'llmscale.api' has no attribute {name!r}")
+    return getattr(import_module(f"llmscale.api.{_HOMES[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -23,7 +23,7 @@ from rich.measure import Measurement
 from rich.progress import Progress
 from rich.table import Table
 
-from llmscale.api.allocate import allocate, resolve_law
+from llmscale.api.allocation import allocate, resolve_law
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
 from llmscale.report.allocate_html import COLUMNS, Column, write_allocate_html
