@@ -176,37 +176,25 @@ def _early_kept(model: ModelSpec, train: TrainSpec, num_gpus: int,
     the Cartesian product's own order (the first column varies slowest: the order ties are ranked in), and how many
     combinations of the whole product each of those rules rejected."""
     names = list(values)
+    shape = [len(values[name]) for name in names]
     early = [name for name in names if name in EARLY]
-    part = _product({name: list(range(len(values[name]))) for name in early})
-    vals = {name: np.asarray(values[name], dtype=np.int64)[part[name]] for name in early}
+    vals: dict[str, Any] = _product({name: values[name] for name in early})
     per_row = math.prod(len(values[name]) for name in names if name not in EARLY)
     whole = num_gpus % (vals["tp"] * vals["cp"] * vals["pp"]) == 0
     rejected: Counter[Reason] = Counter({Reason.GPU_COUNT: int((~whole).sum()) * per_row})
     vals = {name: v[whole] for name, v in vals.items()}
-    part = {name: v[whole] for name, v in part.items()}
     etp = np.where(vals.pop("etp_is_tp") == 1, vals["tp"], 1)
-    lay = Layouts.from_columns(**vals, etp=etp, num_gpus=num_gpus)
-    reasons = check(model, train, num_gpus, lay)
+    reasons = check(model, train, num_gpus, Layouts.from_columns(**vals, etp=etp, num_gpus=num_gpus))
     decided = np.isin(reasons, list(decided_by(frozenset(vals) | {"dp", "etp"})))
     failed = zip(*np.unique(reasons[decided], return_counts=True), strict=True)
     rejected.update({Reason(int(r)): int(n) * per_row for r, n in failed})
-    return _expand(values, {name: v[~decided] for name, v in part.items()}), rejected
-
-
-def _expand(values: dict[str, list[Any]], kept: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The kept rows of the EARLY columns × every combination of the other columns, as index arrays in the order of
-    the whole product over `values`."""
-    names = list(values)
-    rest = _product({name: list(range(len(values[name]))) for name in names if name not in kept})
-    rows = next(iter(kept.values())).shape[0]
-    width = math.prod(len(values[name]) for name in names if name not in kept)
-    index = {name: np.repeat(v, width) for name, v in kept.items()}
-    index |= {name: np.tile(v, rows) for name, v in rest.items()}
-    key = np.zeros(rows * width, dtype=np.int64)
-    for name in names:  # the row's position in the whole product: mixed radix, the first column slowest
-        key = key * len(values[name]) + index[name]
-    order = np.argsort(key, kind="stable")
-    return {name: index[name][order] for name in names}
+    kept = np.zeros(whole.shape, dtype=bool)
+    kept[np.flatnonzero(whole)[~decided]] = True
+    # The kept early combinations spread over the other columns' axes: np.nonzero lists the whole product's
+    # surviving positions in its own order, one index array per column.
+    axes = [len(values[name]) if name in EARLY else 1 for name in names]
+    index = np.nonzero(np.broadcast_to(kept.reshape(axes), shape))
+    return dict(zip(names, index, strict=True)), rejected
 
 
 _PRODUCT = frozenset({"tp", "cp", "pp", "vpp", "ep", "mbs", "zero", "recompute", "schedule", "offload_optimizer",
