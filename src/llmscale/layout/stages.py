@@ -67,36 +67,16 @@ def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.nd
     return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0)
 
 
-TABLE_VPP = 8
-"""Virtual stages per rank a layer table covers at least (a search's vpp ≤ 8)."""
-
-
-DENSE_TABLE_CELLS = 1 << 14
-"""Cells (pp × vpp) up to which a layer table covers every split; above (a model of thousands of layers, or a
-large vpp), it covers only the splits the layouts use: a full table would cost O(pp² · vpp) to build."""
-
-
 @cache
-def _layer_table(model: ModelSpec, max_pp: int, max_vpp: int, rank_of_pp: RankOf,
-                 splits: tuple[int, ...] | None = None) -> np.ndarray:
-    """Table [split, field] of (rank, dense, moe) for the rank `rank_of_pp` picks in a looped pipeline, then
-    (rank, dense, moe) of the pair of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r), for
-    every split code pp · (max_vpp + 1) + vpp ≤ max_pp · (max_vpp + 1) + max_vpp, or for the codes `splits` only;
-    computed once per model and grid size, then gathered for millions of layouts."""
-    codes = range((max_pp + 1) * (max_vpp + 1)) if splits is None else splits
-    table = np.zeros((len(codes), 6), dtype=np.int64)
-    for i, code in enumerate(codes):
-        pp, vpp = divmod(code, max_vpp + 1)
-        if pp < 1 or vpp < 1:
-            continue
-        dense, moe = _rank_layers(model, pp, vpp)
-        pair_dense = dense + dense[::-1]
-        pair_moe = moe + moe[::-1]
-        rank = rank_of_pp.pick(moe, dense)
-        pair = rank_of_pp.pick(pair_moe, pair_dense)
-        table[i] = rank, dense[rank], moe[rank], pair, pair_dense[pair], pair_moe[pair]
-    table.flags.writeable = False
-    return table
+def _split_row(model: ModelSpec, pp: int, vpp: int, which: RankOf) -> tuple[int, int, int, int, int, int]:
+    """(rank, dense, moe) of the rank `which` picks in a looped pp × vpp split, then (rank, dense, moe) of the pair
+    of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r); cached: a search asks for few splits."""
+    dense, moe = _rank_layers(model, pp, vpp)
+    pair_dense = dense + dense[::-1]
+    pair_moe = moe + moe[::-1]
+    rank = which.pick(moe, dense)
+    pair = which.pick(pair_moe, pair_dense)
+    return rank, int(dense[rank]), int(moe[rank]), pair, int(pair_dense[pair]), int(pair_moe[pair])
 
 
 class RankOf(IntEnum):
@@ -129,17 +109,11 @@ class RankOf(IntEnum):
 @reads("pp", "vpp", "schedule")
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     """Layers on the pipeline rank `which` picks, for every layout."""
-    # Tables are sized to the next power of two of the largest pp and to 8 virtual stages (more only when asked),
-    # so a search's chunks share a handful per model instead of rebuilding one per chunk.
-    max_vpp = max(int(lay.vpp.max(initial=1)), TABLE_VPP)
-    max_pp = 1 << (int(lay.pp.max(initial=1)) - 1).bit_length()
-    row = lay.pp * (max_vpp + 1) + lay.vpp
-    if (max_pp + 1) * (max_vpp + 1) <= DENSE_TABLE_CELLS:
-        table = _layer_table(model, max_pp, max_vpp, which)
-    else:
-        splits = np.unique(row)
-        table = _layer_table(model, max_pp, max_vpp, which, tuple(splits.tolist()))
-        row = np.searchsorted(splits, row)
+    width = int(lay.vpp.max(initial=1)) + 1
+    codes, row = np.unique(lay.pp * width + lay.vpp, return_inverse=True)
+    table = np.array([_split_row(model, *divmod(int(code), width), which) for code in codes], dtype=np.int64)
+    table = table.reshape(-1, 6)
+    row = row.reshape(-1)
     columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index
     rank = columns[0].take(row)
     dense = columns[1].take(row)
