@@ -44,7 +44,9 @@ from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import Reason, check
 from llmscale.layout.space import generate
 from llmscale.search.plan import CHUNK_LAYOUTS, Objective, plan
+from llmscale.search.targets import SearchTarget
 from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.framework import Framework
 from llmscale.specs.layout import Layout, Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
@@ -123,7 +125,8 @@ class LayoutRow:
 def search_section(case: Case, repeat: int) -> tuple[list[tuple[str, int, float]], list[LayoutRow]]:
     """(a): timings of generate / estimate_step / plan, and the best layout vs the published ones."""
     m, c, t, g = case.model, case.cluster, case.train, case.num_gpus
-    gen_s, space = _best_of(repeat, lambda: generate(m, c, t, g))
+    options = SearchTarget(Framework.ANY).space_options({}, m.is_moe)  # plan's own space: the overlaps searched on
+    gen_s, space = _best_of(repeat, lambda: generate(m, c, t, g, options))
     lay = space.layouts
     score_s, step = _best_of(repeat, lambda: estimate_step(m, c, t, lay, CONSTANTS))
     plan_s, result = _best_of(repeat, lambda: plan(m, c, t, CONSTANTS, gpus=g, objective=Objective.THROUGHPUT, top=1))
