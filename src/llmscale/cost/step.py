@@ -220,7 +220,7 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
     dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes,
-                            zero3_calls(model, train, lay, layers), comm)
+                            zero3_calls(model, train, lay, layers), comm, list_form=train.zero3_synchronous)
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     sharding = Sharding.of(lay)
     shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex

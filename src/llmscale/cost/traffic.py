@@ -137,13 +137,12 @@ def zero3_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, layers: StageL
 
 def data_parallel_comm(
     cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
-    grad_bytes: float, zero3_calls: tuple[np.ndarray, np.ndarray], comm: CommConstants,
+    grad_bytes: float, zero3_calls: tuple[np.ndarray, np.ndarray], comm: CommConstants, list_form: bool = False,
 ) -> DataParallelComm:
-    """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes`
-    per element (fp32 main grads are reduced in fp32, Megatron grad_reduce_in_fp32), parameters gathered in
-    16 bits. ZeRO-3 gathers and reduce-scatters in `zero3_calls` = (non-expert, expert) collectives per pass, each
-    paying its latency: one per layer for FSDP units, one per parameter tensor where the framework issues them so
-    (TrainSpec.zero3_synchronous)."""
+    """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes` per
+    element, parameters gathered in 16 bits. ZeRO-3 runs `zero3_calls` = (non-expert, expert) collectives per pass,
+    each paying its latency (one per layer, or per tensor under TrainSpec.zero3_synchronous), and in `list_form`
+    (DeepSpeed 2021) a view and a copy per member rank on the host (docs/cost-model.md#zero3-list-form)."""
     dense_group = lay.dp * lay.cp
     strides = GroupStrides.of(lay)
     dense_links = group_links(cluster, dense_group, strides.dense_dp, comm)
@@ -161,13 +160,18 @@ def data_parallel_comm(
     scatter = both(Collective.REDUCE_SCATTER, grad_bytes)
     reduce = both(Collective.ALL_REDUCE, grad_bytes)
     calls = (np.maximum(zero3_calls[0], 1), np.maximum(zero3_calls[1], 1))
+    # In list form every call also makes one view and one copy per member rank on the host (CommConstants
+    # .list_collective_rank_us): two all-gathers and a reduce-scatter per pass.
+    per_rank = comm.list_collective_rank_s * (zero3_calls[0] * dense_group + zero3_calls[1] * lay.edp) if (
+        list_form) else 0.0
     return DataParallelComm(
         grad_sync_s=np.where(lay.zero >= 1, scatter, reduce) * ~zero3,
         param_gather_s=np.where((lay.zero >= 1) & ~zero3, both(Collective.ALL_GATHER, BYTES_16BIT), 0.0),
         per_microbatch_s=np.where(
             zero3,
             2 * both(Collective.ALL_GATHER, BYTES_16BIT, calls)
-            + both(Collective.REDUCE_SCATTER, grad_bytes, calls),
+            + both(Collective.REDUCE_SCATTER, grad_bytes, calls)
+            + 3 * per_rank,
             0.0,
         ),
     )

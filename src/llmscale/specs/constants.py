@@ -75,6 +75,9 @@ class CommConstants(Spec):
         description="fixed cost of one call, per collective (NCCL baseLat)"
     )
     in_network_latency_us: NonNegativeFloat = Field(description="latency of one NVLS all-reduce inside a domain")
+    list_collective_rank_us: float = Field(
+        ge=2, le=20, description="host time per member rank of a torch.distributed collective called on a list of "
+        "per-rank tensors (one view made and one copy launched per rank): DeepSpeed's ZeRO-3 of 2021")
 
     @model_validator(mode="after")
     def _every_collective(self) -> CommConstants:
@@ -90,6 +93,10 @@ class CommConstants(Spec):
     @property
     def in_network_latency_s(self) -> float:
         return self.in_network_latency_us * US
+
+    @property
+    def list_collective_rank_s(self) -> float:
+        return self.list_collective_rank_us * US
 
 
 class CheckpointConstants(Spec):
