@@ -34,10 +34,9 @@ class SpaceOptions:
     vpp: tuple[int, ...] | None = None
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2)
-    """ZeRO-3 is left out by default: `llmscale validate` puts the Megatron-FSDP rows within −9 % to +26 % but
-    overshoots the 2021 DeepSpeed ZeRO-3 baselines by +38 % to +349 % (their weight gathers ran near one NIC's
-    bandwidth, which the model does not explain), so a search could recommend it for the wrong reason. Pass
-    (0, 1, 2, 3) to include it."""
+    """ZeRO-3 is left out by default: `llmscale validate` still overshoots the 2021 DeepSpeed ZeRO-3 baselines by
+    +5 % to +43 % (the 530B rows most), so a search could recommend it for the wrong reason. Pass (0, 1, 2, 3) to
+    include it."""
     recompute: tuple[Recompute, ...] = tuple(Recompute)
     module_recompute: tuple[bool, ...] | None = None
     """Whether layouts recompute the norms, MLA up-projections and expert activations (each where the model has it);
