@@ -85,7 +85,8 @@ _OFF_DEFAULT: dict[str, JobRequest] = {
     # torchtitan has no expert-TP degree: etp 2 (= tp) must be named.
     "etp": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
                       layout={"tp": 2, "pp": 4, "dp": 32, "ep": 8}),
-    "ep_comm_overlap": JobRequest(model="mixtral-8x22b", cluster="eos-h100", train={"global_batch": 512},
+    "ep_comm_overlap": JobRequest(model="mixtral-8x22b", cluster="eos-h100",
+                                  train={"global_batch": 512, "moe_dispatcher": "alltoall"},
                                   layout={"tp": 2, "pp": 4, "vpp": 2, "dp": 32, "ep": 8, "ep_comm_overlap": True}),
     "offload_activations": JobRequest(model="llama3-8b", cluster="eos-h100", train={"global_batch": 64},
                                       layout={"dp": 64, "offload_activations": 8}),

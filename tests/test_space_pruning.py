@@ -16,13 +16,13 @@ from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.constraints import parse_rules
 from llmscale.layout.profile import ReleaseLayouts
-from llmscale.layout.rules import RULE_READS, Reason, check, conditions, decided_by
+from llmscale.layout.rules import RULE_READS, Reason, check, conditions, decided_by, explain_rejection
 from llmscale.layout.space import SpaceOptions, _mode_values, _product, _pruned, candidate_values, generate
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.framework import Framework
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import MoeDispatcher, TrainSpec
 
 SUPPORTS = load_frameworks()
 
@@ -124,3 +124,17 @@ def test_pruning_before_building_keeps_the_whole_products_layouts_order_and_coun
         assert np.array_equal(space.layouts.column(name), want_layouts.column(name)), name
     assert space.rejected == want_rejected
     assert space.generated == sum(want_rejected.values()) + want_layouts.size
+
+
+def test_ep_overlap_needs_the_all_to_all_or_flex_dispatcher() -> None:
+    # NVIDIA/Megatron-LM@cd4afffa648 transformer_config.py asserts moe_token_dispatcher_type in [alltoall, flex] for
+    # overlap_moe_expert_parallel_comm: with the allgather dispatcher the layout is refused, naming the dispatcher.
+    model = load_model("mixtral-8x7b")
+    lay = Layouts.from_columns(tp=1, dp=64, ep=8, ep_comm_overlap=True)
+    for dispatcher in MoeDispatcher:
+        train = TrainSpec(moe_dispatcher=dispatcher)
+        reason = Reason(int(check(model, train, 64, lay)[0]))
+        assert reason is (Reason.EP_OVERLAP if dispatcher is MoeDispatcher.ALLGATHER else Reason.OK), dispatcher
+    message = str(explain_rejection(Reason.EP_OVERLAP, model, TrainSpec(moe_dispatcher=MoeDispatcher.ALLGATHER), 64,
+                                    lay))
+    assert "the job's is allgather" in message and "--framework any" in message

@@ -17,7 +17,7 @@ from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import MoeDispatcher, TrainSpec
 
 
 class Reason(IntEnum):
@@ -74,8 +74,9 @@ _MEANING: dict[Reason, str] = {
                         "NVIDIA/Megatron-LM@000c4ac24f61 megatron/training/arguments.py)",
     Reason.TP_OVERLAP: "TP communication overlap needs tp > 1 and sequence parallelism (Megatron-Bridge drops "
                        "it otherwise: NVIDIA-NeMo/Megatron-Bridge@51885cf132b2 training/comm_overlap.py)",
-    Reason.EP_OVERLAP: "EP all-to-all overlap needs ep > 1, an interleaved (or DualPipe) schedule when pp > 1 and no "
-                       "full recompute (NVIDIA/Megatron-LM@cd4afffa648 transformer_config.py asserts each)",
+    Reason.EP_OVERLAP: "EP all-to-all overlap needs ep > 1, an interleaved (or DualPipe) schedule when pp > 1, no "
+                       "full recompute and the alltoall or flex dispatcher (NVIDIA/Megatron-LM@cd4afffa648 "
+                       "transformer_config.py asserts each)",
     Reason.OUT_OF_MEMORY: "the most-loaded GPU needs more memory than it has, or than --max-memory-fraction of it "
                           "(set by the memory model, not by `check`)",
     Reason.EXCLUDED: "outside what the user fixed or bounded on `plan` (--tp 8, --pp 4..16) or what the target "
@@ -133,6 +134,7 @@ def conditions(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray,
     num_micro = lay.num_microbatches(train.global_batch)
     experts = max(model.experts, 1)
     view = {name: lay.column(name) for name in ("tp", "sp", "ep", "pp", "schedule", "recompute")}
+    gathers = train.moe_dispatcher is MoeDispatcher.ALLGATHER  # the overlap splits the all-to-all dispatcher's work
     return [
         (Reason.GPU_COUNT, lay.num_gpus != num_gpus),
         (Reason.TP_HEADS, (model.heads % lay.tp != 0) | (kv_heads % lay.tp != 0)),
@@ -154,7 +156,7 @@ def conditions(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray,
             | (lay.offload_activations >= model.layers))),
         (Reason.CUDA_GRAPHS, lay.cuda_graphs & ~switch_runs("cuda_graphs", view)),
         (Reason.TP_OVERLAP, lay.tp_comm_overlap & ~switch_runs("tp_comm_overlap", view)),
-        (Reason.EP_OVERLAP, lay.ep_comm_overlap & ~switch_runs("ep_comm_overlap", view)),
+        (Reason.EP_OVERLAP, lay.ep_comm_overlap & (~switch_runs("ep_comm_overlap", view) | gathers)),
     ]
 
 
@@ -248,7 +250,9 @@ def explain_rejection(
                                                   "recompute_granularity != full with --cuda-graph-impl)"),
         Reason.TP_OVERLAP: ("tp_comm_overlap", True, f"needs tp > 1 (tp {tp}) and sequence parallelism (--sp)"),
         Reason.EP_OVERLAP: ("ep_comm_overlap", True, f"needs ep > 1 (ep {ep}), the interleaved schedule when pp > 1 "
-                            f"(pp {pp}, schedule {schedule}) and no full recompute (Megatron's combined 1F1B)"),
+                            f"(pp {pp}, schedule {schedule}), no full recompute and the alltoall or flex dispatcher "
+                            f"(the job's is {train.moe_dispatcher.value}: a --framework release whose recipe runs "
+                            f"one, or --framework any)"),
     }
     field, value, allowed = messages[reason]
     return SpecError(field, value, allowed, where="layout")
