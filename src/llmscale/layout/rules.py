@@ -102,7 +102,7 @@ RULE_READS: dict[Reason, frozenset[str]] = {reason: frozenset(names.split()) for
     Reason.TP_OVERLAP: "tp_comm_overlap tp sp",
     Reason.EP_OVERLAP: "ep_comm_overlap ep pp schedule recompute",
 }.items()}
-"""The layout columns each rule of `check` reads (tests/test_layout_definition.py checks each against `check`): the
+"""The layout columns each rule of `check` reads, in `check`'s order (tests/test_space_pruning.py checks both): the
 space applies a leading run of rules as soon as their columns are built (layout.space)."""
 
 
