@@ -294,15 +294,21 @@ def _unrunnable(layout: Mapping[str, Any], user: Mapping[str, Any]) -> list[str]
     return [name for name in candidates if not bool(switch_runs(name, view)[0])]
 
 
+def moot_recompute_setting(has_modules: bool, recompute: Any) -> str | None:
+    """Which of Megatron's recompute settings does not act beside the other: a module list decides what a selective
+    recompute re-runs (core_attn only when listed), so it replaces the granularity beside it; under full recompute
+    (`recompute`, the release's or the user's) the list is moot. None: no module list, both act."""
+    if not has_modules:
+        return None
+    full = _member(Recompute, recompute, None) is Recompute.FULL  # (a value that is no recompute: named later)
+    return "recompute_modules" if full else "recompute"
+
+
 def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> dict[str, ProfileRule]:
-    """Megatron's recompute: a module list decides what a selective recompute re-runs (core_attn only when listed),
-    so it replaces the granularity beside it; under full recompute (the release's or the user's) it is moot."""
-    if "recompute_modules" not in chosen:
-        return chosen
+    """`chosen` without the recompute setting that does not act (`moot_recompute_setting`)."""
     recompute = layout.get("recompute") or (chosen["recompute"].set.recompute if "recompute" in chosen else None)
-    if _member(Recompute, recompute, None) is Recompute.FULL:  # (a value that is no recompute: named later)
-        return {k: v for k, v in chosen.items() if k != "recompute_modules"}
-    return {k: v for k, v in chosen.items() if k != "recompute"}
+    moot = moot_recompute_setting("recompute_modules" in chosen, recompute)
+    return {k: v for k, v in chosen.items() if k != moot}
 
 
 def _chosen(release: ReleaseProfile, facts: JobFacts, sizes: Mapping[str, Any] | None) -> dict[str, ProfileRule]:

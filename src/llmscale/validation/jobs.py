@@ -14,7 +14,7 @@ from typing import Any
 from llmscale.cost.calibrate import calibrates
 from llmscale.cost.memory import memory_breakdown
 from llmscale.errors import LlmscaleError
-from llmscale.io.releases import fill, job_facts, load_releases, rule_value
+from llmscale.io.releases import fill, job_facts, load_releases, moot_recompute_setting, rule_value
 from llmscale.io.resolve import ANY_FRAMEWORK, Job, JobRequest, resolve
 from llmscale.specs.calibration import CalibrationProfile
 from llmscale.specs.cluster import ClusterSpec, Generation
@@ -102,13 +102,10 @@ def _table_layout(run: PublishedRun, model: ModelSpec, settings: dict[str, Any])
         layout["sp"] = run.sequence_parallel
     if run.recompute is not None:
         layout["recompute"] = run.recompute
-    full = Recompute(layout.get("recompute", settings.get("recompute", "none"))) is Recompute.FULL
+    moot = moot_recompute_setting("recompute_modules" in settings, layout.get("recompute", settings.get("recompute")))
     for name, value in settings.items():
-        if name not in LAYOUT_SETTINGS or name in layout:
+        if name not in LAYOUT_SETTINGS or name in layout or name == moot:
             continue
-        if (name == "recompute" and "recompute_modules" in settings and not full) or (
-                name == "recompute_modules" and full):
-            continue  # a module list decides a selective recompute; full recompute makes it moot (io.releases)
         layout |= {key: v for key, v in expand(name, value).items() if key not in layout}  # the table's stand
     return layout, chosen
 
