@@ -160,7 +160,7 @@ def _score_chunked(case: Case, lay: Layouts) -> np.ndarray:
     rates = np.empty(lay.size)
     for start in range(0, lay.size, CHUNK_LAYOUTS):
         stop = min(start + CHUNK_LAYOUTS, lay.size)
-        rates[start:stop] = _score(case, lay.take(np.arange(start, stop)))
+        rates[start:stop] = _score(case, lay.take(slice(start, stop)))
     return rates
 
 

@@ -123,8 +123,9 @@ class Layouts:
         row: Layout = self._spec.model_validate(values)
         return row
 
-    def take(self, index: np.ndarray) -> Layouts:
-        """The layouts at `index` (an integer or boolean array)."""
+    def take(self, index: np.ndarray | slice) -> Layouts:
+        """The layouts at `index` (an integer or boolean array: copies), or in the range `index` (a slice: views of
+        these columns, no copy; the columns are never written)."""
         return Layouts({name: self.__dict__[name][index] for name in self.names}, self._spec, self._view)
 
     def select(self, *names: str) -> Layouts:

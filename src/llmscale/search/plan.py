@@ -93,7 +93,7 @@ def _score_space(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     """Score `lay` in chunks of CHUNK_LAYOUTS with the one cost model."""
     score, used = np.empty(lay.size), np.empty(lay.size)
     for start in range(0, lay.size, CHUNK_LAYOUTS):
-        chunk = lay.take(np.arange(start, min(start + CHUNK_LAYOUTS, lay.size)))
+        chunk = lay.take(slice(start, min(start + CHUNK_LAYOUTS, lay.size)))  # views: no copy of the columns
         derived = derive(model, train, chunk)  # once per chunk, for the step model and the goodput ranking
         step = estimate_step(model, cluster, train, chunk, constants, derived)
         goodput = None
