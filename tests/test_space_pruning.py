@@ -17,7 +17,15 @@ from llmscale.layout.arrays import Layouts
 from llmscale.layout.constraints import parse_rules
 from llmscale.layout.profile import ReleaseLayouts
 from llmscale.layout.rules import RULE_READS, Reason, check, conditions, decided_by, explain_rejection
-from llmscale.layout.space import SpaceOptions, _mode_values, _product, _pruned, candidate_values, generate
+from llmscale.layout.space import (
+    SpaceOptions,
+    _mode_values,
+    _product,
+    built_layouts,
+    candidate_values,
+    generate,
+    layout_reasons,
+)
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.framework import Framework
 from llmscale.specs.layout import RankOrder, Recompute, Schedule
@@ -65,27 +73,14 @@ def test_the_leading_rules_decided_by_the_early_columns() -> None:
 
 def _whole_product_space(model: ModelSpec, cluster_name: str, train: TrainSpec, gpus: int,
                          opts: SpaceOptions) -> tuple[Layouts, dict[Reason, int]]:
-    """The space as the whole Cartesian product, then checked (the reference `generate` must agree with)."""
+    """The space as the whole Cartesian product, then checked (the reference `generate` must agree with): built whole,
+    every combination through the same column derivation and checks, none rejected before it is built."""
     cluster = load_cluster(cluster_name, num_gpus=gpus)
     values = candidate_values(model, cluster, train, gpus, opts) | _mode_values(model, opts)
     cols = _product(values)
     whole = gpus % (cols["tp"] * cols["cp"] * cols["pp"]) == 0
-    cols = {name: v[whole] for name, v in cols.items()}
-    etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
-    flags = {}
-    if "module_recompute" in cols:
-        modules = cols.pop("module_recompute") == 1
-        flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
-                 "recompute_moe_act": modules & model.is_moe}
-    columns = {**cols, **flags, "dp": gpus // (cols["tp"] * cols["cp"] * cols["pp"]), "etp": etp}
-    if opts.release is not None or opts.search_on:
-        release = opts.release or ReleaseLayouts(None, None)
-        columns |= release.columns(columns, skip=opts.given | frozenset(columns), search_on=opts.search_on)
-    lay = Layouts.from_columns(**columns)
-    reasons = check(model, train, gpus, lay)
-    extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)
-    reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
-    reasons = np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
+    lay = built_layouts(model, gpus, {name: v[whole] for name, v in cols.items()}, opts)
+    reasons = layout_reasons(model, train, gpus, lay, opts, both_orders=len(values["rank_order"]) > 1)
     counts = Counter(Reason(int(r)) for r in reasons)
     counts[Reason.GPU_COUNT] += int((~whole).sum())
     assert counts.total() == math.prod(len(v) for v in values.values())

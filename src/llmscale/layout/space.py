@@ -138,23 +138,9 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     values |= _mode_values(model, opts)
     generated = math.prod(len(v) for v in values.values())
     index, early_rejected = _early_kept(model, train, num_gpus, values)
-    cols = {name: np.asarray(values[name], dtype=np.int64)[index[name]] for name in values}
-    dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
-    etp = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
-    flags: dict[str, np.ndarray] = {}
-    if "module_recompute" in cols:  # one switch for every module the model has (else the user gave them one by one)
-        modules = cols.pop("module_recompute") == 1
-        flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
-                 "recompute_moe_act": modules & model.is_moe}
-    columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
-    if opts.release is not None or opts.search_on:
-        release = opts.release or ReleaseLayouts(None, None)
-        columns |= release.columns(columns, skip=opts.given | frozenset(columns), search_on=opts.search_on)
-    lay = Layouts.from_columns(**columns)
-    reasons = check(model, train, num_gpus, lay)
-    extra = _pruned(lay, opts, both_orders=len(values["rank_order"]) > 1)
-    reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
-    reasons = np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
+    lay = built_layouts(model, num_gpus, {name: np.asarray(values[name], dtype=np.int64)[index[name]]
+                                          for name in values}, opts)
+    reasons = layout_reasons(model, train, num_gpus, lay, opts, both_orders=len(values["rank_order"]) > 1)
     counts = Counter({Reason(int(r)): int(n) for r, n in zip(*np.unique(reasons, return_counts=True), strict=True)})
     counts.update(early_rejected)
     listed = [r for r in sorted(counts) if r not in (Reason.OK, Reason.GPU_COUNT) and counts[r]]
@@ -162,6 +148,40 @@ def generate(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, num_gpus:
     if counts[Reason.GPU_COUNT]:  # listed last, as the space always has
         rejected[Reason.GPU_COUNT] = counts[Reason.GPU_COUNT]
     return Space(lay.take(reasons == Reason.OK), generated=generated, rejected=rejected)
+
+
+def built_layouts(model: ModelSpec, num_gpus: int, cols: dict[str, np.ndarray], opts: SpaceOptions) -> Layouts:
+    """Layouts from product columns (values, not indices): dp, etp and the module flags derived from them, and the
+    release's and the search's switches where the user gave none."""
+    cols = dict(cols)
+    flags: dict[str, np.ndarray] = {}
+    if "module_recompute" in cols:  # one switch for every module the model has (else the user gave them one by one)
+        modules = cols.pop("module_recompute") == 1
+        flags = {"recompute_norm": modules, "recompute_mla_up": modules & (model.mla is not None),
+                 "recompute_moe_act": modules & model.is_moe}
+    etp = _etp(cols)
+    dp = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
+    columns: dict[str, Any] = {**cols, **flags, "dp": dp, "etp": etp}  # sp: the layout's rule (on when tp > 1)
+    if opts.release is not None or opts.search_on:
+        release = opts.release or ReleaseLayouts(None, None)
+        columns |= release.columns(columns, skip=opts.given | frozenset(columns), search_on=opts.search_on)
+    return Layouts.from_columns(**columns)
+
+
+def layout_reasons(model: ModelSpec, train: TrainSpec, num_gpus: int, lay: Layouts, opts: SpaceOptions,
+                   both_orders: bool) -> np.ndarray:
+    """`check`'s reason per layout, then SCHEDULE for the combinations that are no distinct runnable layout
+    (`_pruned`) and EXCLUDED for those the rules mask."""
+    reasons = check(model, train, num_gpus, lay)
+    extra = _pruned(lay, opts, both_orders)
+    reasons = np.where((reasons == Reason.OK) & extra, np.int8(Reason.SCHEDULE), reasons)
+    return np.where((reasons == Reason.OK) & ~opts.rules.mask(lay), np.int8(Reason.EXCLUDED), reasons)
+
+
+def _etp(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """etp from the product's etp_is_tp column (removed from `cols`): tp where set, else 1."""
+    result: np.ndarray = np.where(cols.pop("etp_is_tp") == 1, cols["tp"], 1)
+    return result
 
 
 EARLY = ("tp", "cp", "pp", "vpp", "ep", "etp_is_tp", "schedule")
@@ -182,7 +202,7 @@ def _early_kept(model: ModelSpec, train: TrainSpec, num_gpus: int,
     whole = num_gpus % (vals["tp"] * vals["cp"] * vals["pp"]) == 0
     rejected: Counter[Reason] = Counter({Reason.GPU_COUNT: int((~whole).sum()) * per_row})
     vals = {name: v[whole] for name, v in vals.items()}
-    etp = np.where(vals.pop("etp_is_tp") == 1, vals["tp"], 1)
+    etp = _etp(vals)
     reasons = check(model, train, num_gpus, Layouts.from_columns(**vals, etp=etp, num_gpus=num_gpus))
     decided = np.isin(reasons, list(decided_by(frozenset(vals) | {"dp", "etp"})))
     failed = zip(*np.unique(reasons[decided], return_counts=True), strict=True)
