@@ -9,10 +9,10 @@ Pin to one core with `taskset -c 0` (and OMP_NUM_THREADS=1) for a one-core figur
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np
+from search_layouts_per_s import heap_settings
 
 from llmscale.cost.memory import memory_breakdown
 from llmscale.io.catalog import load_constants, load_gpu, load_model
@@ -44,13 +44,6 @@ def random_layouts(n: int, seed: int = 0) -> Layouts:
         recompute=pick([0, 1, 2]), sp=tp > 1, schedule=np.where(vpp > 1, 1, 0),
     )
 
-
-def heap_settings() -> str:
-    """glibc's malloc thresholds as this process got them from the environment (llmscale leaves them at glibc's
-    defaults; MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=1073741824 keep freed chunks in the heap)."""
-    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-    given = [f"{name}={os.environ[name]}" for name in names if name in os.environ]
-    return ", ".join(given) or "glibc defaults"
 
 
 def main() -> None:
