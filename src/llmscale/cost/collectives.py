@@ -165,9 +165,29 @@ def group_links(
 _DEDUPE_ABOVE = 512
 
 
+def placed_group_links(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, members: np.ndarray,
+                       comm: CommConstants) -> GroupLinks:
+    """`group_links` for groups whose members per tier-i domain are given, `members` (T, N) (placement.spans: the
+    fewest members the worst group has in any domain it touches, n where it fits one), instead of derived from an
+    aligned `stride`; `stride` still sets how many ranks send across a boundary at once (point-to-point)."""
+    n = np.atleast_1d(np.asarray(size, dtype=np.int64))
+    s = np.atleast_1d(np.asarray(stride, dtype=np.int64))
+    m = np.asarray(members, dtype=float).reshape(len(cluster.tiers), n.size)
+    m[-1] = n  # the outermost tier spans the cluster (ClusterSpec validation)
+    fits = m >= n
+    tier = np.where(n > 1, np.argmax(fits, axis=0), -1)
+    crossed = np.arange(m.shape[0])[:, None] < tier
+    return _links_of(cluster, comm, n, s, tier, crossed, np.where(crossed, np.clip(m, 1, n), n))
+
+
 def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommConstants) -> GroupLinks:
+    tier, crossed, members = _placement(_tiers(cluster, eff), n, s)
+    return _links_of(cluster, eff, n, s, tier, crossed, members)
+
+
+def _links_of(cluster: ClusterSpec, eff: CommConstants, n: np.ndarray, s: np.ndarray, tier: np.ndarray,
+              crossed: np.ndarray, members: np.ndarray) -> GroupLinks:
     tiers = _tiers(cluster, eff)
-    tier, crossed, members = _placement(tiers, n, s)
     lat = _latencies(tiers, n, crossed, members)
     bw = _bandwidths(tiers, n, s, crossed, members, tier)
     spanned = np.arange(tiers.ranks.shape[0])[:, None] <= tier
@@ -238,3 +258,19 @@ def collective_time_s(op: Collective, bytes_total: np.ndarray, size: np.ndarray,
         else:
             t = base + links.latency_s + wire / links.send_recv_bandwidth_bytes_per_s
     return np.where((n > 1) & (np.broadcast_to(s, t.shape) > 0), t, 0.0)
+
+
+def tier_shares(op: Collective, size: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Share of a member's bytes on each tier, (T, N): row 0 stays inside a scale-up domain, row i ≥ 1 leaves a
+    tier-(i−1) domain but not a tier-i one. `members` (T, N) as placed_group_links takes them. A ring (all-reduce,
+    reduce-scatter, all-gather, and send/recv along a pipeline) ordered by domain has c_i = n/m_i edges leaving
+    tier-i domains (0 where it fits one); an all-to-all sends each peer an equal part, (m_i − m_{i−1}) of n − 1 of
+    them first reached at tier i (docs/placement.md#per-tier-traffic)."""
+    n = np.atleast_1d(np.asarray(size, dtype=float))
+    m = np.minimum(np.asarray(members, dtype=float).reshape(-1, n.size), n)
+    if Collective(op) is Collective.ALL_TO_ALL:
+        reached = np.vstack([m[:1] - 1, np.diff(m, axis=0)])
+        return _ratio(reached, np.maximum(n - 1, 0)) * (n > 1)
+    edges = np.where(m < n, n / np.maximum(m, 1), 0.0)
+    bands = np.vstack([n - edges[:1], edges[:-1] - edges[1:]])
+    return bands / n * (n > 1)

@@ -19,7 +19,7 @@ from llmscale.cost.model_state import Sharding, optimizer_step_traffic_bytes_per
 from llmscale.cost.params import count_params
 from llmscale.cost.path import critical_rank, select
 from llmscale.cost.pipeline import pipeline_times
-from llmscale.cost.traffic import DataParallelComm, data_parallel_comm, microbatch_comm, zero3_calls
+from llmscale.cost.traffic import DataParallelComm, PlacedLinks, data_parallel_comm, microbatch_comm, zero3_calls
 from llmscale.layout.arrays import DistinctRows, Layouts, distinct_rows, distinct_within, reads, reads_of, take_fields
 from llmscale.layout.stages import StageLayers, stage_layers
 from llmscale.specs.cluster import ClusterSpec
@@ -92,16 +92,17 @@ STEP_PARTS = ("compute_s", "recompute_s", "tp_exposed_s", "cp_exposed_s", "ep_ex
 
 
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-                  derived: LayoutDerived | None = None) -> StepBreakdown:
+                  derived: LayoutDerived | None = None, placed: PlacedLinks | None = None) -> StepBreakdown:
     """The step-time breakdown of every layout (docs/cost-model.md#step), with the model constants `constants`;
-    `derived` hands over the batch's derived quantities (`cost.derived.derive`) when the caller has them."""
+    `derived` hands over the batch's derived quantities (`cost.derived.derive`) when the caller has them; `placed`
+    the links of each layout's groups where a placement put them (placement.evaluate), else the rank order's."""
     const = constants.step
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
     num_micro = derived.num_microbatches
-    rows, few_parts = _path_parts(model, cluster, train, lay, constants, derived)
+    rows, few_parts = _path_parts(model, cluster, train, lay, constants, derived, placed)
     parts = rows.spread_fields(few_parts)
-    shard = _shard_costs(model, cluster, train, lay, derived, parts.critical_rank, constants.comm)
+    shard = _shard_costs(model, cluster, train, lay, derived, parts.critical_rank, constants.comm, placed)
     dp = shard.data_parallel
     window = const.dp_overlap_efficiency
     zero3_window = 0.0 if train.zero3_synchronous else min(window, 1.0)
@@ -158,17 +159,18 @@ class _PathParts:
 
 
 def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-                derived: LayoutDerived) -> tuple[DistinctRows, _PathParts]:
+                derived: LayoutDerived, placed: PlacedLinks | None = None) -> tuple[DistinctRows, _PathParts]:
     """_PathParts once per distinct PATH_COLUMNS row (rows keyed by the micro-batch row, whose key range is small,
     and the other columns), with the row of every layout: the critical rank, its pipeline times and the step parts
     they make."""
-    micro_rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, MICROBATCH_COLUMNS)
+    micro_rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, MICROBATCH_COLUMNS, *_placed_key(lay, placed))
     micro = lay.select(*MICROBATCH_COLUMNS).take(micro_rows.first)
     beyond = [name for name in PATH_COLUMNS if name not in MICROBATCH_COLUMNS]
     rows = distinct_rows(micro_rows.inverse, *(lay.column(name) for name in beyond))
     few = lay.select(*PATH_VIEW).take(rows.first)
     micro_of_row = micro_rows.inverse.take(rows.first)
-    comm = take_fields(microbatch_comm(model, cluster, train, micro, constants), micro_of_row)
+    links = take_fields(placed, micro_rows.first) if placed else None
+    comm = take_fields(microbatch_comm(model, cluster, train, micro, constants, links), micro_of_row)
     layer_rows = micro.distinct(*LAYER_COLUMNS)  # a few times fewer than the micro-batch rows
     layer_view = micro.select(*LAYER_COLUMNS).take(layer_rows.first)
     times = layer_times(model, cluster, train, layer_view, constants)
@@ -208,11 +210,12 @@ class _ShardCosts:
 
 @reads("tp", "cp", "dp", "ep", "etp", "zero", "pp", "rank_order")
 def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts, derived: LayoutDerived,
-                 critical: np.ndarray, comm: CommConstants) -> _ShardCosts:
+                 critical: np.ndarray, comm: CommConstants, placed: PlacedLinks | None = None) -> _ShardCosts:
     """Data-parallel traffic and optimizer step of the critical rank (RankOf code `critical`, whose layers follow
     from pp, vpp and schedule), computed once per distinct row of the columns it and stage_layers read and of
     `critical`: a search has few."""
-    rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, reads_of(_shard_costs, stage_layers), critical)
+    rows = distinct_within(lay, derived.rows, STAGE_COLUMNS, reads_of(_shard_costs, stage_layers), critical,
+                           *_placed_key(lay, placed))
     layers = _layers_of(derived.distinct_stages, critical.take(rows.first), derived.rows.inverse.take(rows.first))
     lay = lay.select(*reads_of(_shard_costs)).take(rows.first)
     # The critical rank's parameters on its few distinct rows: cheaper than carrying every rank's through the
@@ -220,11 +223,17 @@ def _shard_costs(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: 
     params = rank_params(model, count_params(model), lay, layers)
     grad_bytes = 4.0 if train.fp32_grads else 2.0
     dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, grad_bytes,
-                            zero3_calls(model, train, lay, layers), comm, list_form=train.zero3_synchronous)
+                            zero3_calls(model, train, lay, layers), comm, list_form=train.zero3_synchronous,
+                            placed=take_fields(placed, rows.first) if placed else None)
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     sharding = Sharding.of(lay)
     shard = params.non_expert * sharding.optim_ne + params.expert * sharding.optim_ex
     return rows.spread_fields(_ShardCosts(dp, shard * optimizer_step_traffic_bytes_per_param(train) / hbm))
+
+
+def _placed_key(lay: Layouts, placed: PlacedLinks | None) -> tuple[np.ndarray, ...]:
+    """An extra de-duplication key that keeps every placed layout its own row (its links are its own)."""
+    return (np.arange(lay.size),) if placed is not None else ()
 
 
 def _layers_of(stages: RankStages, which: np.ndarray, index: np.ndarray) -> StageLayers:

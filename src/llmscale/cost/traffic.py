@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.collectives import collective_time_s, group_links
+from llmscale.cost.collectives import GroupLinks, collective_time_s, group_links
 from llmscale.cost.params import tensors_per_layer
 from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts, reads
@@ -69,46 +69,82 @@ class MicrobatchComm:
     pp_s: np.ndarray
 
 
-@reads("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
-def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
-                    constants: Constants) -> MicrobatchComm:
-    """Per-layer communication time of one micro-batch in one direction (docs/cost-model.md#traffic-volumes). Reads
-    the layout columns it declares (`reads`) only."""
-    comm = constants.comm
+@dataclass(frozen=True)
+class PlacedLinks:
+    """The links every group of a placed layout sees (placement.evaluate), one element per layout: they replace the
+    ones the rank order's aligned blocks give (`GroupStrides`)."""
+
+    tp: GroupLinks
+    cp: GroupLinks
+    ep: GroupLinks
+    pp: GroupLinks
+    dense_dp: GroupLinks
+    edp: GroupLinks
+
+
+@dataclass(frozen=True)
+class MicrobatchBytes:
+    """Bytes S of one call of each group's collective in one layer and micro-batch, forward
+    (docs/cost-model.md#traffic-volumes)."""
+
+    tp: np.ndarray
+    """An all-gather, reduce-scatter or all-reduce of the activation."""
+    cp: np.ndarray
+    """One ring step of K and V."""
+    ep_dispatch: np.ndarray
+    ep_combine: np.ndarray
+    pp: np.ndarray
+    """One activation to the next stage."""
+
+
+def microbatch_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                     ep_tier: np.ndarray) -> MicrobatchBytes:
+    """S per call (MicrobatchBytes); `ep_tier` is the outermost tier the EP group spans (GroupLinks.tier)."""
     tokens = train.seq_len / lay.cp * lay.mbs
-    h = model.hidden
-    strides = GroupStrides.of(lay)
-    activation = BYTES_16BIT * tokens * h
-    sigma = np.where(lay.sp, lay.tp, 1)
-    tp_links = group_links(cluster, lay.tp, np.ones_like(lay.tp), comm)
-    gather = collective_time_s(Collective.ALL_GATHER, activation, lay.tp, tp_links)
-    scatter = collective_time_s(Collective.REDUCE_SCATTER, activation, lay.tp, tp_links)
-    reduce = collective_time_s(Collective.ALL_REDUCE, activation, lay.tp, tp_links)
-    block = np.where(lay.sp, gather + scatter, reduce)
-    tp_dense = 2 * block
-    tp_moe = block + np.where(lay.etp > 1, block, 0.0)
-    cp_links = group_links(cluster, lay.cp, lay.tp, comm)
-    kv_bytes = BYTES_16BIT * tokens * kv_width(model)
-    cp_step = collective_time_s(Collective.SEND_RECV, kv_bytes, lay.cp, cp_links)
-    cp = (lay.cp - 1) * cp_step
-    ep = np.zeros(lay.size)
+    activation = BYTES_16BIT * tokens * model.hidden
+    zero = np.zeros(lay.size)
+    dispatch = combine = zero
     if model.is_moe:
-        ep_links = group_links(cluster, lay.ep, strides.ep, comm)
         # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
         # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
         # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
         k: np.ndarray | int = model.top_k
         if model.moe_max_nodes is not None:
-            k = np.where(ep_links.tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
+            k = np.where(ep_tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
         # The all-to-all ends when the busiest rank has its tokens (cost.routing); dispatch in FP8 with its scales
         # where the run does so (DeepSeek-V3 §3.3.3), combine in 16-bit.
         copies = tokens * k * lay.etp / lay.tp * busiest_rank_load(model, train, lay, tokens, constants.moe)
-        dispatch_bytes = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
-        ep = (collective_time_s(Collective.ALL_TO_ALL, copies * dispatch_bytes * h, lay.ep, ep_links)
-              + collective_time_s(Collective.ALL_TO_ALL, copies * BYTES_16BIT * h, lay.ep, ep_links))
-    pp_links = group_links(cluster, lay.pp, strides.pp, comm)
-    pp = collective_time_s(Collective.SEND_RECV, activation / sigma, lay.pp, pp_links)
-    return MicrobatchComm(tp_dense, tp_moe, cp, ep, pp)
+        per_element = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
+        dispatch = copies * per_element * model.hidden
+        combine = copies * BYTES_16BIT * model.hidden
+    return MicrobatchBytes(activation + zero, BYTES_16BIT * tokens * kv_width(model) + zero, dispatch + zero,
+                           combine + zero, activation / np.where(lay.sp, lay.tp, 1) + zero)
+
+
+@reads("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
+def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
+                    constants: Constants, placed: PlacedLinks | None = None) -> MicrobatchComm:
+    """Per-layer communication time of one micro-batch in one direction (docs/cost-model.md#traffic-volumes), on the
+    links of `placed` where given. Reads the layout columns it declares (`reads`) only."""
+    comm = constants.comm
+    strides = GroupStrides.of(lay)
+    tp_links = placed.tp if placed else group_links(cluster, lay.tp, np.ones_like(lay.tp), comm)
+    cp_links = placed.cp if placed else group_links(cluster, lay.cp, lay.tp, comm)
+    ep_links = placed.ep if placed else group_links(cluster, lay.ep, strides.ep, comm)
+    pp_links = placed.pp if placed else group_links(cluster, lay.pp, strides.pp, comm)
+    size = microbatch_bytes(model, train, lay, constants, ep_links.tier)
+    gather = collective_time_s(Collective.ALL_GATHER, size.tp, lay.tp, tp_links)
+    scatter = collective_time_s(Collective.REDUCE_SCATTER, size.tp, lay.tp, tp_links)
+    reduce = collective_time_s(Collective.ALL_REDUCE, size.tp, lay.tp, tp_links)
+    block = np.where(lay.sp, gather + scatter, reduce)
+    tp_moe = block + np.where(lay.etp > 1, block, 0.0)
+    cp = (lay.cp - 1) * collective_time_s(Collective.SEND_RECV, size.cp, lay.cp, cp_links)
+    ep = np.zeros(lay.size)
+    if model.is_moe:
+        ep = (collective_time_s(Collective.ALL_TO_ALL, size.ep_dispatch, lay.ep, ep_links)
+              + collective_time_s(Collective.ALL_TO_ALL, size.ep_combine, lay.ep, ep_links))
+    pp = collective_time_s(Collective.SEND_RECV, size.pp, lay.pp, pp_links)
+    return MicrobatchComm(2 * block, tp_moe, cp, ep, pp)
 
 
 @dataclass(frozen=True)
@@ -138,6 +174,7 @@ def zero3_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, layers: StageL
 def data_parallel_comm(
     cluster: ClusterSpec, lay: Layouts, non_expert_params: np.ndarray, expert_params: np.ndarray,
     grad_bytes: float, zero3_calls: tuple[np.ndarray, np.ndarray], comm: CommConstants, list_form: bool = False,
+    placed: PlacedLinks | None = None,
 ) -> DataParallelComm:
     """DP traffic for the parameters one GPU holds (before ZeRO sharding): gradients reduced at `grad_bytes` per
     element, parameters gathered in 16 bits. ZeRO-3 runs `zero3_calls` = (non-expert, expert) collectives per pass,
@@ -145,8 +182,8 @@ def data_parallel_comm(
     (DeepSpeed 2021) a view and a copy per member rank on the host (docs/cost-model.md#zero3-list-form)."""
     dense_group = lay.dp * lay.cp
     strides = GroupStrides.of(lay)
-    dense_links = group_links(cluster, dense_group, strides.dense_dp, comm)
-    expert_links = group_links(cluster, lay.edp, strides.edp, comm)
+    dense_links = placed.dense_dp if placed else group_links(cluster, dense_group, strides.dense_dp, comm)
+    expert_links = placed.edp if placed else group_links(cluster, lay.edp, strides.edp, comm)
 
     def both(op: Collective, bytes_per_param: float,
              calls: tuple[np.ndarray | int, np.ndarray | int] = (1, 1)) -> np.ndarray:
