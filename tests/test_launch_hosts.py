@@ -55,7 +55,10 @@ def cluster() -> Iterator[NetnsCluster]:
 @pytest.fixture
 def job(cluster: NetnsCluster, tmp_path: Path) -> Iterator[tuple[Path, list[subprocess.Popen[str]]]]:
     """The hostfile, the exclusion list naming host 2, the config; the launches started, reaped by pid after."""
-    hostfile = cluster.write_hostfile(tmp_path / "hosts.txt")
+    # Host 1 before host 0: node ranks must follow the hostfile (a placement's host order), not the address order.
+    hosts = cluster.hostfile_text().splitlines(keepends=True)
+    hostfile = tmp_path / "hosts.txt"
+    hostfile.write_text("".join([hosts[1], hosts[0], *hosts[2:]]), encoding="utf-8")
     write_exclusions(tmp_path / "exclude.txt", [Exclusion(cluster.hosts[2].name, "rank 2: 0.05 of the median")],
                      header="written by the test, in bench links --exclude-out form")
     (tmp_path / "run.yaml").write_text(CONFIG.format(hostfile=hostfile), encoding="utf-8")
@@ -92,15 +95,15 @@ def test_launch_runs_on_the_kept_hosts_and_a_killed_rank_restarts_on_both(
         cluster: NetnsCluster, job: tuple[Path, list[subprocess.Popen[str]]],
         capsys: pytest.CaptureFixture[str]) -> None:
     tmp_path, started = job
-    kept, excluded = [h.name for h in cluster.hosts[:2]], cluster.hosts[2].name
+    kept, excluded = [cluster.hosts[1].name, cluster.hosts[0].name], cluster.hosts[2].name
     started.append(proc := _launch(tmp_path, steps=20))
     run = tmp_path / "run"
     homes = {r: _namespace_of(wait_beat(run, r, 0, 3, proc, timeout_s=120).pid) for r in (0, 1)}
-    assert sorted(homes.values()) == kept, homes  # one rank per kept namespace, none in the excluded one
+    assert [homes[0], homes[1]] == kept, homes  # rank i on the i-th kept host, none in the excluded one
     beat = wait_beat(run, 1, 0, 8, proc, timeout_s=120)
     os.kill(beat.pid, signal.SIGKILL)
     again = {r: wait_beat(run, r, 1, 1, proc, timeout_s=120) for r in (0, 1)}
-    assert sorted(_namespace_of(b.pid) for b in again.values()) == kept
+    assert [_namespace_of(again[r].pid) for r in (0, 1)] == kept
     assert beat.pid not in {b.pid for b in again.values()}
     log = _finish(proc, tmp_path)
     assert excluded in log and "attempt 1 completed" in log
@@ -109,7 +112,7 @@ def test_launch_runs_on_the_kept_hosts_and_a_killed_rank_restarts_on_both(
     assert [(e.extra["hosts"], e.extra["reasons"]) for e in ex] == [([excluded], ["rank 2: 0.05 of the median"])]
     starts = [e for e in events if e.event is jr.EventKind.ATTEMPT_START]
     assert [e.attempt for e in starts] == [0, 1] and all(e.extra["hosts"] == kept for e in starts)
-    assert {e.extra["rendezvous_addr"] for e in starts} == {cluster.hosts[0].address}
+    assert {e.extra["rendezvous_addr"] for e in starts} == {cluster.hosts[1].address}
     fault = next(e for e in events if e.event is jr.EventKind.FAULT)
     assert (fault.attempt, fault.rank, fault.cause, fault.signal, fault.pid) == (
         0, 1, jr.Cause.PROCESS_KILLED, "SIGKILL", beat.pid), log[-2000:]

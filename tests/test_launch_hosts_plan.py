@@ -41,18 +41,18 @@ Root Cause (first observed failure):
 """
 
 
-def test_each_node_gets_its_own_address_name_and_only_node_0_hosts_the_store() -> None:
+def test_each_node_gets_its_own_address_name_and_its_hostfile_place_as_node_rank() -> None:
     plan = plan_multinode(HOSTS, [Exclusion("a", "slow")], 2, 2, 1, "ip netns exec {host}", lambda _: False)
     assert plan is not None and plan.hosts == ("b", "c") and plan.master_addr == "10.0.0.2"
     cmds = attempt_commands(plan, Path("train.py"), ("--x", "1"), 3, "job", 40001)
     assert [c.host for c in cmds] == ["b", "c"]
-    for c, addr, is_host in zip(cmds, ("10.0.0.2", "10.0.0.3"), ("1", "0"), strict=True):
+    for c, addr, node_rank in zip(cmds, ("10.0.0.2", "10.0.0.3"), (0, 1), strict=True):
         argv = list(c.argv)
         assert argv[:4] == ["ip", "netns", "exec", c.host] and f"LLMSCALE_HOST={c.host}" in argv
         tail = argv[argv.index(sys.executable, 4):]
         assert tail[:3] == [sys.executable, "-m", "torch.distributed.run"]
-        assert {"--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.2:40001",
-                "--rdzv-id=job-attempt3", f"--rdzv-conf=is_host={is_host}", "--max-restarts=0",
+        assert {"--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=static", f"--node-rank={node_rank}",
+                "--rdzv-endpoint=10.0.0.2:40001", "--rdzv-id=job-attempt3", "--max-restarts=0",
                 f"--local-addr={addr}"} <= set(tail)
         assert tail[-3:] == ["train.py", "--x", "1"]
 

@@ -1,7 +1,8 @@
 """Attempts across hosts: one torchrun (`python -m torch.distributed.run`, pytorch/pytorch torch/distributed/run.py)
-per kept node, started through the node exec template (nodes.py), all meeting at a c10d rendezvous that is fresh per
-attempt; the first non-zero exit fails the attempt. torch-free (torch runs in the node processes).
-Command line, `is_host`, failure handling and assumptions: docs/runtime.md#runtime-multinode.
+per kept node, started through the node exec template (nodes.py), all meeting at a static rendezvous that is fresh per
+attempt, node rank i on the i-th kept host (a placement's host order holds); the first non-zero exit fails the
+attempt. torch-free (torch runs in the node processes). Command line, failure handling and assumptions:
+docs/runtime.md#runtime-multinode.
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ def attempt_commands(plan: NodePlan, script: Path, args: tuple[str, ...], attemp
     out = []
     for node in plan.nodes:
         argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(plan.nodes)}",
-                f"--nproc-per-node={plan.nproc_per_node}", "--rdzv-backend=c10d",
+                f"--nproc-per-node={plan.nproc_per_node}", "--rdzv-backend=static", f"--node-rank={node.node_rank}",
                 f"--rdzv-endpoint={plan.master_addr}:{port}", f"--rdzv-id={run_key}-attempt{attempt}",
-                f"--rdzv-conf=is_host={1 if node.node_rank == 0 else 0}", "--max-restarts=0",
+                "--max-restarts=0",
                 f"--local-addr={'127.0.0.1' if local else node.host.address}", "--monitor-interval=0.05",
                 str(script), *args]  # torchrun runs `python -u SCRIPT ARGS` in each worker
         out.append(NodeCommand(node.node_rank, node.host.name,
