@@ -3,9 +3,9 @@ catalog names, file paths or spec objects and return typed results (`results`) w
 matching command prints with `--json` — and `to_frame()` (pandas, the optional extra `llmscale[frame]`). The CLI
 (`llmscale.cli`) is a thin layer over these functions (docs/api.md).
 
-May import: `llmscale.report`, `llmscale.launch`, `llmscale.scaling`, `llmscale.validation`, `llmscale.io`,
-`llmscale.search`, `llmscale.reliability`, `llmscale.cost`, `llmscale.layout`, `llmscale.specs`, `llmscale.errors`,
-`llmscale.units`, `llmscale` (the version).
+May import: `llmscale.placement`, `llmscale.report`, `llmscale.launch`, `llmscale.scaling`, `llmscale.validation`,
+`llmscale.io`, `llmscale.search`, `llmscale.reliability`, `llmscale.cost`, `llmscale.layout`, `llmscale.specs`,
+`llmscale.errors`, `llmscale.units`, `llmscale` (the version).
 """
 
 from importlib import import_module

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from llmscale.api.checks import fields_arg, flag_arg, path_arg, ref_arg, text_arg
+from llmscale.api.placement import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, FabricRequest, capped, place
 from llmscale.api.results import Explain, Memory, Plan
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
@@ -22,6 +23,7 @@ from llmscale.launch.document import ExportFormat, export_text
 from llmscale.layout.constraints import parse_rules
 from llmscale.layout.profile import ReleaseLayouts
 from llmscale.report.documents import explain_document, memory_document, plan_document
+from llmscale.report.placement import placement_entry
 from llmscale.search.plan import Objective
 from llmscale.search.plan import plan as search_plan
 from llmscale.search.targets import SearchTarget
@@ -103,13 +105,15 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
          max_memory_fraction: float = 1.0, top: int = 5, calibration: Path | None = None,
          allow_unsealed: bool = False, expect_sha256: str | None = None,
          on_size: Callable[[int, int, int], None] | None = None, force: bool = False,
-         deadline_days: float | None = None) -> Plan:
+         deadline_days: float | None = None, hostfile: Path | None = None, exclude_from: Path | None = None,
+         placements: int = DEFAULT_PLACEMENTS) -> Plan:
     """Search every layout (and job size) of `model` on `cluster` and recommend the best (`llmscale plan`).
 
     train: TrainSpec fields ({'total_tokens': 15e12, 'seq_len': 8192, 'precision': 'fp8'}); without a
     `global_batch` the critical batch law sets it. rules: layout fields fixed or bounded ({'tp': 8, 'pp': '4..16',
     'schedule': ['1f1b', 'interleaved']}). force: search even past search.plan.MAX_SEARCH_CANDIDATES.
-    deadline_days: the cheapest job size whose effective time is within it (`plan --deadline`)."""
+    deadline_days: the cheapest job size whose effective time is within it (`plan --deadline`). hostfile,
+    exclude_from, placements: where the job is placed and how many of the best layouts (docs/placement.md)."""
     if rules is not None and not (isinstance(rules, Mapping) and all(isinstance(k, str) for k in rules)):
         raise SpecError("rules", rules, "a mapping of layout fields to rules, e.g. {'tp': 8, 'pp': '4..16'}")
     if isinstance(max_memory_fraction, bool) or not isinstance(max_memory_fraction, int | float) \
@@ -119,22 +123,33 @@ def plan(model: ModelRef = None, cluster: ClusterRef = None, *, gpus: int | None
     target = SearchTarget(rules=parse_rules(texts), max_memory_fraction=max_memory_fraction)
     request = job_request(model, cluster, gpus, train, calibration=calibration, allow_unsealed=allow_unsealed,
                           expect_sha256=expect_sha256, framework=framework_text(framework))
-    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force, deadline_days)
+    fabric = FabricRequest(path_arg("hostfile", hostfile), path_arg("exclude_from", exclude_from))
+    return plan_job(request, choice(Objective, objective, "objective"), target, top, on_size, force, deadline_days,
+                    fabric, placements)
 
 
 def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, top: int = 5,
              on_size: Callable[[int, int, int], None] | None = None, force: bool = False,
-             deadline_days: float | None = None) -> Plan:
-    """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law."""
+             deadline_days: float | None = None, fabric: FabricRequest | None = None,
+             placements: int = DEFAULT_PLACEMENTS) -> Plan:
+    """`plan` of a resolver request (the CLI's way in); the batch defaults to the critical batch law. The job fits
+    the nodes `fabric` leaves (the cluster's, without one), and the first `placements` layouts are placed there."""
     whole("top", top, allow_none=False)
     within("deadline_days", deadline_days, MIN_DAYS, MAX_DAYS)  # as the CLI's --deadline
+    if isinstance(placements, bool) or not isinstance(placements, int) or not 0 <= placements <= MAX_PLACEMENTS:
+        raise SpecError("placements", placements, f"a whole number of layouts to place, 0..{MAX_PLACEMENTS}")
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
+    nodes = (fabric or FabricRequest()).fabric(job)
+    job = capped(job, nodes, request.gpus)
     target = replace(target, framework=engine_of(job), release=(
         ReleaseLayouts(job.profile.profile, job.profile.facts) if job.profile is not None else None))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
                          objective=objective, top=top, target=target, on_size=on_size, force=force,
                          deadline_days=deadline_days)
-    return Plan.of(plan_document(result, job), result, job)
+    chosen = result.chosen.top[:placements]
+    placed = place(job, [c.layouts.row(c.layout_index) for c in chosen], nodes)
+    document = plan_document(result, job) | {"placement": [placement_entry(p) for p in placed]}
+    return Plan.of(document, result, job, placed)
 
 
 def framework_text(framework: Any) -> str | None:
@@ -164,17 +179,27 @@ def _request(model: ModelRef, cluster: ClusterRef, gpus: int | None, layout: Lay
 def explain(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,
             train: Mapping[str, Any] | TrainSpec | None = None, from_plan: Path | None = None,
             calibration: Path | None = None, allow_unsealed: bool = False,
-            expect_sha256: str | None = None, framework: str | None = None) -> Explain:
-    """Step time, MFU, throughput and the step and memory breakdowns of one layout (`llmscale explain`)."""
+            expect_sha256: str | None = None, framework: str | None = None, placement: bool = False,
+            hostfile: Path | None = None, exclude_from: Path | None = None) -> Explain:
+    """Step time, MFU, throughput and the step and memory breakdowns of one layout (`llmscale explain`); with
+    `placement` (or a hostfile or an exclusion list) also its placement on the cluster (docs/placement.md)."""
+    flag_arg("placement", placement)
+    hosts, excluded = path_arg("hostfile", hostfile), path_arg("exclude_from", exclude_from)
+    fabric = FabricRequest(hosts, excluded) if placement or hosts or excluded else None
     return explain_job(_request(model, cluster, gpus, layout, train, from_plan, calibration, expect_sha256,
-                                allow_unsealed, framework))
+                                allow_unsealed, framework), fabric)
 
 
-def explain_job(request: JobRequest) -> Explain:
-    """`explain` of a resolver request (the CLI's way in)."""
+def explain_job(request: JobRequest, fabric: FabricRequest | None = None) -> Explain:
+    """`explain` of a resolver request (the CLI's way in); with `fabric`, the layout is also placed there."""
     job = resolve(request)
     step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
-    return Explain.of(explain_document(job, step), job, step)
+    document = explain_document(job, step)
+    if fabric is None:
+        return Explain.of(document, job, step)
+    nodes = fabric.fabric(job)
+    placed = place(capped(job, nodes, job.num_gpus), [job.resolved_layout], nodes)[0]
+    return Explain.of(document | {"placement": placement_entry(placed)}, job, step, placed)
 
 
 def memory(model: ModelRef = None, cluster: ClusterRef = None, *, layout: LayoutRef = None, gpus: int | None = None,

@@ -12,6 +12,7 @@ from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import StepBreakdown
 from llmscale.errors import LlmscaleError
 from llmscale.io.resolve import Job
+from llmscale.placement.search import PlacementSearch
 from llmscale.reliability.goodput import GoodputEstimate
 from llmscale.search.plan import PlanResult
 from llmscale.specs.failures import Mitigation
@@ -70,13 +71,16 @@ class Plan:
     roomier: LayoutScore | None
     gpus_per_job: int
     concurrent_jobs: int
+    placements: tuple[PlacementSearch, ...] = field(default=(), repr=False)
+    """The placement search of the first layouts of `top` (document["placement"])."""
 
     @classmethod
-    def of(cls, document: dict[str, Any], result: PlanResult, job: Job) -> Plan:
+    def of(cls, document: dict[str, Any], result: PlanResult, job: Job,
+           placements: tuple[PlacementSearch, ...] = ()) -> Plan:
         roomier = document["roomier"]
         return cls(document, result, job, tuple(LayoutScore.of(e) for e in document["top"]),
                    LayoutScore.of(roomier) if roomier else None, document["jobs"]["gpus_per_job"],
-                   document["jobs"]["concurrent_jobs"])
+                   document["jobs"]["concurrent_jobs"], placements)
 
     @property
     def best(self) -> LayoutScore | None:
@@ -105,12 +109,15 @@ class Explain:
     fits: bool
     memory_bytes: float
     breakdown: dict[str, float] = field(repr=False)
+    placement: PlacementSearch | None = field(default=None, repr=False)
+    """The layout's placement search where one was asked for (document["placement"])."""
 
     @classmethod
-    def of(cls, document: dict[str, Any], job: Job, step: StepBreakdown) -> Explain:
+    def of(cls, document: dict[str, Any], job: Job, step: StepBreakdown,
+           placement: PlacementSearch | None = None) -> Explain:
         memory = document["memory"]
         return cls(document, job, step, document["step_time_s"], document["mfu"], document["tokens_per_s_per_gpu"],
-                   bool(memory["fits"]), memory["total_bytes"], document["breakdown"])
+                   bool(memory["fits"]), memory["total_bytes"], document["breakdown"], placement)
 
     def to_dict(self) -> dict[str, Any]:
         """The document `llmscale explain --json` prints."""

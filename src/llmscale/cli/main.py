@@ -127,18 +127,30 @@ def memory(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
 
 @app.command()
 @o.with_job_flags
-def explain(job: o.JobFlags, as_json: o.JsonOpt = False) -> None:
+def explain(job: o.JobFlags, as_json: o.JsonOpt = False,
+            placement: Annotated[bool, typer.Option("--placement", metavar="", help=(
+                "also place the layout on the cluster's nodes: the map, each group's span, per-tier traffic, the "
+                "step placed vs in host order (docs/placement.md)"))] = False,
+            hostfile: o.HostfileOpt = None, exclude_from: o.ExcludeFromOpt = None,
+            placement_out: o.PlacementOutOpt = None) -> None:
     """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
     from llmscale.api.jobs import explain_job
-    from llmscale.report.tables import explain_table
+    from llmscale.api.placement import FabricRequest, write_host_order
+    from llmscale.report.tables import explain_table, print_placement
 
-    result = explain_job(job.request())
+    wanted = placement or any(v is not None for v in (hostfile, exclude_from, placement_out))
+    result = explain_job(job.request(), FabricRequest(hostfile, exclude_from) if wanted else None)
     if as_json:
         typer.echo(strict_dumps(result.to_dict()))
     else:
         excess = result.document["above_published_mfu"]
         explain_table(result.job, result.step, record_note=excess["note"] if excess else None,
                       frameworks=result.document["frameworks"])
+        if result.placement is not None:
+            print_placement(result.document["placement"])
+    if placement_out is not None and result.placement is not None:
+        for path in write_host_order(result.placement, placement_out):
+            o.wrote(path)
     if not result.fits:
         raise typer.Exit(EXIT_NOT_RUNNABLE)
 

@@ -141,6 +141,15 @@ FromPlanOpt = Annotated[
                  "a model, cluster, GPU or layout flag beside it must agree with the file"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="machine-readable output")]
+HostfileOpt = Annotated[Path | None, typer.Option(
+    "--hostfile", metavar="FILE", help="the job's hosts in topology order (NAME [slots=N] per line): placement puts "
+    "the job on them (docs/placement.md)")]
+ExcludeFromOpt = Annotated[Path | None, typer.Option(
+    "--exclude-from", metavar="FILE", help="hosts to leave out (llmscale bench links --exclude-out): the job is "
+    "placed, and sized, on the rest")]
+PlacementOutOpt = Annotated[Path | None, typer.Option(
+    "--placement-out", metavar="DIR", help="write the best placement's host order there: hostfile (llmscale launch "
+    "--hostfile, mpirun), slurm_hostfile and srun_args.txt (srun --distribution=arbitrary)")]
 ExpectShaOpt = Annotated[
     str | None, typer.Option("--expect-sha256", metavar="SHA256",
                               help="refuse to run unless the inputs hash to this value")

@@ -10,6 +10,7 @@ import typer
 from rich.progress import Progress
 
 from llmscale.api.jobs import plan_job
+from llmscale.api.placement import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, FabricRequest, write_host_order
 from llmscale.api.results import Plan
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
@@ -41,6 +42,9 @@ BatchCapOpt = Annotated[float | None, typer.Option("--max-global-batch-tokens", 
 HtmlOpt = Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="search even when the estimated layouts pass the limit "
                                         "(search.plan.MAX_SEARCH_CANDIDATES, 10⁸)")]
+PlacementsOpt = Annotated[int, typer.Option(
+    "--placements", metavar="K", parser=o.number_parser("--placements", 0, MAX_PLACEMENTS, integer=True),
+    help="place the K best layouts on the cluster's nodes (0: none; docs/placement.md)")]
 MemoryFractionOpt = Annotated[float, typer.Option(
     "--max-memory-fraction", help="a layout fits when it needs at most this share of GPU memory, in (0, 1]")]
 
@@ -74,6 +78,10 @@ def plan_cmd(
     force_calibration: o.ForceCalibrationOpt = False,
     force: ForceOpt = False,
     allow_unsealed: o.AllowUnsealedOpt = False,
+    hostfile: o.HostfileOpt = None,
+    exclude_from: o.ExcludeFromOpt = None,
+    placements: PlacementsOpt = DEFAULT_PLACEMENTS,
+    placement_out: o.PlacementOutOpt = None,
 ) -> None:
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
@@ -83,7 +91,9 @@ def plan_cmd(
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256, framework=framework)
     target = SearchTarget(rules=parse_rules(rules), max_memory_fraction=max_memory_fraction)
-    result = _search(request, objective, top, target, quiet=as_json, force=force, deadline_days=deadline)
+    fabric = FabricRequest(hostfile, exclude_from)
+    result = _search(request, objective, top, target, quiet=as_json, force=force, deadline_days=deadline,
+                     placing=(fabric, placements))
     if html is not None:
         from llmscale.report.plan_html import write_plan_html
 
@@ -93,6 +103,9 @@ def plan_cmd(
         typer.echo(strict_dumps(result.document))
     else:
         plan_table(result.result, result.document, result.job)
+    if placement_out is not None and result.placements:
+        for path in write_host_order(result.placements[0], placement_out):
+            o.wrote(path)
 
 
 def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> int | None:
@@ -105,7 +118,8 @@ def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> in
 
 
 def _search(request: JobRequest, objective: Objective, top: int, target: SearchTarget, quiet: bool,
-            force: bool = False, deadline_days: float | None = None) -> Plan:
+            force: bool = False, deadline_days: float | None = None,
+            placing: tuple[FabricRequest, int] = (FabricRequest(), DEFAULT_PLACEMENTS)) -> Plan:
     """api.plan_job with a progress bar over job sizes; Ctrl-C stops cleanly."""
     try:
         with Progress(console=console, transient=True, disable=quiet) as progress:
@@ -114,7 +128,7 @@ def _search(request: JobRequest, objective: Objective, top: int, target: SearchT
             def on_size(i: int, n: int, size: int) -> None:
                 progress.update(task, total=n, completed=i, description=f"searching layouts on {size:,} GPUs")
 
-            return plan_job(request, objective, target, top, on_size, force, deadline_days)
+            return plan_job(request, objective, target, top, on_size, force, deadline_days, *placing)
     except KeyboardInterrupt:
         console.print("interrupted: no plan written")
         raise typer.Exit(130) from None

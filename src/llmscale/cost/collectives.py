@@ -270,7 +270,7 @@ def tier_shares(op: Collective, size: np.ndarray, members: np.ndarray) -> np.nda
     m = np.minimum(np.asarray(members, dtype=float).reshape(-1, n.size), n)
     if Collective(op) is Collective.ALL_TO_ALL:
         reached = np.vstack([m[:1] - 1, np.diff(m, axis=0)])
-        return _ratio(reached, np.maximum(n - 1, 0)) * (n > 1)
+        return np.where(n > 1, reached / np.maximum(n - 1, 1), 0.0)
     edges = np.where(m < n, n / np.maximum(m, 1), 0.0)
     bands = np.vstack([n - edges[:1], edges[:-1] - edges[1:]])
     return bands / n * (n > 1)

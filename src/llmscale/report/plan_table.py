@@ -10,7 +10,7 @@ from rich.table import Table
 
 from llmscale import __version__
 from llmscale.io.resolve import Job
-from llmscale.report.tables import console, explain_table
+from llmscale.report.tables import console, explain_table, print_placement
 from llmscale.report.text import layout_of, layout_text
 from llmscale.search.plan import PlanResult, job_size_rule
 from llmscale.specs.framework import Framework
@@ -69,6 +69,18 @@ def plan_table(result: PlanResult, document: dict[str, Any], job: Job) -> None:
     above = top["above_published_mfu"]
     explain_table(best_job, best.step, best.layout_index, above["note"] if above else None)
     _runners(result, document)
+    _placements(document["placement"])
+
+
+def _placements(entries: list[dict[str, Any]]) -> None:
+    """The best layout's placement in full, one line for each other layout placed."""
+    if not entries:
+        return
+    print_placement(entries[0])
+    for rank, entry in enumerate(entries[1:], start=2):
+        best, first = entry["best"], entry["in_order"]
+        console.print(f"placement of #{rank}: {best['step_s']:.3f} s placed ({best['placement']}) vs "
+                      f"{first['step_s']:.3f} s in host order ({100 * (entry['gain'] - 1):+.1f}%)")
 
 
 def _runners(result: PlanResult, document: dict[str, Any]) -> None:

@@ -260,3 +260,10 @@ def _group_table(report: ValidationReport) -> None:
                           f"{summary.p90_abs_error_pct:.1f}%", f"{summary.max_abs_error_pct:.1f}%")
         console.print(table)
 
+
+def print_placement(entry: dict[str, Any]) -> None:
+    """One layout's placement (report.placement)."""
+    from llmscale.report.placement import placement_tables
+
+    for part in placement_tables(entry):
+        console.print(part)

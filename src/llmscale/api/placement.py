@@ -1,0 +1,55 @@
+"""Placement for the job commands: the fabric a hostfile and an exclusion list leave, the job size it caps, and the
+placement search of the layouts a plan recommends or explain prices (placement.search)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from llmscale.errors import SpecError
+from llmscale.io.resolve import Job
+from llmscale.placement.fabric import Fabric, read_fabric
+from llmscale.placement.hostorder import HostOrder
+from llmscale.placement.search import PlacementSearch, search_placements
+from llmscale.specs.layout import Layout
+
+DEFAULT_PLACEMENTS = 3
+"""Layouts of a plan's chosen job size whose placements are searched by default (the best first)."""
+MAX_PLACEMENTS = 100
+
+
+@dataclass(frozen=True)
+class FabricRequest:
+    """Where a job may be placed: a hostfile (None: the cluster's nodes) less an exclusion list."""
+
+    hostfile: Path | None = None
+    exclude_from: Path | None = None
+
+    def fabric(self, job: Job) -> Fabric:
+        return read_fabric(job.cluster, self.hostfile, self.exclude_from)
+
+
+def capped(job: Job, fabric: Fabric, gpus: int | None) -> Job:
+    """`job` on the GPUs the fabric leaves free: its cluster shrunk to them where fewer; --gpus above them is
+    refused, naming how many the exclusions and the hostfile leave."""
+    free = fabric.free_nodes * fabric.gpus_per_node
+    why = (f"the {free:,} GPUs left on {fabric.free_nodes:,} free nodes ({len(fabric.excluded)} excluded of "
+           f"{fabric.size:,})")
+    if gpus is not None and gpus > free:
+        raise SpecError("gpus", gpus, f"at most {why}")
+    if free == 0:
+        raise SpecError("exclude_from", f"{len(fabric.excluded)} hosts", f"leaves no node free: {why}")
+    if free >= job.cluster.num_gpus:
+        return job
+    return replace(job, cluster=job.cluster.model_copy(update={"num_gpus": free}))
+
+
+def place(job: Job, layouts: list[Layout], fabric: Fabric) -> tuple[PlacementSearch, ...]:
+    """The placement search of each layout on `fabric`."""
+    return tuple(search_placements(job.model, job.cluster, job.train, layout, job.constants, fabric)
+                 for layout in layouts)
+
+
+def write_host_order(search: PlacementSearch, directory: Path) -> tuple[Path, ...]:
+    """The best placement's hostfile, SLURM_HOSTFILE and srun arguments in `directory`."""
+    return HostOrder.of(search.fabric, search.best.placement).write(directory)

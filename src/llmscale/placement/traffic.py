@@ -1,0 +1,114 @@
+"""Bytes each group kind sends per step from one GPU, split by the tier they cross, and the load this puts on each
+tier's links (docs/placement.md#per-tier-traffic).
+
+Calls per step on the busiest pipeline rank (cost.derived, RankOf.BUSIEST), from the sizes cost.traffic prices:
+TP two blocks per dense layer and one per MoE layer (two under etp > 1), each an all-gather and a reduce-scatter
+(sequence parallel) or an all-reduce, forward, backward and a full recompute's forward again; CP cp − 1 ring steps
+forward and 2(cp − 1) backward per layer; EP a dispatch and a combine forward and backward per MoE layer; PP one
+activation forward and one gradient backward per micro-batch and model chunk; DP the gradient reduce-scatter and
+the parameter all-gather per step (ZeRO-3: per micro-batch), or an all-reduce without ZeRO."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmscale.cost.collectives import tier_shares
+from llmscale.cost.derived import derive
+from llmscale.cost.traffic import microbatch_bytes
+from llmscale.layout.arrays import Layouts
+from llmscale.layout.stages import RankOf
+from llmscale.placement.mesh import GroupKind
+from llmscale.placement.spans import KindSpan
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.collective import Collective, bus_factor
+from llmscale.specs.constants import Constants
+from llmscale.specs.layout import Recompute
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import TrainSpec
+from llmscale.units import BYTES_16BIT
+
+
+@dataclass(frozen=True)
+class KindTraffic:
+    """One group kind's traffic per step from one GPU."""
+
+    kind: GroupKind
+    op: Collective
+    bytes_per_step: float
+    """Bytes one member sends per step (nccl-tests bus bytes: S·f(n) per call)."""
+    by_tier: np.ndarray
+    """(T,) of them, by the outermost tier they cross (tier 0: inside the scale-up domain)."""
+
+
+@dataclass(frozen=True)
+class TierLoad:
+    """One tier's links over a step."""
+
+    name: str
+    bytes_per_gpu: float
+    """Bytes per GPU per step that cross this tier (leave a domain of the tier inside it; tier 0: NVLink)."""
+    busy_s: float
+    """Seconds the tier's links need for them per step at their achievable per-GPU bandwidth."""
+    load: float
+    """busy_s / step seconds: the share of the step the busiest link of this tier is busy."""
+
+
+def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
+                 spans: dict[GroupKind, KindSpan], ep_tier: int) -> list[KindTraffic]:
+    """Per-kind bytes per step of layout 0 of `lay`, split by tier with `spans` (cost.collectives.tier_shares)."""
+    derived = derive(model, train, lay)
+    stage = derived.stages.get(RankOf.BUSIEST, derived.stages[RankOf.SECOND])
+    dense, moe = float(stage.layers.dense[0]), float(stage.layers.moe[0])
+    size = microbatch_bytes(model, train, lay, constants, np.array([ep_tier]))
+    m = float(derived.num_microbatches[0])
+    passes = 3.0 if Recompute(lay.row(0).recompute) is Recompute.FULL else 2.0
+    sp = bool(lay.sp[0])
+    tp_blocks = 2 * dense + moe * (2 if lay.etp[0] > 1 else 1)
+    cp = float(lay.cp[0] - 1) * (dense + moe) * 3.0 * m
+    dp_bytes = _dp_bytes(train, lay, stage.params.non_expert[0], stage.params.expert[0], m)
+    calls = {
+        GroupKind.TP: (Collective.REDUCE_SCATTER if sp else Collective.ALL_REDUCE,
+                       float(size.tp[0]) * tp_blocks * m * passes * (2 if sp else 1)),
+        GroupKind.CP: (Collective.SEND_RECV, float(size.cp[0]) * cp),
+        GroupKind.EP: (Collective.ALL_TO_ALL, float(size.ep_dispatch[0] + size.ep_combine[0]) * moe * m * 2),
+        GroupKind.PP: (Collective.SEND_RECV, float(size.pp[0]) * 2 * m * float(lay.vpp[0])),
+        GroupKind.DP: (Collective.REDUCE_SCATTER, dp_bytes[0]),
+        GroupKind.EDP: (Collective.REDUCE_SCATTER, dp_bytes[1]),
+    }
+    out = []
+    for kind, (op, volume) in calls.items():
+        span = spans[kind]
+        wire = volume * float(bus_factor(op, np.array([span.size], dtype=float))[0]) if span.size > 1 else 0.0
+        shares = tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
+        out.append(KindTraffic(kind, op, wire, wire * shares))
+    return out
+
+
+def _dp_bytes(train: TrainSpec, lay: Layouts, non_expert: float, expert: float, m: float) -> tuple[float, float]:
+    """(dense, expert) bytes reduced and gathered per step: gradients at their dtype, parameters in 16 bits."""
+    grad = 4.0 if train.fp32_grads else 2.0
+    zero = int(lay.zero[0])
+    if zero == 0:
+        per_param = 2 * grad  # an all-reduce moves twice a reduce-scatter's bytes
+    elif zero < 3:
+        per_param = grad + BYTES_16BIT
+    else:
+        per_param = (2 * BYTES_16BIT + grad) * m  # forward and backward gathers, a reduce-scatter, per micro-batch
+    return non_expert * per_param, expert * per_param
+
+
+def tier_loads(cluster: ClusterSpec, constants: Constants, traffic: list[KindTraffic],
+               step_s: float) -> list[TierLoad]:
+    """Per tier: bytes per GPU crossing it, seconds at its achievable bandwidth (rated × efficiency ÷
+    oversubscription, as cost.collectives prices rings), and that as a share of the step."""
+    comm = constants.comm
+    out = []
+    for t, tier in enumerate(cluster.tiers):
+        volume = sum(float(k.by_tier[t]) for k in traffic)
+        efficiency = comm.scale_up_ring if t == 0 else comm.network
+        rate = tier.bandwidth_bytes_per_s * efficiency / tier.oversubscription
+        busy = volume / rate
+        out.append(TierLoad(tier.name, volume, busy, busy / step_s if step_s > 0 else 0.0))
+    return out
