@@ -77,6 +77,8 @@ def placement_entry(search: PlacementSearch) -> dict[str, Any]:
         "node_axes": [{"name": a.name, "size": a.size} for a in axes or ()],
         "aligned_step_s": search.aligned_step_s,
         "gain": search.gain,
+        "holes_cost": {"in_order": search.in_order.step_s / search.aligned_step_s - 1,
+                       "placed": search.best.step_s / search.aligned_step_s - 1},
         "best": _result_entry(search.best, fabric, axes),
         "in_order": _result_entry(search.in_order, fabric, axes),
         "tried": [{"placement": name, "step_s": step} for name, step in search.tried],
@@ -99,6 +101,10 @@ def placement_tables(entry: dict[str, Any]) -> list[Table | str]:
         f"idle to keep groups aligned) · {first['step_s']:.3f} s in host order · {entry['aligned_step_s']:.3f} s as "
         f"the search priced it (aligned, no holes) · placement buys {100 * (entry['gain'] - 1):+.1f}%",
     ]
+    if fabric["excluded"]:
+        cost = entry["holes_cost"]
+        lines.append(f"the holes cost {100 * cost['in_order']:+.1f}% of the step in host order, "
+                     f"{100 * cost['placed']:+.1f}% placed (against the same layout on whole domains)")
     lines.append(_map_table(best))
     lines.append(_span_table(best, first))
     lines.append(_traffic_table(best, first))
