@@ -6,7 +6,7 @@ bandwidths, per-algorithm times, latency and what is left out: docs/cost-model.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -166,10 +166,12 @@ _DEDUPE_ABOVE = 512
 
 
 def placed_group_links(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, members: np.ndarray,
-                       comm: CommConstants) -> GroupLinks:
+                       comm: CommConstants, relief: np.ndarray | None = None) -> GroupLinks:
     """`group_links` for groups whose members per tier-i domain are given, `members` (T, N) (placement.spans: the
     fewest members the worst group has in any domain it touches, n where it fits one), instead of derived from an
-    aligned `stride`; `stride` still sets how many ranks send across a boundary at once (point-to-point)."""
+    aligned `stride`; `stride` still sets how many ranks send across a boundary at once (point-to-point). `relief`
+    (T, N) ≥ 1 raises the ring and all-to-all bandwidth of tier i where the busiest domain below it sends less than
+    every GPU's share of its uplinks (docs/placement.md#uplink-load)."""
     n = np.atleast_1d(np.asarray(size, dtype=np.int64))
     s = np.atleast_1d(np.asarray(stride, dtype=np.int64))
     m = np.asarray(members, dtype=float).reshape(len(cluster.tiers), n.size)
@@ -177,7 +179,7 @@ def placed_group_links(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarra
     fits = m >= n
     tier = np.where(n > 1, np.argmax(fits, axis=0), -1)
     crossed = np.arange(m.shape[0])[:, None] < tier
-    return _links_of(cluster, comm, n, s, tier, crossed, np.where(crossed, np.clip(m, 1, n), n))
+    return _links_of(cluster, comm, n, s, tier, crossed, np.where(crossed, np.clip(m, 1, n), n), relief)
 
 
 def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommConstants) -> GroupLinks:
@@ -186,10 +188,14 @@ def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommCo
 
 
 def _links_of(cluster: ClusterSpec, eff: CommConstants, n: np.ndarray, s: np.ndarray, tier: np.ndarray,
-              crossed: np.ndarray, members: np.ndarray) -> GroupLinks:
+              crossed: np.ndarray, members: np.ndarray, relief: np.ndarray | None = None) -> GroupLinks:
     tiers = _tiers(cluster, eff)
     lat = _latencies(tiers, n, crossed, members)
     bw = _bandwidths(tiers, n, s, crossed, members, tier)
+    if relief is not None:  # rings and all-to-alls only: point-to-point has its own senders (_bandwidths)
+        eased = replace(tiers, ring_bytes_per_s=tiers.ring_bytes_per_s * relief,
+                        all_to_all_bytes_per_s=tiers.all_to_all_bytes_per_s * relief)
+        bw = _bandwidths(eased, n, s, crossed, members, tier) | {"p2p": bw["p2p"]}
     spanned = np.arange(tiers.ranks.shape[0])[:, None] <= tier
     reduces = np.all(tiers.in_network | ~spanned, axis=0) & (tier >= 0)
     out_reduces = np.all(tiers.in_network[1:] | ~spanned[1:], axis=0) & (tier >= 1)

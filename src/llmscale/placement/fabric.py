@@ -34,6 +34,9 @@ class Fabric:
     """(nodes,) bool: not excluded."""
     gpus_per_node: int
     tier_names: tuple[str, ...]
+    tier_ranks: tuple[int, ...]
+    """GPUs in one domain of each tier (ClusterSpec.tiers)."""
+    oversubscription: tuple[float, ...]
     excluded: tuple[Exclusion, ...] = ()
     unknown: tuple[str, ...] = ()
     """Excluded names that are not nodes of the fabric (reported, never silently dropped)."""
@@ -76,7 +79,9 @@ class Fabric:
             else:
                 available[node] = False
                 known.append(e)
-        return cls(names, domain, available, g, tuple(t.name for t in cluster.tiers), tuple(known), tuple(unknown))
+        return cls(names, domain, available, g, tuple(t.name for t in cluster.tiers),
+                   tuple(t.ranks for t in cluster.tiers), tuple(t.oversubscription for t in cluster.tiers),
+                   tuple(known), tuple(unknown))
 
 
 def _synthetic(name: str, count: int) -> int | None:

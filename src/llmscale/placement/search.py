@@ -72,7 +72,8 @@ def _links(cluster: ClusterSpec, constants: Constants, lay: Layouts, spanned: li
     def links(kind: GroupKind):  # type: ignore[no-untyped-def]
         size = np.array([s[kind].size for s in spanned])
         members = np.stack([s[kind].members for s in spanned], axis=1)
-        return placed_group_links(cluster, size, stride[kind], members, constants.comm)
+        relief = np.stack([s[kind].relief for s in spanned], axis=1)
+        return placed_group_links(cluster, size, stride[kind], members, constants.comm, relief)
 
     return PlacedLinks(tp=links(GroupKind.TP), cp=links(GroupKind.CP), ep=links(GroupKind.EP),
                        pp=links(GroupKind.PP), dense_dp=links(GroupKind.DP), edp=links(GroupKind.EDP))

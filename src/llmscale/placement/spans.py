@@ -26,6 +26,9 @@ class KindSpan:
     """(T,) the fewest members the worst group has in one tier-i domain it touches (size where it fits one)."""
     domains: np.ndarray
     """(T,) the most tier-i domains one group touches."""
+    relief: np.ndarray
+    """(T,) ≥ 1: how much more of tier i's rated bandwidth the worst member gets than its oversubscribed share,
+    because the busiest domain below sends less than that share on every GPU (docs/placement.md#uplink-load)."""
 
 
 def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray) -> KindSpan:
@@ -34,13 +37,12 @@ def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray)
     n = group_size(lay, kind)
     tiers = fabric.domain.shape[0]
     if n == 1:
-        return KindSpan(kind, 1, np.ones(tiers), np.ones(tiers))
+        return KindSpan(kind, 1, np.ones(tiers), np.ones(tiers), np.ones(tiers))
     per_node = int(np.count_nonzero(group_ids(lay, kind, np.arange(g)) == group_ids(lay, kind, np.zeros(1))[0]))
     if per_node >= n:  # inside one node: inside one domain of every tier
-        return KindSpan(kind, n, np.full(tiers, float(n)), np.ones(tiers))
+        return KindSpan(kind, n, np.full(tiers, float(n)), np.ones(tiers), np.ones(tiers))
     node_group = group_ids(lay, kind, np.arange(node_of.size, dtype=np.int64) * g)
-    members = np.empty(tiers)
-    domains = np.empty(tiers)
+    members, domains, relief = np.empty(tiers), np.empty(tiers), np.ones(tiers)
     for t in range(tiers):
         if t == tiers - 1 or not fabric.shared_tiers[t]:
             # the outermost tier spans the cluster; a tier whose domains are single nodes holds per_node members
@@ -48,12 +50,48 @@ def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray)
             continue
         dom = fabric.domain[t].take(node_of)
         width = int(dom.max()) + 1
-        pairs, counts = np.unique(node_group * width + dom, return_counts=True)
+        pairs, inverse, counts = np.unique(node_group * width + dom, return_inverse=True, return_counts=True)
         group = pairs // width
         starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
         members[t] = min(n, per_node * int(np.minimum.reduceat(counts, starts).min()))
         domains[t] = int(np.diff(np.r_[starts, group.size]).max())
-    return KindSpan(kind, n, members, domains)
+        load, worst = _leaving(kind, n, per_node, node_group, dom, per_node * counts.take(inverse))
+        # every group that meets a node sends alike: g / per_node of them per node
+        relief[t + 1] = _relief(load * (g / per_node), worst, dom, width, fabric.tier_ranks[t],
+                                fabric.oversubscription[t + 1])
+    return KindSpan(kind, n, members, domains, relief)
+
+
+def _leaving(kind: GroupKind, n: int, per_node: int, node_group: np.ndarray, dom: np.ndarray,
+             here: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per logical node, the bus bytes its ranks send out of their domain (in one rank's bus bytes), and the most
+    one rank sends out (as a share of its own). An all-to-all rank sends (n − here)/(n − 1) out (`here`: its group's
+    members in its domain); a ring (ordered by rank, a node's members in a row) only across the edge to the group's
+    next node, all of one rank's."""
+    if kind is GroupKind.EP:
+        share = (n - here) / (n - 1)
+        return per_node * share, float(share.max())
+    logical = np.arange(node_group.size)
+    order = np.lexsort((logical, node_group))
+    grouped = node_group.take(order)
+    first = np.r_[True, grouped[1:] != grouped[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    last = np.r_[first[1:], True]
+    successor = np.where(last, order.take(start), np.roll(order, -1))
+    out = np.zeros(node_group.size)
+    out[order] = (dom.take(order) != dom.take(successor)).astype(float)
+    return out, float(out.max())
+
+
+def _relief(load: np.ndarray, worst: float, dom: np.ndarray, width: int, domain_ranks: int,
+            oversubscription: float) -> float:
+    """over ÷ over_eff for the uplinks above these domains: the busiest domain's leaving bytes per GPU slot L and the
+    worst rank's x give over_eff = clip(over·L/x, 1, over), so that the worst rank's time is the larger of its NIC
+    at full rate and its domain's uplinks carrying L (docs/placement.md#uplink-load)."""
+    if worst <= 0 or oversubscription <= 1:
+        return 1.0
+    busiest = float(np.bincount(dom, weights=load, minlength=width).max()) / domain_ranks
+    return oversubscription / float(np.clip(oversubscription * busiest / worst, 1.0, oversubscription))
 
 
 def spans(lay: Layout, fabric: Fabric, node_of: np.ndarray) -> dict[GroupKind, KindSpan]:
