@@ -147,7 +147,8 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
                          objective=objective, top=top, target=target, on_size=on_size, force=force,
                          deadline_days=deadline_days)
     chosen = result.chosen.top[:placements]
-    placed = place(job, [c.layouts.row(c.layout_index) for c in chosen], nodes)
+    placed = place(job, [c.layouts.row(c.layout_index) for c in chosen], nodes,
+                   [float(c.step.step_time_s[c.layout_index]) for c in chosen])
     document = plan_document(result, job) | {"placement": [placement_entry(p) for p in placed]}
     return Plan.of(document, result, job, placed)
 

@@ -44,10 +44,12 @@ def capped(job: Job, fabric: Fabric, gpus: int | None) -> Job:
     return replace(job, cluster=job.cluster.model_copy(update={"num_gpus": free}))
 
 
-def place(job: Job, layouts: list[Layout], fabric: Fabric) -> tuple[PlacementSearch, ...]:
-    """The placement search of each layout on `fabric`."""
-    return tuple(search_placements(job.model, job.cluster, job.train, layout, job.constants, fabric)
-                 for layout in layouts)
+def place(job: Job, layouts: list[Layout], fabric: Fabric,
+          aligned_step_s: list[float] | None = None) -> tuple[PlacementSearch, ...]:
+    """The placement search of each layout on `fabric` (`aligned_step_s`: their steps as a search priced them)."""
+    steps: list[float | None] = list(aligned_step_s) if aligned_step_s is not None else [None] * len(layouts)
+    return tuple(search_placements(job.model, job.cluster, job.train, layout, job.constants, fabric, step)
+                 for layout, step in zip(layouts, steps, strict=True))
 
 
 def write_host_order(search: PlacementSearch, directory: Path) -> tuple[Path, ...]:

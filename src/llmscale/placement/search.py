@@ -80,8 +80,9 @@ def _links(cluster: ClusterSpec, constants: Constants, lay: Layouts, spanned: li
 
 
 def search_placements(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, constants: Constants,
-                      fabric: Fabric) -> PlacementSearch:
-    """Every candidate placement of `layout` on `fabric`, priced; LlmscaleError when too few nodes are free."""
+                      fabric: Fabric, aligned_step_s: float | None = None) -> PlacementSearch:
+    """Every candidate placement of `layout` on `fabric`, priced; `aligned_step_s` the step the search priced it at
+    where the caller has it. LlmscaleError when too few nodes are free."""
     g = cluster.node.gpus_per_node
     world = world_size(layout)
     nodes = -(-world // g)
@@ -93,19 +94,24 @@ def search_placements(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, 
     axes = node_axes(layout, g)
     if axes is not None and world % g == 0:
         tier_nodes = tuple(max(1, t.ranks // g) for t in cluster.tiers)
-        candidates += [packed(fabric, axes, order, tier_nodes) for order in orders(axes)]
+        for order in orders(axes):
+            made = packed(fabric, axes, order, tier_nodes)
+            if not any(np.array_equal(made.node_of, c.node_of) for c in candidates):  # the same map: priced once
+                candidates.append(made)
     spanned = [spans(layout, fabric, c.node_of) for c in candidates]
     base = Layouts.from_layout(layout, world)
     lay = base.take(np.zeros(len(candidates), dtype=np.intp))
     step = estimate_step(model, cluster, train, lay, constants, placed=_links(cluster, constants, lay, spanned))
-    aligned = float(estimate_step(model, cluster, train, base, constants).step_time_s[0])
+    aligned = (float(estimate_step(model, cluster, train, base, constants).step_time_s[0])
+               if aligned_step_s is None else aligned_step_s)
     times = step.step_time_s
     fastest = float(times.min())
     # Within TOLERANCE of the fastest, the host order (candidate 0) first, then the fewest idle nodes.
     rank = sorted(range(len(candidates)), key=lambda i: (float(times[i]) > fastest * (1 + TOLERANCE),
                                                          i != 0, candidates[i].skipped, float(times[i])))
-    best, first = (_result(model, train, base, constants, candidates[i], spanned[i], step, i, cluster)
-                   for i in (rank[0], 0))
+    first = _result(model, train, base, constants, candidates[0], spanned[0], step, 0, cluster)
+    best = first if rank[0] == 0 else _result(model, train, base, constants, candidates[rank[0]], spanned[rank[0]],
+                                              step, rank[0], cluster)
     return PlacementSearch(layout, fabric, nodes, best, first,
                            tuple((candidates[i].name, float(times[i])) for i in rank), aligned)
 
