@@ -3,18 +3,23 @@ and after excluding 3 % of the nodes at random (numpy default_rng(SEED)), with t
 as the search priced it, the per-tier link load, and the search's wall time.
 
 Run:  python benchmarks/placement_cases.py            (results: benchmarks/placement.md)
+      python benchmarks/placement_cases.py --write-exclusions DIR   (the same lists, for plan --exclude-from)
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import llmscale
+from llmscale.io.catalog import load_cluster
 from llmscale.placement.fabric import Fabric
 from llmscale.placement.search import PlacementSearch, search_placements
 from llmscale.runtime.hosts import Exclusion
+from llmscale.runtime.hosts import write_exclusions as write_exclusion_list
 
 SEED = 2026
 SHARE = 0.03
@@ -37,7 +42,18 @@ def row(name: str, s: PlacementSearch, seconds: float) -> str:
             f"{s.aligned_step_s:.3f} | {100 * (s.gain - 1):+.1f}% | {loads} | {1e3 * seconds:.0f} |")
 
 
+def write_exclusions(directory: Path) -> None:
+    for _, cluster, _ in JOBS.values():
+        nodes = load_cluster(cluster).num_nodes
+        path = write_exclusion_list(directory / f"exclude_{cluster}.txt", excluded(nodes),
+                                    header=f"3% of {nodes} nodes at random, numpy default_rng({SEED})")[0]
+        print(f"wrote {path}")
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--write-exclusions":
+        write_exclusions(Path(sys.argv[2]))
+        return
     print("| job | nodes used of free | step in host order s | step placed s | aligned s | placement buys | "
           "link load (placed) | search ms |")
     print("|---|---|---|---|---|---|---|---|")

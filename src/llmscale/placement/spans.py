@@ -29,6 +29,9 @@ class KindSpan:
     relief: np.ndarray
     """(T,) ≥ 1: how much more of tier i's rated bandwidth the worst member gets than its oversubscribed share,
     because the busiest domain below sends less than that share on every GPU (docs/placement.md#uplink-load)."""
+    leaving: np.ndarray
+    """(T,) L_i: what the busiest tier-(i−1) domain sends out through tier i, per GPU slot, in one rank's bus bytes;
+    NaN where tier i − 1 is the node (each GPU its own NIC: the worst rank's share is the load)."""
 
 
 def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray) -> KindSpan:
@@ -37,12 +40,13 @@ def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray)
     n = group_size(lay, kind)
     tiers = fabric.domain.shape[0]
     if n == 1:
-        return KindSpan(kind, 1, np.ones(tiers), np.ones(tiers), np.ones(tiers))
+        return KindSpan(kind, 1, np.ones(tiers), np.ones(tiers), np.ones(tiers), np.zeros(tiers))
     per_node = int(np.count_nonzero(group_ids(lay, kind, np.arange(g)) == group_ids(lay, kind, np.zeros(1))[0]))
     if per_node >= n:  # inside one node: inside one domain of every tier
-        return KindSpan(kind, n, np.full(tiers, float(n)), np.ones(tiers), np.ones(tiers))
+        return KindSpan(kind, n, np.full(tiers, float(n)), np.ones(tiers), np.ones(tiers), np.zeros(tiers))
     node_group = group_ids(lay, kind, np.arange(node_of.size, dtype=np.int64) * g)
-    members, domains, relief = np.empty(tiers), np.empty(tiers), np.ones(tiers)
+    members, domains, relief, leaving = np.empty(tiers), np.empty(tiers), np.ones(tiers), np.full(tiers, np.nan)
+    leaving[0] = 0.0
     for t in range(tiers):
         if t == tiers - 1 or not fabric.shared_tiers[t]:
             # the outermost tier spans the cluster; a tier whose domains are single nodes holds per_node members
@@ -57,9 +61,10 @@ def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray)
         domains[t] = int(np.diff(np.r_[starts, group.size]).max())
         load, worst = _leaving(kind, n, per_node, node_group, dom, per_node * counts.take(inverse))
         # every group that meets a node sends alike: g / per_node of them per node
-        relief[t + 1] = _relief(load * (g / per_node), worst, dom, width, fabric.tier_ranks[t],
-                                fabric.oversubscription[t + 1])
-    return KindSpan(kind, n, members, domains, relief)
+        leaving[t + 1] = float(np.bincount(dom, weights=load * (g / per_node), minlength=width).max()
+                               ) / fabric.tier_ranks[t]
+        relief[t + 1] = _relief(leaving[t + 1], worst, fabric.oversubscription[t + 1])
+    return KindSpan(kind, n, members, domains, relief, leaving)
 
 
 def _leaving(kind: GroupKind, n: int, per_node: int, node_group: np.ndarray, dom: np.ndarray,
@@ -83,14 +88,12 @@ def _leaving(kind: GroupKind, n: int, per_node: int, node_group: np.ndarray, dom
     return out, float(out.max())
 
 
-def _relief(load: np.ndarray, worst: float, dom: np.ndarray, width: int, domain_ranks: int,
-            oversubscription: float) -> float:
+def _relief(busiest: float, worst: float, oversubscription: float) -> float:
     """over ÷ over_eff for the uplinks above these domains: the busiest domain's leaving bytes per GPU slot L and the
     worst rank's x give over_eff = clip(over·L/x, 1, over), so that the worst rank's time is the larger of its NIC
     at full rate and its domain's uplinks carrying L (docs/placement.md#uplink-load)."""
     if worst <= 0 or oversubscription <= 1:
         return 1.0
-    busiest = float(np.bincount(dom, weights=load, minlength=width).max()) / domain_ranks
     return oversubscription / float(np.clip(oversubscription * busiest / worst, 1.0, oversubscription))
 
 

@@ -40,6 +40,9 @@ class KindTraffic:
     """Bytes one member sends per step (nccl-tests bus bytes: S·f(n) per call)."""
     by_tier: np.ndarray
     """(T,) of them, by the outermost tier they cross (tier 0: inside the scale-up domain)."""
+    through: np.ndarray
+    """(T,) per GPU of the busiest domain, the bytes through tier i's links: tier 0 what stays in the scale-up
+    domain; tier i ≥ 1 what leaves a tier-(i−1) domain (KindSpan.leaving, else the worst rank's share)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,11 @@ def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Co
     for kind, (op, volume) in calls.items():
         span = spans[kind]
         wire = volume * float(bus_factor(op, np.array([span.size], dtype=float))[0]) if span.size > 1 else 0.0
-        shares = tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
-        out.append(KindTraffic(kind, op, wire, wire * shares))
+        by_tier = wire * tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
+        beyond = np.cumsum(by_tier[::-1])[::-1]  # what crosses tier i or a tier outside it
+        through = np.where(np.isnan(span.leaving), beyond, wire * np.nan_to_num(span.leaving))
+        through[0] = by_tier[0]
+        out.append(KindTraffic(kind, op, wire, by_tier, through))
     return out
 
 
@@ -101,12 +107,13 @@ def _dp_bytes(train: TrainSpec, lay: Layouts, non_expert: float, expert: float, 
 
 def tier_loads(cluster: ClusterSpec, constants: Constants, traffic: list[KindTraffic],
                step_s: float) -> list[TierLoad]:
-    """Per tier: bytes per GPU crossing it, seconds at its achievable bandwidth (rated × efficiency ÷
-    oversubscription, as cost.collectives prices rings), and that as a share of the step."""
+    """Per tier: bytes per GPU through its links in the busiest domain (KindTraffic.through), seconds at its
+    achievable bandwidth (rated × efficiency ÷ oversubscription, as cost.collectives prices rings), and that as a
+    share of the step."""
     comm = constants.comm
     out = []
     for t, tier in enumerate(cluster.tiers):
-        volume = sum(float(k.by_tier[t]) for k in traffic)
+        volume = sum(float(k.through[t]) for k in traffic)
         efficiency = comm.scale_up_ring if t == 0 else comm.network
         rate = tier.bandwidth_bytes_per_s * efficiency / tier.oversubscription
         busy = volume / rate

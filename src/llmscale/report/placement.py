@@ -56,7 +56,8 @@ def _result_entry(result: PlacedResult, fabric: Fabric, axes: tuple[Axis, ...] |
                                 "domains": dict(zip(names, span.domains.tolist(), strict=True))}
                    for kind, span in result.spans.items()},
         "traffic_bytes_per_gpu": {t.kind.value: {"op": t.op.value, "per_step": t.bytes_per_step,
-                                                 "by_tier": dict(zip(names, t.by_tier.tolist(), strict=True))}
+                                                 "by_tier": dict(zip(names, t.by_tier.tolist(), strict=True)),
+                                                 "through_tier": dict(zip(names, t.through.tolist(), strict=True))}
                                   for t in result.traffic},
         "tiers": [{"name": load.name, "bytes_per_gpu": load.bytes_per_gpu, "busy_s": load.busy_s,
                    "load": load.load} for load in result.loads],
@@ -140,7 +141,8 @@ def _span_table(best: dict[str, Any], first: dict[str, Any]) -> Table:
 
 def _traffic_table(best: dict[str, Any], first: dict[str, Any]) -> Table:
     tiers = [t["name"] for t in best["tiers"]]
-    table = Table(title="GB per GPU per step by tier crossed (placed), and each tier's link load")
+    table = Table(title="GB per GPU per step by the outermost tier crossed (placed), and the busiest link of each "
+                  "tier: seconds busy and share of the step")
     table.add_column("group")
     for tier in tiers:
         table.add_column(tier, justify="right")
