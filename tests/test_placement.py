@@ -185,3 +185,22 @@ def test_too_few_free_nodes_is_one_clear_error(tmp_path: Path, capsys: pytest.Ca
                        "--exclude-from", str(tmp_path / "x.txt"))
     assert doc["jobs"]["cluster_gpus"] == 14
     assert all(p["nodes"] <= 7 for p in doc["placement"])
+
+
+def test_plan_places_on_the_hostfile_and_checks_its_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "c.yaml").write_text(CLUSTER_YAML, encoding="utf-8")
+    (tmp_path / "hosts").write_text("".join(f"gpu-{i:02d} slots=2\n" for i in range(8)), encoding="utf-8")
+    doc = run_cli_json(capsys, "plan", "-m", "llama3-8b", "-c", str(tmp_path / "c.yaml"), "--gbs", "64",
+                       "--hostfile", str(tmp_path / "hosts"), "--placements", "2")
+    assert doc["jobs"]["cluster_gpus"] == 16 and len(doc["placement"]) == 2  # 8 hosts of 2 GPUs: the job's ceiling
+    assert doc["placement"][0]["best"]["hosts_head"][0].startswith("gpu-")
+    code, _, err = run_cli(capsys, "plan", "-m", "llama3-8b", "-c", str(tmp_path / "c.yaml"), "--placements", "-1")
+    assert code == 2 and "--placements" in err
+
+
+def test_placements_from_python_are_checked() -> None:
+    import llmscale
+    from llmscale.errors import SpecError
+
+    with pytest.raises(SpecError, match="placements"):
+        llmscale.plan("llama3-8b", small_cluster(), train={"global_batch": 64}, placements=True)  # type: ignore[arg-type]
