@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from llmscale.cost.collectives import collective_time_s, group_links, placed_group_links, tier_shares
+from llmscale.errors import SpecError
 from llmscale.io.catalog import load_constants, load_gpu, load_model
 from llmscale.placement.assign import in_order, packed
 from llmscale.placement.fabric import Fabric
@@ -152,12 +153,16 @@ def test_host_order_files(tmp_path: Path) -> None:
     hosts = [Host(f"gpu-{c}") for c in "abcdefghijkl"]
     fabric = Fabric.of(cluster, hosts, [Exclusion("gpu-b"), Exclusion("not-a-host")])
     assert fabric.unknown == ("not-a-host",) and fabric.free_nodes == 11
-    order = HostOrder.of(fabric, in_order(fabric, 3))
-    assert order.hostfile() == "gpu-a slots=2\ngpu-c slots=2\ngpu-d slots=2\n"
-    assert order.slurm_hostfile() == "gpu-a\ngpu-a\ngpu-c\ngpu-c\ngpu-d\ngpu-d\n"
-    assert order.srun_args() == "--nodes=3 --ntasks=6 --distribution=arbitrary --nodelist=gpu-a,gpu-c,gpu-d"
+    order = HostOrder.of(fabric, in_order(fabric, 3), ranks=5)  # the last host half used
+    assert order.hostfile() == "gpu-a slots=2\ngpu-c slots=2\ngpu-d slots=1\n"
+    assert order.slurm_hostfile() == "gpu-a\ngpu-a\ngpu-c\ngpu-c\ngpu-d\n"
+    assert order.srun_args() == "--nodes=3 --ntasks=5 --distribution=arbitrary --nodelist=gpu-a,gpu-c,gpu-d"
     written = order.write(tmp_path / "out")
     assert [p.name for p in written] == ["hostfile", "slurm_hostfile", "srun_args.txt"]
+    with pytest.raises(SpecError, match="at least one host"):
+        Fabric.of(cluster, [], [])
+    with pytest.raises(SpecError, match="slots = the cluster's 2 GPUs per node"):
+        Fabric.of(cluster, [Host("gpu-a", slots=8)])
 
 
 def test_explain_placement_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,6 +178,17 @@ def test_explain_placement_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert (tmp_path / "order" / "hostfile").read_text().splitlines()[0] == "node00004 slots=2"
     code, out, _ = run_cli(capsys, *args)
     assert code == 0 and "placement buys" in out and "host order (node rank 0, 1, …): node00004" in out
+
+
+def test_placement_out_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "c.yaml").write_text(CLUSTER_YAML, encoding="utf-8")
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    base = ["-m", "llama3-8b", "-c", str(tmp_path / "c.yaml"), "--gbs", "64"]
+    code, out, err = run_cli(capsys, "explain", *base, "--gpus", "16", "--tp", "2", "--pp", "2",
+                             "--placement-out", str(tmp_path / "afile" / "sub"))
+    assert code == 2 and "is a file, not a directory" in err and out == ""  # refused before any work
+    code, _, err = run_cli(capsys, "plan", *base, "--placements", "0", "--placement-out", str(tmp_path / "d"))
+    assert code == 2 and "needs --placements ≥ 1" in err
 
 
 def test_too_few_free_nodes_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,9 +9,13 @@ from pathlib import Path
 from llmscale.errors import SpecError
 from llmscale.io.resolve import Job
 from llmscale.placement.fabric import Fabric, read_fabric
-from llmscale.placement.hostorder import HostOrder
+from llmscale.placement.hostorder import HostOrder, check_out_dir
+from llmscale.placement.mesh import world_size
 from llmscale.placement.search import PlacementSearch, search_placements
 from llmscale.specs.layout import Layout
+
+__all__ = ["DEFAULT_PLACEMENTS", "MAX_PLACEMENTS", "FabricRequest", "capped", "check_out_dir", "place",
+           "write_host_order"]
 
 DEFAULT_PLACEMENTS = 3
 """Layouts of a plan's chosen job size whose placements are searched by default (the best first)."""
@@ -54,4 +58,4 @@ def place(job: Job, layouts: list[Layout], fabric: Fabric,
 
 def write_host_order(search: PlacementSearch, directory: Path) -> tuple[Path, ...]:
     """The best placement's hostfile, SLURM_HOSTFILE and srun arguments in `directory`."""
-    return HostOrder.of(search.fabric, search.best.placement).write(directory)
+    return HostOrder.of(search.fabric, search.best.placement, world_size(search.layout)).write(directory)

@@ -135,10 +135,12 @@ def explain(job: o.JobFlags, as_json: o.JsonOpt = False,
             placement_out: o.PlacementOutOpt = None) -> None:
     """Step time, MFU and throughput of one layout, with the step and memory breakdowns."""
     from llmscale.api.jobs import explain_job
-    from llmscale.api.placement import FabricRequest, write_host_order
+    from llmscale.api.placement import FabricRequest, check_out_dir, write_host_order
     from llmscale.report.tables import explain_table, print_placement
 
     wanted = placement or any(v is not None for v in (hostfile, exclude_from, placement_out))
+    if placement_out is not None:
+        check_out_dir(placement_out)
     result = explain_job(job.request(), FabricRequest(hostfile, exclude_from) if wanted else None)
     if as_json:
         typer.echo(strict_dumps(result.to_dict()))

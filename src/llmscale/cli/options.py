@@ -142,8 +142,8 @@ FromPlanOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="machine-readable output")]
 HostfileOpt = Annotated[Path | None, typer.Option(
-    "--hostfile", metavar="FILE", help="the job's hosts in topology order (NAME [slots=N] per line): placement puts "
-    "the job on them (docs/placement.md)")]
+    "--hostfile", metavar="FILE", help="the job's hosts in topology order, one NAME per line (optionally slots=N): "
+    "placement puts the job on them (docs/placement.md)")]
 ExcludeFromOpt = Annotated[Path | None, typer.Option(
     "--exclude-from", metavar="FILE", help="hosts to leave out (llmscale bench links --exclude-out): the job is "
     "placed, and sized, on the rest")]

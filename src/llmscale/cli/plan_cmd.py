@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress
 
 from llmscale.api.jobs import plan_job
-from llmscale.api.placement import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, FabricRequest, write_host_order
+from llmscale.api.placement import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, FabricRequest, check_out_dir, write_host_order
 from llmscale.api.results import Plan
 from llmscale.cli import options as o
 from llmscale.errors import SpecError
@@ -91,6 +91,10 @@ def plan_cmd(
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256, framework=framework)
     target = SearchTarget(rules=parse_rules(rules), max_memory_fraction=max_memory_fraction)
+    if placement_out is not None:
+        if placements == 0:
+            raise SpecError("placement_out", str(placement_out), "needs --placements ≥ 1 (a placement to write)")
+        check_out_dir(placement_out)
     fabric = FabricRequest(hostfile, exclude_from)
     result = _search(request, objective, top, target, quiet=as_json, force=force, deadline_days=deadline,
                      placing=(fabric, placements))

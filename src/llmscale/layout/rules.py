@@ -15,7 +15,7 @@ import numpy as np
 
 from llmscale.errors import SpecError
 from llmscale.layout.arrays import Layouts
-from llmscale.specs.layout import Recompute, Schedule
+from llmscale.specs.layout import RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import MoeDispatcher, TrainSpec
 
@@ -41,6 +41,7 @@ class Reason(IntEnum):
     EXCLUDED = 15
     TP_OVERLAP = 16
     EP_OVERLAP = 17
+    RANK_ORDER = 18
 
     @property
     def meaning(self) -> str:
@@ -77,6 +78,10 @@ _MEANING: dict[Reason, str] = {
     Reason.EP_OVERLAP: "EP all-to-all overlap needs ep > 1, an interleaved (or DualPipe) schedule when pp > 1, no "
                        "full recompute and the alltoall or flex dispatcher (NVIDIA/Megatron-LM@cd4afffa648 "
                        "transformer_config.py asserts each)",
+    Reason.RANK_ORDER: "an MoE model with the pipeline inside data parallelism (rank order tp-cp-ep-pp-dp) and pp > 1 "
+                       "needs an expert data-parallel size equal to dp, i.e. ep × etp = tp × cp, or its expert and "
+                       "dense pipeline groups differ (Megatron-Core asserts it: "
+                       "NVIDIA/Megatron-LM@d98e8a6 megatron/core/parallel_state.py initialize_model_parallel)",
     Reason.OUT_OF_MEMORY: "the most-loaded GPU needs more memory than it has, or than --max-memory-fraction of it "
                           "(set by the memory model, not by `check`)",
     Reason.EXCLUDED: "outside what the user fixed or bounded on `plan` (--tp 8, --pp 4..16) or what the target "
@@ -101,6 +106,7 @@ RULE_READS: dict[Reason, frozenset[str]] = {reason: frozenset(names.split()) for
     Reason.CUDA_GRAPHS: "cuda_graphs recompute",
     Reason.TP_OVERLAP: "tp_comm_overlap tp sp",
     Reason.EP_OVERLAP: "ep_comm_overlap ep pp schedule recompute",
+    Reason.RANK_ORDER: "rank_order pp tp cp ep etp",
 }.items()}
 """The layout columns each rule of `check` reads, in `check`'s order (tests/test_space_pruning.py checks both): the
 space applies a leading run of rules as soon as their columns are built (layout.space)."""
@@ -157,6 +163,8 @@ def conditions(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray,
         (Reason.CUDA_GRAPHS, lay.cuda_graphs & ~switch_runs("cuda_graphs", view)),
         (Reason.TP_OVERLAP, lay.tp_comm_overlap & ~switch_runs("tp_comm_overlap", view)),
         (Reason.EP_OVERLAP, lay.ep_comm_overlap & (~switch_runs("ep_comm_overlap", view) | gathers)),
+        (Reason.RANK_ORDER, model.is_moe & (lay.rank_order == RankOrder.TP_CP_EP_PP_DP.code) & (lay.pp > 1)
+         & (lay.ep * lay.etp != lay.tp * lay.cp)),
     ]
 
 
@@ -253,6 +261,9 @@ def explain_rejection(
                             f"(pp {pp}, schedule {schedule}), no full recompute and the alltoall or flex dispatcher "
                             f"(the job's is {train.moe_dispatcher.value}: a --framework release whose recipe runs "
                             f"one, or --framework any)"),
+        Reason.RANK_ORDER: ("rank_order", "tp-cp-ep-pp-dp", f"with pp > 1 (pp {pp}) needs ep × etp = tp × cp "
+                            f"({ep} × {etp} ≠ {tp} × {cp}): Megatron-Core asserts the expert data-parallel size "
+                            f"equals dp there; use rank order tp-cp-ep-dp-pp"),
     }
     field, value, allowed = messages[reason]
     return SpecError(field, value, allowed, where="layout")

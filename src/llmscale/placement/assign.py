@@ -77,32 +77,49 @@ def _block_sizes(sizes: list[int], tier_nodes: tuple[int, ...]) -> list[tuple[in
 
 def _pack(fabric: Fabric, nodes: int, blocks: list[tuple[int, int]], tier_nodes: tuple[int, ...]
           ) -> tuple[np.ndarray, int]:
-    """Free nodes for `nodes` logical nodes in sequence, starting each block in a fresh domain where the current one
-    cannot hold it and spare nodes remain."""
+    """Free nodes for `nodes` logical nodes in sequence, block by block (outermost first): a block that would cross
+    a boundary of its tier starts again in the next domain of that tier while enough free nodes remain after it."""
     free = np.flatnonzero(fabric.available)
     if free.size < nodes:
         raise ValueError(f"{nodes} nodes needed, {free.size} free")
     if free[nodes - 1] == nodes - 1 and all(tier_nodes[t] % block == 0 for t, block in blocks):
         return free[:nodes].copy(), 0  # no hole among them and every block tiles its domains: already aligned
-    # end[t][k]: index in `free` of the first free node past free[k]'s tier-t domain
-    end = {}
-    for t, _ in blocks:
-        dom = fabric.domain[t].take(free)
-        change = np.flatnonzero(np.diff(dom)) + 1
-        bounds = np.append(change, free.size)
-        end[t] = bounds.take(np.searchsorted(bounds, np.arange(free.size), side="right"))
-    spare = free.size - nodes
-    out = np.empty(nodes, dtype=np.int64)
-    k = 0
-    skipped = 0
-    for j in range(nodes):
-        for t, block in blocks:
-            if j % block == 0 and spare > 0:
-                left = int(end[t][k]) - k
-                if left < block and left <= spare:
-                    k += left
-                    spare -= left
-                    skipped += left
-        out[j] = free[k]
-        k += 1
-    return out, skipped
+    ends = {t: _domain_ends(fabric.domain[t].take(free)) for t, _ in blocks}
+    packer = _Packer(free, fabric.domain, ends, blocks)
+    size = blocks[0][1] if blocks else 1
+    k, picked = 0, []
+    for placed in range(0, nodes, size):
+        k, nodes_of = packer.block(0, k, nodes - placed)
+        picked.extend(nodes_of)
+    return np.asarray(picked, dtype=np.int64), k - nodes
+
+
+def _domain_ends(dom: np.ndarray) -> np.ndarray:
+    """For each free node k: the index of the first free node past its domain."""
+    bounds = np.append(np.flatnonzero(np.diff(dom)) + 1, dom.size)
+    return bounds.take(np.searchsorted(bounds, np.arange(dom.size), side="right"))
+
+
+@dataclass
+class _Packer:
+    free: np.ndarray
+    domain: np.ndarray
+    ends: dict[int, np.ndarray]
+    blocks: list[tuple[int, int]]
+
+    def block(self, level: int, k: int, need: int) -> tuple[int, list[int]]:
+        """Place one block of `level` from free index k, `need` nodes still to place with it: (next k, nodes)."""
+        if level == len(self.blocks):
+            return k + 1, [int(self.free[k])]
+        t, size = self.blocks[level]
+        inner = self.blocks[level + 1][1] if level + 1 < len(self.blocks) else 1
+        while True:
+            at, nodes = k, []
+            for done in range(0, size, inner):
+                at, more = self.block(level + 1, at, need - done)
+                nodes.extend(more)
+            inside = bool(np.all(self.domain[t].take(nodes) == self.domain[t][self.free[k]]))
+            skip_to = int(self.ends[t][k])
+            if inside or self.free.size - skip_to < need:
+                return at, nodes  # fits its domain, or no spare node left to skip with: it straddles
+            k = skip_to

@@ -8,7 +8,7 @@ j·g // R_i (ClusterSpec.tiers, g GPUs per node). An excluded node keeps its pos
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -54,6 +54,10 @@ class Fabric:
         """(T,) bool: the tier's domains hold more than one node (the node's own domain otherwise)."""
         return np.array([self.size > 1 and bool(np.any(row[1:] == row[0])) for row in self.domain])
 
+    def whole(self) -> Fabric:
+        """The same hosts with nothing excluded."""
+        return replace(self, available=np.ones_like(self.available), excluded=(), unknown=())
+
     def name(self, node: int) -> str:
         return self.hosts[node] if self.hosts is not None else f"node{node:05d}"
 
@@ -62,7 +66,13 @@ class Fabric:
            exclusions: list[Exclusion] | None = None) -> Fabric:
         """The cluster's nodes (or `hosts`, in file order), less `exclusions`."""
         g = cluster.node.gpus_per_node
-        names = tuple(h.name for h in hosts) if hosts else None
+        if hosts is not None and not hosts:
+            raise SpecError("hostfile", "no host", "at least one host (NAME [slots=N] per line)")
+        for host in hosts or []:
+            if host.slots is not None and host.slots != g:
+                raise SpecError("hostfile", f"{host.name} slots={host.slots}",
+                                f"slots = the cluster's {g} GPUs per node ({cluster.name}), or none")
+        names = tuple(h.name for h in hosts) if hosts is not None else None
         count = len(names) if names is not None else cluster.num_nodes
         if count > cluster.num_nodes:
             raise SpecError("hostfile", f"{count} hosts", f"at most the cluster's {cluster.num_nodes} nodes "

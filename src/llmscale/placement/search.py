@@ -53,9 +53,13 @@ class PlacementSearch:
     best: PlacedResult
     in_order: PlacedResult
     tried: tuple[tuple[str, float], ...]
-    """(placement name, step seconds) of every candidate, fastest first."""
+    """(placement name, step seconds) of every candidate, in the order they are preferred."""
     aligned_step_s: float
-    """The step the search priced on the rank order's aligned blocks (cost.traffic.GroupStrides): no holes."""
+    """The step the search priced on the rank order's aligned blocks (cost.traffic.GroupStrides)."""
+    whole_in_order_s: float
+    """The step in host order, and `whole_best_s` placed, on the same hosts without the exclusions: what the
+    holes cost is measured against them."""
+    whole_best_s: float
 
     @property
     def gain(self) -> float:
@@ -79,41 +83,59 @@ def _links(cluster: ClusterSpec, constants: Constants, lay: Layouts, spanned: li
                        pp=links(GroupKind.PP), dense_dp=links(GroupKind.DP), edp=links(GroupKind.EDP))
 
 
+def candidates_on(fabric: Fabric, layout: Layout, tier_nodes: tuple[int, ...], nodes: int) -> list[Placement]:
+    """The host order, then the packed orders (assign.orders) whose maps differ from those before."""
+    found = [in_order(fabric, nodes)]
+    axes = node_axes(layout, fabric.gpus_per_node)
+    if axes is None:
+        return found
+    for order in orders(axes):
+        made = packed(fabric, axes, order, tier_nodes)
+        if not any(np.array_equal(made.node_of, c.node_of) for c in found):  # the same map: priced once
+            found.append(made)
+    return found
+
+
+def _preferred(times: np.ndarray, candidates: list[Placement]) -> list[int]:
+    """Candidate indices, preferred first: within TOLERANCE of the fastest, the host order (candidate 0), then the
+    fewest idle nodes; then by step time."""
+    fastest = float(times.min())
+    return sorted(range(len(candidates)), key=lambda i: (float(times[i]) > fastest * (1 + TOLERANCE), i != 0,
+                                                         candidates[i].skipped, float(times[i])))
+
+
 def search_placements(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, layout: Layout, constants: Constants,
                       fabric: Fabric, aligned_step_s: float | None = None) -> PlacementSearch:
-    """Every candidate placement of `layout` on `fabric`, priced; `aligned_step_s` the step the search priced it at
-    where the caller has it. LlmscaleError when too few nodes are free."""
+    """Every candidate placement of `layout` on `fabric`, and on the same hosts without exclusions, priced in one
+    call; `aligned_step_s` the step the search priced it at where the caller has it. LlmscaleError when too few
+    nodes are free."""
     g = cluster.node.gpus_per_node
     world = world_size(layout)
     nodes = -(-world // g)
     if fabric.free_nodes < nodes:
-        raise LlmscaleError(f"placement: the layout needs {nodes} nodes ({world} GPUs), {fabric.free_nodes} of "
-                            f"{fabric.size} are free after the exclusion list; plan with --gpus "
-                            f"{fabric.free_nodes * g} or fewer")
-    candidates = [in_order(fabric, nodes)]
-    axes = node_axes(layout, g)
-    if axes is not None and world % g == 0:
-        tier_nodes = tuple(max(1, t.ranks // g) for t in cluster.tiers)
-        for order in orders(axes):
-            made = packed(fabric, axes, order, tier_nodes)
-            if not any(np.array_equal(made.node_of, c.node_of) for c in candidates):  # the same map: priced once
-                candidates.append(made)
+        raise LlmscaleError(f"placement: the layout needs {nodes:,} nodes ({world:,} GPUs), {fabric.free_nodes:,} of "
+                            f"{fabric.size:,} are free after the exclusion list; plan with --gpus "
+                            f"{fabric.free_nodes * g:,} or fewer")
+    tier_nodes = tuple(max(1, t.ranks // g) for t in cluster.tiers)
+    candidates = candidates_on(fabric, layout, tier_nodes, nodes)
+    intact = fabric.whole()
+    whole = candidates_on(intact, layout, tier_nodes, nodes) if fabric.excluded else []
     spanned = [spans(layout, fabric, c.node_of) for c in candidates]
+    spanned += [spans(layout, intact, c.node_of) for c in whole]
     base = Layouts.from_layout(layout, world)
-    lay = base.take(np.zeros(len(candidates), dtype=np.intp))
+    lay = base.take(np.zeros(len(spanned), dtype=np.intp))
     step = estimate_step(model, cluster, train, lay, constants, placed=_links(cluster, constants, lay, spanned))
+    here, there = step.step_time_s[:len(candidates)], step.step_time_s[len(candidates):]
     aligned = (float(estimate_step(model, cluster, train, base, constants).step_time_s[0])
                if aligned_step_s is None else aligned_step_s)
-    times = step.step_time_s
-    fastest = float(times.min())
-    # Within TOLERANCE of the fastest, the host order (candidate 0) first, then the fewest idle nodes.
-    rank = sorted(range(len(candidates)), key=lambda i: (float(times[i]) > fastest * (1 + TOLERANCE),
-                                                         i != 0, candidates[i].skipped, float(times[i])))
+    rank = _preferred(here, candidates)
     first = _result(model, train, base, constants, candidates[0], spanned[0], step, 0, cluster)
     best = first if rank[0] == 0 else _result(model, train, base, constants, candidates[rank[0]], spanned[rank[0]],
                                               step, rank[0], cluster)
+    whole_first, whole_best = (float(there[0]), float(there.min())) if whole else (first.step_s, best.step_s)
     return PlacementSearch(layout, fabric, nodes, best, first,
-                           tuple((candidates[i].name, float(times[i])) for i in rank), aligned)
+                           tuple((candidates[i].name, float(here[i])) for i in rank), aligned, whole_first,
+                           min(whole_best, best.step_s))
 
 
 def _result(model: ModelSpec, train: TrainSpec, base: Layouts, constants: Constants, placement: Placement,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.placement.fabric import Fabric
-from llmscale.placement.mesh import GroupKind, group_ids, group_size
+from llmscale.placement.mesh import GroupKind, group_ids, group_size, node_axes, world_size
 from llmscale.specs.layout import Layout
 
 
@@ -34,34 +34,52 @@ class KindSpan:
     NaN where tier i − 1 is the node (each GPU its own NIC: the worst rank's share is the load)."""
 
 
+@dataclass(frozen=True)
+class _Units:
+    """What the count runs over: logical nodes where the generators nest (a group meeting a node has `members` of
+    its ranks there, and `copies` groups alike share the node), ranks otherwise."""
+
+    group: np.ndarray
+    node: np.ndarray
+    """The logical node of each unit."""
+    members: int
+    copies: float
+    nested: bool
+
+
+def _units(lay: Layout, kind: GroupKind, g: int, nodes: int) -> _Units:
+    if node_axes(lay, g) is None:
+        ranks = np.arange(world_size(lay), dtype=np.int64)
+        return _Units(group_ids(lay, kind, ranks), ranks // g, 1, 1.0, False)
+    per_node = int(np.count_nonzero(group_ids(lay, kind, np.arange(g)) == group_ids(lay, kind, np.zeros(1))[0]))
+    group = group_ids(lay, kind, np.arange(nodes, dtype=np.int64) * g)
+    return _Units(group, np.arange(nodes), per_node, g / per_node, True)
+
+
 def kind_span(lay: Layout, kind: GroupKind, fabric: Fabric, node_of: np.ndarray) -> KindSpan:
     """`kind`'s span when logical node L sits on physical node node_of[L]."""
-    g = fabric.gpus_per_node
     n = group_size(lay, kind)
     tiers = fabric.domain.shape[0]
-    if n == 1:
-        return KindSpan(kind, 1, np.ones(tiers), np.ones(tiers), np.ones(tiers), np.zeros(tiers))
-    per_node = int(np.count_nonzero(group_ids(lay, kind, np.arange(g)) == group_ids(lay, kind, np.zeros(1))[0]))
-    if per_node >= n:  # inside one node: inside one domain of every tier
+    units = _units(lay, kind, fabric.gpus_per_node, node_of.size) if n > 1 else None
+    if units is None or (units.nested and units.members >= n):  # one rank, or inside one node: one domain everywhere
         return KindSpan(kind, n, np.full(tiers, float(n)), np.ones(tiers), np.ones(tiers), np.zeros(tiers))
-    node_group = group_ids(lay, kind, np.arange(node_of.size, dtype=np.int64) * g)
     members, domains, relief, leaving = np.empty(tiers), np.empty(tiers), np.ones(tiers), np.full(tiers, np.nan)
     leaving[0] = 0.0
+    physical = node_of.take(units.node)
     for t in range(tiers):
-        if t == tiers - 1 or not fabric.shared_tiers[t]:
-            # the outermost tier spans the cluster; a tier whose domains are single nodes holds per_node members
-            members[t], domains[t] = (n, 1) if t == tiers - 1 else (per_node, n // per_node)
+        if t == tiers - 1 or (units.nested and not fabric.shared_tiers[t]):
+            # the outermost tier spans the cluster; a tier whose domains are single nodes holds a node's members
+            members[t], domains[t] = (n, 1) if t == tiers - 1 else (units.members, n // units.members)
             continue
-        dom = fabric.domain[t].take(node_of)
+        dom = fabric.domain[t].take(physical)
         width = int(dom.max()) + 1
-        pairs, inverse, counts = np.unique(node_group * width + dom, return_inverse=True, return_counts=True)
+        pairs, inverse, counts = np.unique(units.group * width + dom, return_inverse=True, return_counts=True)
         group = pairs // width
         starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-        members[t] = min(n, per_node * int(np.minimum.reduceat(counts, starts).min()))
+        members[t] = min(n, units.members * int(np.minimum.reduceat(counts, starts).min()))
         domains[t] = int(np.diff(np.r_[starts, group.size]).max())
-        load, worst = _leaving(kind, n, per_node, node_group, dom, per_node * counts.take(inverse))
-        # every group that meets a node sends alike: g / per_node of them per node
-        leaving[t + 1] = float(np.bincount(dom, weights=load * (g / per_node), minlength=width).max()
+        load, worst = _leaving(kind, n, units.members, units.group, dom, units.members * counts.take(inverse))
+        leaving[t + 1] = float(np.bincount(dom, weights=load * units.copies, minlength=width).max()
                                ) / fabric.tier_ranks[t]
         relief[t + 1] = _relief(leaving[t + 1], worst, fabric.oversubscription[t + 1])
     return KindSpan(kind, n, members, domains, relief, leaving)
