@@ -220,3 +220,9 @@ def test_placements_from_python_are_checked() -> None:
 
     with pytest.raises(SpecError, match="placements"):
         llmscale.plan("llama3-8b", small_cluster(), train={"global_batch": 64}, placements=True)  # type: ignore[arg-type]
+
+
+def test_placed_links_leave_the_callers_members_alone() -> None:
+    members = np.array([[1.0], [4.0], [5.0]])
+    placed_group_links(small_cluster(), np.array([8]), np.array([2]), members, load_constants().comm)
+    assert members[:, 0].tolist() == [1.0, 4.0, 5.0]

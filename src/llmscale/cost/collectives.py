@@ -174,7 +174,7 @@ def placed_group_links(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarra
     every GPU's share of its uplinks (docs/placement.md#uplink-load)."""
     n = np.atleast_1d(np.asarray(size, dtype=np.int64))
     s = np.atleast_1d(np.asarray(stride, dtype=np.int64))
-    m = np.asarray(members, dtype=float).reshape(len(cluster.tiers), n.size)
+    m = np.array(members, dtype=float).reshape(len(cluster.tiers), n.size)  # a copy: the caller's stays
     m[-1] = n  # the outermost tier spans the cluster (ClusterSpec validation)
     fits = m >= n
     tier = np.where(n > 1, np.argmax(fits, axis=0), -1)
