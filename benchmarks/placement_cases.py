@@ -26,6 +26,7 @@ SHARE = 0.03
 JOBS = {
     "seed-10t-moe on seed-500k (plan's default)": ("seed-10t-moe", "seed-500k", None),
     "deepseek-v3 on 2,048 H800": ("deepseek-v3", "deepseek-v3-h800", 2048),
+    "deepseek-v3 on 1,024 GB200 NVL72": ("deepseek-v3", "gb200-nvl72", 1024),
 }
 
 
