@@ -115,3 +115,12 @@ def test_step_parts_get_distinct_colours(page: str) -> None:
     legend = re.findall(r'<span style="--c:(#[0-9a-f]{6})">([^<]+)</span>', section)
     assert [name for _, name in legend] == [p.removesuffix("_s").replace("_", " ") for p in STEP_PARTS]
     assert len({colour for colour, _ in legend}) == len(STEP_PARTS)
+
+
+def test_page_shows_the_best_layouts_placement(capsys: pytest.CaptureFixture[str], page: str) -> None:
+    doc = json.loads(run(capsys, *PLAN, "--json"))
+    placed = doc["placement"][0]
+    assert "<h2>Placement of the best layout on the cluster's nodes</h2>" in page
+    assert f"{placed['best']['step_s']:.3f} s ({html.escape(placed['best']['placement'])};" in page
+    for tier in placed["best"]["tiers"]:
+        assert f"<th>{html.escape(tier['name'])}</th>" in page

@@ -175,6 +175,33 @@ def _top_table(document: dict[str, Any]) -> str:
     return "<h2>Top layouts</h2>" + html_table(header, units, rows, left=2) + note
 
 
+def _placement_section(entries: list[dict[str, Any]]) -> str:
+    """The best layout's placement on the cluster's nodes (report.placement): steps, what the holes cost, each
+    group's span and each tier's busiest link, placed beside in host order."""
+    if not entries:
+        return ""
+    entry, fabric = entries[0], entries[0]["fabric"]
+    best, first = entry["best"], entry["in_order"]
+    facts = [("nodes", f"{num(entry['nodes'])} of {num(fabric['free'])} free ({num(len(fabric['excluded']))} "
+                       f"excluded)"),
+             ("placed", f"{best['step_s']:.3f} s ({best['placement']}; {num(best['idle_nodes_for_alignment'])} "
+                        "free nodes left idle to keep groups aligned)"),
+             ("in host order", f"{first['step_s']:.3f} s: placement buys {100 * (entry['gain'] - 1):+.1f}%"),
+             ("the holes cost", f"{100 * entry['holes_cost']['in_order']:+.1f}% in host order, "
+                                f"{100 * entry['holes_cost']['placed']:+.1f}% placed")]
+    rows = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
+    tiers = [t["name"] for t in best["tiers"]]
+    spans = [[f"{kind} of {num(g['size'])}", *(f"{g['members_per_domain'][t]:g} / "
+                                                f"{first['groups'][kind]['members_per_domain'][t]:g}" for t in tiers)]
+             for kind, g in best["groups"].items() if g["size"] > 1]
+    loads = [[label, *(f"{100 * t['load']:.1f}%" for t in result["tiers"])]
+             for label, result in (("busiest link, placed", best), ("busiest link, in host order", first))]
+    table = html_table(["group", *tiers], None, spans + loads, left=1)
+    return (f"<h2>Placement of the best layout on the cluster's nodes</h2><dl>{rows}</dl>"
+            "<p class=note>Fewest members of the worst group in one domain of each tier, placed / in host order, "
+            "and the share of the step each tier's busiest link is busy (docs/placement.md).</p>" + table)
+
+
 def plan_html(result: PlanResult, document: dict[str, Any]) -> str:
     """The whole page as a string."""
     body = [_header(document)]
@@ -182,7 +209,7 @@ def plan_html(result: PlanResult, document: dict[str, Any]) -> str:
         body += [_step_section(document["top"]), _memory_section(result), _reliability_section(document["top"][0])]
     body += [_job_size_section(result, document), _pareto_section(document), _rejection_section(document)]
     if document["top"]:
-        body.append(_top_table(document))
+        body += [_top_table(document), _placement_section(document.get("placement", []))]
     title = f"llmscale plan · {document['model']} · {document['cluster']}"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
