@@ -102,7 +102,7 @@ def placement_tables(entry: dict[str, Any]) -> list[Table | str]:
                                                    if fabric["not_in_fabric"] else ""),
         f"step {best['step_s']:.3f} s placed ({best['placement']}, {best['idle_nodes_for_alignment']:,} free nodes "
         f"left idle to keep groups aligned) · {first['step_s']:.3f} s in host order · {entry['aligned_step_s']:.3f} s "
-        f"as the search priced it (rank order on whole domains) · placement buys {100 * (entry['gain'] - 1):+.1f}%",
+        f"as the search priced it · placement buys {100 * (entry['gain'] - 1):+.1f}%",
     ]
     if fabric["excluded"]:
         cost = entry["holes_cost"]
