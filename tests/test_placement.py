@@ -200,6 +200,8 @@ def test_too_few_free_nodes_is_one_clear_error(tmp_path: Path, capsys: pytest.Ca
     doc = run_cli_json(capsys, "plan", "-m", "llama3-8b", "-c", str(tmp_path / "c.yaml"), "--gbs", "64",
                        "--exclude-from", str(tmp_path / "x.txt"))
     assert doc["jobs"]["cluster_gpus"] == 14
+    # 14 GPUs left: beside the powers of two, the largest multiples of 4 and 2 within them (search.leftover_sizes)
+    assert {12, 14} <= {size["num_gpus"] for size in doc["job_sizes"]}
     assert all(p["nodes"] <= 7 for p in doc["placement"])
 
 
@@ -226,3 +228,11 @@ def test_placed_links_leave_the_callers_members_alone() -> None:
     members = np.array([[1.0], [4.0], [5.0]])
     placed_group_links(small_cluster(), np.array([8]), np.array([2]), members, load_constants().comm)
     assert members[:, 0].tolist() == [1.0, 4.0, 5.0]
+
+
+def test_leftover_sizes_by_hand() -> None:
+    from llmscale.search.plan import leftover_sizes
+
+    assert leftover_sizes(1984, 8) == (1536, 1792)  # 2,048 H800 less 8 nodes: 3 x 512 and 7 x 256
+    assert leftover_sizes(2048, 8) == ()  # a power of two: the usual sizes already end there
+    assert leftover_sizes(1100, 512) == ()  # 1,024 + nothing: no multiple of 512 or 256 ≥ 512 above it

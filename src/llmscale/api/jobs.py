@@ -24,7 +24,7 @@ from llmscale.layout.constraints import parse_rules
 from llmscale.layout.profile import ReleaseLayouts
 from llmscale.report.documents import explain_document, memory_document, plan_document
 from llmscale.report.placement import placement_entry
-from llmscale.search.plan import Objective
+from llmscale.search.plan import Objective, leftover_sizes
 from llmscale.search.plan import plan as search_plan
 from llmscale.search.targets import SearchTarget
 from llmscale.specs.bounds import MAX_DAYS, MIN_DAYS
@@ -140,12 +140,15 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
         raise SpecError("placements", placements, f"a whole number of layouts to place, 0..{MAX_PLACEMENTS}")
     job = resolve(replace(request, batch=BatchDefault.CRITICAL))
     nodes = (fabric or FabricRequest()).fabric(job)
+    whole_cluster = job.cluster.num_gpus
     job = capped(job, nodes, request.gpus)
+    leftover = leftover_sizes(job.cluster.num_gpus, job.cluster.node.gpus_per_node) if (
+        job.cluster.num_gpus < whole_cluster) else ()
     target = replace(target, framework=engine_of(job), release=(
         ReleaseLayouts(job.profile.profile, job.profile.facts) if job.profile is not None else None))
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
                          objective=objective, top=top, target=target, on_size=on_size, force=force,
-                         deadline_days=deadline_days)
+                         deadline_days=deadline_days, extra_sizes=leftover)
     chosen = result.chosen.top[:placements]
     placed = place(job, [c.layouts.row(c.layout_index) for c in chosen], nodes,
                    [float(c.step.step_time_s[c.layout_index]) for c in chosen])

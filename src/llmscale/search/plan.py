@@ -191,6 +191,17 @@ def job_sizes(model: ModelSpec, cluster: ClusterSpec, const: SearchConstants) ->
     return sizes or [cluster.num_gpus]
 
 
+def leftover_sizes(free_gpus: int, smallest: int) -> tuple[int, ...]:
+    """Job sizes for a cluster whose free GPUs are not a power of two (after an exclusion list): the largest
+    multiples of P/2 and P/4 within them, P the largest power of two that fits, so the nodes a sweep left are not
+    cut back to P; none below `smallest`."""
+    if free_gpus <= 0 or free_gpus & (free_gpus - 1) == 0:
+        return ()
+    power = 1 << (free_gpus.bit_length() - 1)
+    return tuple(sorted({free_gpus // step * step for step in (power // 2, power // 4)
+                         if step >= smallest and free_gpus // step * step > power}))
+
+
 def check_objective(objective: Objective, cluster: ClusterSpec) -> None:
     """Cost needs a price and energy a power figure; without them the ranking would be meaningless."""
     if objective is Objective.COST and cluster.usd_per_gpu_hour is None:
@@ -203,17 +214,18 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
          supports: Supports | None = None, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5,
          target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None,
-         force: bool = False, deadline_days: float | None = None) -> PlanResult:
+         force: bool = False, deadline_days: float | None = None, extra_sizes: tuple[int, ...] = ()) -> PlanResult:
     """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
     jobs. `supports` says what each framework runs (io.catalog.load_frameworks); `target` which one the plan is for
     and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress).
-    `deadline_days`: choose the job size by `deadline_job_size` instead of the objective's rule."""
+    `deadline_days`: choose the job size by `deadline_job_size` instead of the objective's rule; `extra_sizes` are
+    searched beside the powers of two (`leftover_sizes`)."""
     check_objective(objective, cluster)
     supports = supports or {}
     target = target or SearchTarget(framework=Framework.MEGATRON_CORE if supports else Framework.ANY)
     target.check(supports, model.is_moe)
     start = time.perf_counter()
-    sizes = [gpus] if gpus is not None else job_sizes(model, cluster, constants.search)
+    sizes = [gpus] if gpus is not None else sorted({*job_sizes(model, cluster, constants.search), *extra_sizes})
     if not force:
         _check_work(model, cluster, train, sizes, target.space_options(supports, model.is_moe))
     results = []
