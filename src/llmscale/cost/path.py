@@ -76,6 +76,18 @@ class PathShares:
     sm_share: np.ndarray
     """Share of the SMs the overlapped all-to-all kernels hold (0 where nothing overlaps them)."""
 
+    @property
+    def tp_ep_passes(self) -> np.ndarray:
+        """TP and EP collectives per layer and micro-batch, in forwards: forward, backward, forward again under full
+        recompute."""
+        return 2 + self.full
+
+    @property
+    def cp_passes(self) -> np.ndarray:
+        """CP ring volume per layer and micro-batch, in forwards: forward, again under any recompute, backward at
+        twice the forward's (K, V and their gradients)."""
+        return 3 + self.any_recompute
+
     @classmethod
     def of(cls, lay: Layouts, const: StepConstants, overlap_sm_share: float) -> PathShares:
         dualpipe = lay.schedule == Schedule.DUALPIPE.code
@@ -109,7 +121,7 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
     ep: np.ndarray | float = 0.0
     ep_layer: np.ndarray | float = 0.0
     if has_moe:
-        ep_all = (2 + full) * layers.moe * comm.ep_s
+        ep_all = shares.tp_ep_passes * layers.moe * comm.ep_s
         # Overlapped (DualPipe, or Megatron's 1F1B A2A overlap): hidden behind the paired micro-batch's compute, no
         # more than all of it; left at the overlap's exposed share otherwise.
         hidden = np.maximum(0.0, ep_all - total)
@@ -117,9 +129,9 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
         # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
         # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
         ep = ep + shares.sm_share * (ep_all - ep)
-        ep_layer = ep / (2 + full) / np.maximum(layers.moe, 1)
-    tp = (2 + full) * tp_pass
-    forward = tp_pass + cp_fwd + ep / (2 + full)
+        ep_layer = ep / shares.tp_ep_passes / np.maximum(layers.moe, 1)
+    tp = shares.tp_ep_passes * tp_pass
+    forward = tp_pass + cp_fwd + ep / shares.tp_ep_passes
     gpu_forward = fwd + forward
     moe_layer = (moe.forward_s + shares.tp * comm.tp_moe_s + ep_layer, moe.after_sync_s + ep_layer) if has_moe \
         else (tp, tp)

@@ -95,7 +95,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay:
                   derived: LayoutDerived | None = None, placed: PlacedLinks | None = None) -> StepBreakdown:
     """The step-time breakdown of every layout (docs/cost-model.md#step), with the model constants `constants`;
     `derived` hands over the batch's derived quantities (`cost.derived.derive`) when the caller has them; `placed`
-    the links of each layout's groups where a placement put them (placement.evaluate), else the rank order's."""
+    the links of each layout's groups where a placement put them (placement.search), else the rank order's."""
     const = constants.step
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"

@@ -71,7 +71,7 @@ class MicrobatchComm:
 
 @dataclass(frozen=True)
 class PlacedLinks:
-    """The links every group of a placed layout sees (placement.evaluate), one element per layout: they replace the
+    """The links every group of a placed layout sees (placement.search), one element per layout: they replace the
     ones the rank order's aligned blocks give (`GroupStrides`)."""
 
     tp: GroupLinks
@@ -121,6 +121,12 @@ def microbatch_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, constants
                            combine + zero, activation / np.where(lay.sp, lay.tp, 1) + zero)
 
 
+def tp_blocks(lay: Layouts) -> tuple[np.ndarray, np.ndarray]:
+    """TP collective blocks (an all-gather and a reduce-scatter, or an all-reduce) per pass of a dense layer
+    (attention and MLP) and of an MoE layer (attention; the experts too under etp > 1)."""
+    return np.full(lay.size, 2.0), 1.0 + (lay.etp > 1)
+
+
 @reads("tp", "cp", "mbs", "sp", "etp", "ep", "pp", "dp", "rank_order")
 def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
                     constants: Constants, placed: PlacedLinks | None = None) -> MicrobatchComm:
@@ -137,14 +143,14 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     scatter = collective_time_s(Collective.REDUCE_SCATTER, size.tp, lay.tp, tp_links)
     reduce = collective_time_s(Collective.ALL_REDUCE, size.tp, lay.tp, tp_links)
     block = np.where(lay.sp, gather + scatter, reduce)
-    tp_moe = block + np.where(lay.etp > 1, block, 0.0)
+    dense_blocks, moe_blocks = tp_blocks(lay)
     cp = (lay.cp - 1) * collective_time_s(Collective.SEND_RECV, size.cp, lay.cp, cp_links)
     ep = np.zeros(lay.size)
     if model.is_moe:
         ep = (collective_time_s(Collective.ALL_TO_ALL, size.ep_dispatch, lay.ep, ep_links)
               + collective_time_s(Collective.ALL_TO_ALL, size.ep_combine, lay.ep, ep_links))
     pp = collective_time_s(Collective.SEND_RECV, size.pp, lay.pp, pp_links)
-    return MicrobatchComm(2 * block, tp_moe, cp, ep, pp)
+    return MicrobatchComm(dense_blocks * block, moe_blocks * block, cp, ep, pp)
 
 
 @dataclass(frozen=True)

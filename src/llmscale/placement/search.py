@@ -1,8 +1,8 @@
 """Search the placements of one layout on a fabric and price each with the step model (docs/placement.md).
 
-Candidates: the free nodes in topology order (what a hostfile gives), and every order of the layout's node axes
-packed aligned into domains (assign.packed). Each is priced by cost.step.estimate_step on the links its groups
-actually span (cost.collectives.placed_group_links), all candidates in one vectorized call."""
+Candidates: the free nodes in topology order (what a hostfile gives), and the layout's node axes in k + 1 orders
+(assign.orders) packed aligned into domains (assign.packed). Each is priced by cost.step.estimate_step on the
+links its groups actually span (cost.collectives.placed_group_links), all candidates in one vectorized call."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 tier's links (docs/placement.md#per-tier-traffic).
 
 Calls per step on the busiest pipeline rank (cost.derived, RankOf.BUSIEST), from the sizes cost.traffic prices:
-TP two blocks per dense layer and one per MoE layer (two under etp > 1), each an all-gather and a reduce-scatter
-(sequence parallel) or an all-reduce, forward, backward and a full recompute's forward again; CP cp − 1 ring steps
-forward and 2(cp − 1) backward per layer; EP a dispatch and a combine forward and backward per MoE layer; PP one
+TP the blocks of cost.traffic.tp_blocks, each an all-gather and a reduce-scatter (sequence parallel) or an
+all-reduce, and EP a dispatch and a combine per MoE layer, both in the passes cost.path prices (forward, backward, a
+full recompute's forward again); CP cp − 1 ring steps per layer in its passes (cost.path.PathShares); PP one
 activation forward and one gradient backward per micro-batch and model chunk; DP the gradient reduce-scatter and
 the parameter all-gather per step (ZeRO-3: per micro-batch), or an all-reduce without ZeRO."""
 
@@ -16,7 +16,8 @@ import numpy as np
 
 from llmscale.cost.collectives import tier_shares
 from llmscale.cost.derived import derive
-from llmscale.cost.traffic import microbatch_bytes
+from llmscale.cost.path import PathShares
+from llmscale.cost.traffic import microbatch_bytes, tp_blocks
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf
 from llmscale.placement.mesh import GroupKind
@@ -24,7 +25,6 @@ from llmscale.placement.spans import KindSpan
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.collective import Collective, bus_factor
 from llmscale.specs.constants import Constants
-from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
 from llmscale.units import BYTES_16BIT
@@ -66,16 +66,18 @@ def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Co
     dense, moe = float(stage.layers.dense[0]), float(stage.layers.moe[0])
     size = microbatch_bytes(model, train, lay, constants, np.array([ep_tier]))
     m = float(derived.num_microbatches[0])
-    passes = 3.0 if Recompute(lay.row(0).recompute) is Recompute.FULL else 2.0
+    shares = PathShares.of(lay, constants.step, 0.0)  # the passes the critical path prices (cost.path)
+    passes, cp_passes = float(shares.tp_ep_passes[0]), float(shares.cp_passes[0])
     sp = bool(lay.sp[0])
-    tp_blocks = 2 * dense + moe * (2 if lay.etp[0] > 1 else 1)
-    cp = float(lay.cp[0] - 1) * (dense + moe) * 3.0 * m
+    dense_blocks, moe_blocks = tp_blocks(lay)
+    blocks = float(dense_blocks[0]) * dense + float(moe_blocks[0]) * moe
+    cp = float(lay.cp[0] - 1) * (dense + moe) * cp_passes * m
     dp_bytes = _dp_bytes(train, lay, stage.params.non_expert[0], stage.params.expert[0], m)
     calls = {
         GroupKind.TP: (Collective.REDUCE_SCATTER if sp else Collective.ALL_REDUCE,
-                       float(size.tp[0]) * tp_blocks * m * passes * (2 if sp else 1)),
+                       float(size.tp[0]) * blocks * m * passes * (2 if sp else 1)),
         GroupKind.CP: (Collective.SEND_RECV, float(size.cp[0]) * cp),
-        GroupKind.EP: (Collective.ALL_TO_ALL, float(size.ep_dispatch[0] + size.ep_combine[0]) * moe * m * 2),
+        GroupKind.EP: (Collective.ALL_TO_ALL, float(size.ep_dispatch[0] + size.ep_combine[0]) * moe * m * passes),
         GroupKind.PP: (Collective.SEND_RECV, float(size.pp[0]) * 2 * m * float(lay.vpp[0])),
         GroupKind.DP: (Collective.REDUCE_SCATTER, dp_bytes[0]),
         GroupKind.EDP: (Collective.REDUCE_SCATTER, dp_bytes[1]),
