@@ -32,6 +32,16 @@
    docs/examples/gemm_profiling/gemm_profiling.rst); B300's own measurement, taken for every Blackwell die
    (ASSUMPTION: B200, GB200 and GB300 have no such table).
 
+5. The FP8 fast-accumulation fraction (gemm_fp8_fast_accum) of the Hopper GPUs. MAMF's FP8 sweep calls
+   torch._scaled_mm without use_fast_accum (stas00/ml-engineering@744d01e
+   compute/accelerator/benchmarks/mamf-finder.py), so its η is the split-accumulator rate. Transformer Engine runs
+   per-tensor scaled forward GEMMs with fast accumulation (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM;
+   NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/module/base.py _2X_ACC_FPROP = False). Their FP8 η
+   times 1.15, the middle of the 1.1-1.2x that fast accumulation measured on torchao's float8 GEMM benchmark
+   (pytorch/ao issue #2377, 2025-06-14; ASSUMPTION: the middle of a reported range, cuBLAS per-tensor kernels alike).
+   Blackwell has no such mode (its tensor cores accumulate in FP32: NVIDIA/TransformerEngine PR #2748 review, "there
+   is no fastAccuMode for sm100").
+
 Run:  python scripts/derive_gemm_ceilings.py      (prints the values written into catalog/gpus.yaml)
 """
 
@@ -142,6 +152,9 @@ def main_loop_fraction(gpu_name: str, precision: Precision, tflops: float, shape
 TE_B300_PREQUANTIZED_MS = {"tensorwise": 6.812, "mxfp8": 7.161}
 """Per-layer GEMM time of TE's tutorial on B300, pre-quantized (module docstring, step 4)."""
 BLACKWELL = ("b200", "gb200", "b300", "gb300")
+FAST_ACCUM_SPEEDUP = 1.15
+"""FP8 GEMM speed-up of fast accumulation over the split accumulator on Hopper (module docstring, step 5)."""
+HOPPER = ("h100-sxm", "h800", "h200")
 
 
 def mxfp8_fractions() -> None:
@@ -150,6 +163,13 @@ def mxfp8_fractions() -> None:
         fp8 = load_gpu(name).efficiency.gemm_fp8
         print(f"{name:<10}mxfp8 = fp8 eta {fp8:.3f} x {ratio:.4f} (TE tutorial, B300 pre-quantized)"
               f" -> {fp8 * ratio:.3f}")
+
+
+def fast_accum_fractions() -> None:
+    for name in HOPPER:
+        fp8 = load_gpu(name).efficiency.gemm_fp8
+        print(f"{name:<10}fp8 fast accumulation = fp8 eta {fp8:.3f} x {FAST_ACCUM_SPEEDUP} (pytorch/ao#2377)"
+              f" -> {fp8 * FAST_ACCUM_SPEEDUP:.3f}")
 
 
 def main() -> None:
@@ -163,6 +183,7 @@ def main() -> None:
               f" at {'x'.join(map(str, shape)):<17} -> eta {eta:.3f}   [{source}]")
     attention_curves()
     mxfp8_fractions()
+    fast_accum_fractions()
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmscale.cost.kernels import KernelRates, attention_core_s, gemm_s
+from llmscale.cost.kernels import KernelRates, attention_core_s, gemm_s, linear_s
 from llmscale.io.catalog import load_gpu
-from llmscale.specs.train import Precision
+from llmscale.specs.train import Fp8Recipe, Precision
 from llmscale.units import TERA
 
 H800_FP8 = KernelRates.of(load_gpu("h800"), Precision.FP8)
@@ -51,6 +51,31 @@ def test_deepgemm_rows_where_one_bound_dominates(m: int, n: int, k: int, publish
 def test_catalog_ceilings_reproduce_their_measurements(gpu: str, precision: Precision,
                                                        shape: tuple[int, int, int], measured: float) -> None:
     assert tflops(KernelRates.of(load_gpu(gpu), precision), *shape) == pytest.approx(measured, rel=0.005)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "precision", "recipe", "low", "high"),
+    [
+        # pytorch/ao issue #2377: fast accumulation speeds an FP8 GEMM 1.1-1.2x (torchao's float8 benchmark).
+        ("h100-sxm", Precision.FP8, Fp8Recipe.TENSORWISE, 1.1, 1.2),
+        ("h100-sxm", Precision.FP8, Fp8Recipe.DELAYED, 1.1, 1.2),
+        ("h200", Precision.FP8, Fp8Recipe.TENSORWISE, 1.1, 1.2),
+        # Block-scaled GEMMs split the accumulator in every pass; 16-bit GEMMs and Blackwell have no such mode.
+        ("h100-sxm", Precision.FP8, Fp8Recipe.BLOCKWISE, 1.0, 1.0),
+        ("h100-sxm", Precision.BF16, Fp8Recipe.TENSORWISE, 1.0, 1.0),
+        ("b200", Precision.FP8, Fp8Recipe.TENSORWISE, 1.0, 1.0),
+        ("b200", Precision.FP8, Fp8Recipe.MXFP8, 1.0, 1.0),
+    ],
+)
+def test_only_per_tensor_forward_gemms_run_with_fast_accumulation_on_hopper(
+        gpu: str, precision: Precision, recipe: Fp8Recipe, low: float, high: float) -> None:
+    """Transformer Engine runs a per-tensor scaled FP8 linear's forward GEMM with cuBLASLt fast accumulation and its
+    two backward GEMMs with the split accumulator (NVIDIA/TransformerEngine@d0067d0 module/base.py _2X_ACC_FPROP
+    False, _2X_ACC_DGRAD and _2X_ACC_WGRAD True): the forward of a square GEMM is that much faster than its
+    input-gradient GEMM of the same shape."""
+    times = linear_s(KernelRates.of(load_gpu(gpu), precision, recipe=recipe), 8192, 8192, 8192)
+    ratio = float(times.input_grad_s / times.forward_s)
+    assert low - 1e-9 <= ratio <= high + 1e-9
 
 
 def test_a_partial_last_wave_costs_a_whole_wave() -> None:

@@ -54,6 +54,10 @@ def _gpu_updates(cluster: ClusterSpec, profile: CalibrationProfile) -> tuple[dic
             eff_fields.setdefault(name, min(getattr(eff, name) * scale, 1.0))
     if "gemm_fp8" in eff_fields and eff.gemm_mxfp8 is not None:  # MXFP8 keeps its catalog ratio to per-tensor FP8
         eff_fields["gemm_mxfp8"] = min(eff.gemm_mxfp8 * eff_fields["gemm_fp8"] / eff.gemm_fp8, 1.0)
+    if "gemm_fp8" in eff_fields and eff.gemm_fp8_fast_accum is not None:  # so does fast accumulation (measured
+        # without it: llmscale.measure.gemm calls torch._scaled_mm with its default use_fast_accum=False)
+        eff_fields["gemm_fp8_fast_accum"] = min(
+            eff.gemm_fp8_fast_accum * eff_fields["gemm_fp8"] / eff.gemm_fp8, 1.0)
     if profile.memory is not None:
         fraction, bandwidth = _fraction(profile.memory.copy_bytes_per_s, gpu.memory_bandwidth_bytes_per_s)
         gpu_fields["memory_bandwidth_gb_per_s"] = bandwidth / GB

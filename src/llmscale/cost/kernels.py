@@ -34,6 +34,9 @@ class KernelRates:
     """Dense peak of the GEMM precision."""
     gemm_fraction: float
     """η: the main-loop fraction of that peak a large GEMM reaches."""
+    forward_gemm_fraction: float
+    """η of the forward GEMMs: above gemm_fraction where they run with FP8 fast accumulation (Hopper, per-tensor
+    scaling), else the same."""
     sm_count: int | None
     wave_overhead_s: float
     operand_bytes: float
@@ -59,8 +62,15 @@ class KernelRates:
         if recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE) and eff.gemm_mxfp8 is not None:
             fp8 = eff.gemm_mxfp8
         fraction = {Precision.FP8: fp8, Precision.FP4: eff.gemm_fp4}.get(precision, eff.gemm_bf16)
+        # Transformer Engine runs the forward GEMM of a per-tensor scaled FP8 linear without the split accumulator
+        # (cuBLASLt FAST_ACCUM), its two backward GEMMs with it (NVIDIA/TransformerEngine@d0067d0
+        # transformer_engine/pytorch/module/base.py _2X_ACC_FPROP False, _2X_ACC_DGRAD/_WGRAD True;
+        # common/recipe/__init__.py Float8CurrentScaling fp8_gemm_fprop); block-scaled recipes split always.
+        fast = eff.gemm_fp8_fast_accum if (
+            precision is Precision.FP8 and recipe in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE)) else None
         return cls(
             peak_flops_per_s=gpu.peak_flops_per_s(precision) * sustained, gemm_fraction=fraction,
+            forward_gemm_fraction=fast if fast is not None else fraction,
             sm_count=gpu.sm_count,
             wave_overhead_s=eff.gemm_wave_overhead_us * US,
             operand_bytes=OPERAND_BYTES.get(precision, float(BYTES_16BIT)),
@@ -70,14 +80,16 @@ class KernelRates:
 
 
 def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
-           groups: np.ndarray | float = 1.0) -> np.ndarray:
-    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (docs/cost-model.md#kernels-gemm)."""
+           groups: np.ndarray | float = 1.0, forward: bool = False) -> np.ndarray:
+    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (docs/cost-model.md#kernels-gemm); a
+    `forward` GEMM runs at r.forward_gemm_fraction."""
     m, n, k, groups = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
     flops = 2.0 * groups * m * n * k
+    fraction = r.forward_gemm_fraction if forward else r.gemm_fraction
     if r.sm_count is None:
-        compute: np.ndarray = flops / (r.gemm_fraction * r.peak_flops_per_s)
+        compute: np.ndarray = flops / (fraction * r.peak_flops_per_s)
     else:
-        per_sm = r.gemm_fraction * r.peak_flops_per_s / r.sm_count
+        per_sm = fraction * r.peak_flops_per_s / r.sm_count
         # Every tile at once along a leading axis (one numpy call per term instead of one per tile and term; the
         # minimum over a leading axis is an element-wise one, fast).
         tiles = (len(TILES),) + (1,) * len(np.broadcast(m, n, k, groups).shape)
@@ -110,7 +122,7 @@ def linear_s(r: KernelRates, tokens: np.ndarray | float, n_in: np.ndarray | floa
              groups: np.ndarray | float = 1.0) -> LinearTimes:
     """Forward, input-gradient and weight-gradient GEMMs of a linear layer of n_in → n_out per GPU over `tokens`
     rows (per group, for `groups` experts of one grouped GEMM)."""
-    return LinearTimes(gemm_s(r, tokens, n_out, n_in, groups), gemm_s(r, tokens, n_in, n_out, groups),
+    return LinearTimes(gemm_s(r, tokens, n_out, n_in, groups, forward=True), gemm_s(r, tokens, n_in, n_out, groups),
                        gemm_s(r, n_in, n_out, tokens, groups))
 
 

@@ -75,7 +75,8 @@ def default_dtype(device: str) -> str:
 
 
 def _operands(shape: GemmShape, dtype: str, device: str) -> Any:
-    """A closure running the GEMM once (float8: torch._scaled_mm, K and N rounded up to multiples of 16)."""
+    """A closure running the GEMM once (float8: torch._scaled_mm, K and N rounded up to multiples of 16, without fast
+    accumulation: the split-accumulator rate EfficiencySpec.gemm_fp8 holds)."""
     import torch
 
     if dtype == "float8":

@@ -69,6 +69,10 @@ class EfficiencySpec(Spec):
     gemm_mxfp8: float | None = Field(
         None, gt=0, le=1, description="main-loop fraction of the FP8 dense peak for MXFP8 block-scaled GEMMs; "
         "None: no MXFP8 tensor cores (before Blackwell)")
+    gemm_fp8_fast_accum: float | None = Field(
+        None, gt=0, le=1, description="main-loop fraction of the FP8 dense peak for per-tensor scaled FP8 GEMMs "
+        "with fast accumulation (Hopper: Transformer Engine runs its forward GEMMs so); None: the GPU has no "
+        "such mode (Blackwell) or no measurement of it, and forward GEMMs run at gemm_fp8")
     attention_flash2: AttentionCurve | None = Field(
         None, description="FlashAttention-2's curve on this GPU (TrainSpec.attention_kernel flash2); None: no "
         "published measurement of it here")
