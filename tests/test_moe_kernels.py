@@ -52,6 +52,24 @@ def test_the_fused_grouped_mlp_drops_the_activation_and_fc2_quantize_passes() ->
                                                + te.activation_s[0], rel=1e-12)
 
 
+def test_expert_biases_move_the_fc2_output_through_apply_bias() -> None:
+    """Megatron-Core's TEGroupedMLP adds the fc2 bias outside the GEMM, weighted by the fp32 routing probabilities,
+    one expert at a time (experts.py _apply_bias @0d8e0714 and @2edffadb): b·p (write 4 B), t + b·p (read 2 + 4,
+    write 4), cat (read 4, write 4), .to(bf16) (read 4, write 2) = 28 B per element of the [k·tokens, h] output."""
+    gpt_oss = load_model("gpt-oss-120b")
+    lay = Layouts.from_columns(ep=8, dp=8)
+    tokens = np.array([16384.0])
+    biased = moe_block(gpt_oss, GroupedGemm.TE, lay, RATES, RATES, tokens, np.ones(1), cast=0.0)
+    hbm = B200.gpu.memory_bandwidth_bytes_per_s * B200.gpu.efficiency.hbm
+    assert biased.expert_bias_s[0] == pytest.approx(16384 * 4 * 2880 * 28 / hbm, rel=1e-12)
+    assert biased.after_sync_s[0] == pytest.approx(biased.experts.forward_s[0] + biased.permute_s[0]
+                                                   + biased.activation_s[0] + biased.expert_bias_s[0], rel=1e-12)
+    unbiased = gpt_oss.model_copy(update={"linear_bias": False})
+    assert moe_block(unbiased, GroupedGemm.TE, lay, RATES, RATES, tokens, np.ones(1), cast=0.0).expert_bias_s[0] == 0
+    # other kernels were not read for it: no cost is claimed there
+    assert moe_block(gpt_oss, GroupedGemm.TE_FUSED, lay, RATES, RATES, tokens, np.ones(1), 0.0).expert_bias_s[0] == 0
+
+
 def _job(overlap: bool):  # type: ignore[no-untyped-def]
     # Qwen3-235B on 256 H100 as the 26.04.01 table ran it (tp 2, pp 8, vp 4, ep 32): its EP all-to-all leaves the node.
     return resolve(JobRequest(model="qwen3-235b-a22b", cluster="h100-sxm:256", gpus=256,

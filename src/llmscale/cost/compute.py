@@ -137,10 +137,16 @@ class _Shapes:
 
 
 def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU."""
+    """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU: with sliding-window
+    layers (ModelSpec.windowed_layers) the layers' mean (docs/cost-model.md#attention-core)."""
     if train.flash_attention:
-        flops = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp
-        return attention_core_s(x.rates16, flops, train.seq_len / x.lay.cp)
+        forward, backward = _fused_core(model, train, x, None)
+        share = model.windowed_layers / model.layers
+        if share:
+            window_forward, window_backward = _fused_core(model, train, x, model.sliding_window)
+            forward = (1.0 - share) * forward + share * window_forward
+            backward = (1.0 - share) * backward + share * window_backward
+        return forward, backward
     heads = model.heads / x.tp * x.lay.mbs
     s_c = train.seq_len / x.lay.cp
     d = float(model.dim_per_head)
@@ -148,6 +154,14 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.
     scores = heads * s_c * train.seq_len
     fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
     return gemm + memory_s(x.rates16, scores * fwd_bytes), 2.0 * gemm + memory_s(x.rates16, scores * bwd_bytes)
+
+
+def _fused_core(model: ModelSpec, train: TrainSpec, x: _Shapes, window: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """A fused kernel's (forward, backward) seconds over a causal or a sliding `window` mask: the kernel visits only
+    the key blocks the mask reaches, so a window of W runs at the measured curve's rate for chunks of W keys."""
+    flops = attention_core_flops_per_layer(model, train.seq_len, causal=True, window=window) * x.tokens / x.tp
+    chunk = train.seq_len / x.lay.cp
+    return attention_core_s(x.rates16, flops, np.minimum(chunk, window) if window is not None else chunk)
 
 
 def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, LinearTimes]:
@@ -220,7 +234,8 @@ def layer_times(
     if model.is_moe:
         block = moe_block(model, train.moe_grouped_gemm_impl, lay, x.rates, x.rates16, x.tokens, x.load, cast)
         shared = model.shared_ffn * model.shared_experts
-        moe_elementwise = elementwise(shared) + block.permute_s + block.cast_s + block.activation_s
+        moe_elementwise = (elementwise(shared) + block.permute_s + block.cast_s + block.activation_s
+                           + block.expert_bias_s)
         moe = _layer(attention + block.linears, core, core_bwd, moe_elementwise, norms, up.forward_s,
                      block.activation_s + activation(shared), zero, block.after_sync_s)
     return dense, moe, _output_times(model, x, moe if model.is_moe else dense)

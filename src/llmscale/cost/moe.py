@@ -62,18 +62,27 @@ class MoeBlock:
     """Quantizing the routed copies and the experts' fc2 inputs (0 at 16-bit; fc2's is fused under te-fused)."""
     activation_s: np.ndarray
     """The experts' activation function (0 under te-fused: in the GEMM's epilogue)."""
+    expert_bias_s: np.ndarray
+    """The experts' fc2 bias, weighted by the routing probabilities outside the GEMM (`EXPERT_BIAS_BYTES`)."""
     tokens_per_expert: np.ndarray
     """M of each local expert's GEMMs."""
 
     @property
     def after_sync_s(self) -> np.ndarray:
         """Forward GPU seconds of the part that runs after the token counts reach the host (cost.host)."""
-        total: np.ndarray = self.experts.forward_s + self.permute_s + self.cast_s + self.activation_s
+        total: np.ndarray = (self.experts.forward_s + self.permute_s + self.cast_s + self.activation_s
+                             + self.expert_bias_s)
         return total
 
     @property
     def linears(self) -> LinearTimes:
         return self.experts + self.shared + self.router
+
+
+EXPERT_BIAS_BYTES = 28.0
+"""Forward bytes per element of the experts' fc2 output that Megatron-Core's TEGroupedMLP._apply_bias moves for
+experts with biases: `t + b * p` with fp32 probabilities, cat, cast back (NVIDIA/Megatron-LM@2edffadb
+megatron/core/transformer/moe/experts.py); the count: docs/cost-model.md#moe-copies."""
 
 
 def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRates, rates16: KernelRates,
@@ -95,9 +104,11 @@ def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRa
     router = linear_s(rates16, tokens / sigma, h, model.experts)
     fused = impl is GroupedGemm.TE_FUSED
     activation = 0.0 if fused else (6.0 if model.gated_mlp else 4.0) * f_e * k / tp
+    bias = EXPERT_BIAS_BYTES if model.linear_bias and impl is GroupedGemm.TE else 0.0
     return MoeBlock(
         router=router, experts=experts, shared=shared,
         permute_s=memory_s(rates, tokens * k * 10.0 * h / sigma),
         cast_s=memory_s(rates, tokens * cast * (k * h / sigma + (0.0 if fused else f_e * k / tp))),
-        activation_s=memory_s(rates, tokens * activation), tokens_per_expert=per_expert,
+        activation_s=memory_s(rates, tokens * activation),
+        expert_bias_s=memory_s(rates, tokens * bias * k * h / sigma), tokens_per_expert=per_expert,
     )

@@ -1,8 +1,8 @@
 """One MoE layer of one micro-batch on the busiest EP rank, part by part: GPU seconds, what each part moves or
 computes, and the host calls that launch it — the listing `explain` prints, from the functions the step uses.
 
-Parts (router, preprocess, permute, quantize, all-to-all, experts, activation, shared), forward + backward, from
-cost.moe, cost.host and cost.traffic: docs/cost-model.md#moe-layer."""
+Parts (router, preprocess, permute, quantize, all-to-all, experts, activation, expert bias, shared), forward +
+backward, from cost.moe, cost.host and cost.traffic: docs/cost-model.md#moe-layer."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     m = model.mlp_matrices
     hbm = cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.efficiency.hbm
     shared_flops = 6.0 * tokens * h * m * model.shared_ffn * model.shared_experts
-    memory = {name: three(getattr(block, f"{name}_s")) for name in ("permute", "cast", "activation")}
+    memory = {name: three(getattr(block, f"{name}_s")) for name in ("permute", "cast", "activation", "expert_bias")}
     parts = (
         MoePart("router", gemms(block.router), 6.0 * tokens / sigma * h * model.experts, "FLOP", pair("router")),
         MoePart("preprocess", 0.0, 0.0, "B", pair("preprocess")),
@@ -94,6 +94,9 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
         MoePart("experts", gemms(block.experts), 6.0 * copies * h * m * f_e / float(lay.etp[i]), "FLOP",
                 pair("experts")),
         MoePart("activation", memory["activation"], memory["activation"] * hbm, "B", 0.0),
+        # listed for models with biases; its host calls (3 per local expert each way) are the experts'
+        *([MoePart("expert bias", memory["expert_bias"], memory["expert_bias"] * hbm, "B", 0.0)]
+          if model.linear_bias else []),
         MoePart("shared", gemms(block.shared), shared_flops, "FLOP", pair("shared")),
     )
     layer_host = float(host.moe_forward[i] + host.moe_backward[i])

@@ -1,7 +1,8 @@
 """Load a Hugging Face `config.json` as a ModelSpec, without transformers installed.
 
 Families (`model_type`, else the `architectures` entry): llama, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
-deepseek_v2, deepseek_v3. Every value goes through `parse_spec(ModelSpec, ...)`, errors naming the config.json key.
+deepseek_v2, deepseek_v3, gpt_oss. Every value goes through `parse_spec(ModelSpec, ...)`, errors naming the
+config.json key.
 Key-to-field table, footnotes and what is not modelled: docs/design-notes.md#io-hfconfig.
 """
 
@@ -18,7 +19,7 @@ from llmscale.io.files import parse_spec
 from llmscale.specs.bounds import MAX_EXPERTS, MAX_LAYERS
 from llmscale.specs.model import ModelSpec
 
-FAMILIES = ("llama", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+FAMILIES = ("llama", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
 _ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MixtralForCausalLM": "mixtral",
@@ -28,6 +29,7 @@ _ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
 }
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
@@ -104,6 +106,8 @@ def model_from_hf_config(data: dict[str, Any], name: str, where: str = "") -> Mo
         _deepseek_fields(cfg, spec)
     elif cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
         _moe_fields(cfg, spec)
+    elif cfg.model_type == "gpt_oss":
+        _gpt_oss_fields(cfg, spec)
     if cfg.model_type == "llama":
         _llama_bias(cfg, spec)
     spec["name"] = name
@@ -208,6 +212,42 @@ def _moe_fields(cfg: _Config, spec: dict[str, Any]) -> None:
     if shared_ffn:
         cfg.put(spec, "shared_experts", "shared_expert_intermediate_size", 1)
         cfg.put(spec, "shared_expert_ffn_hidden", "shared_expert_intermediate_size", shared_ffn)
+
+
+def _gpt_oss_fields(cfg: _Config, spec: dict[str, Any]) -> None:
+    """GPT-OSS (transformers models/gpt_oss/configuration_gpt_oss.py): every layer MoE, experts as wide as
+    intermediate_size, biases on attention and experts, learned sinks (no cost modelled), and `layer_types`
+    alternating sliding-window and full attention."""
+    experts = cfg.need("num_local_experts")
+    cfg.put(spec, "experts", "num_local_experts", experts)
+    cfg.put(spec, "top_k", "num_experts_per_tok", cfg.need("num_experts_per_tok"))
+    cfg.put(spec, "expert_ffn_hidden", "intermediate_size", cfg.need("intermediate_size"))
+    cfg.put(spec, "linear_bias", "attention_bias", bool(cfg.data.get("attention_bias", True)))
+    _sliding_window(cfg, spec)
+
+
+def _sliding_window(cfg: _Config, spec: dict[str, Any]) -> None:
+    """`sliding_window` on the layers `layer_types` names "sliding_attention"; the full ones must be every N-th
+    (1-based), the pattern ModelSpec.full_attention_every (Megatron --window-attn-skip-freq N) holds."""
+    window = cfg.data.get("sliding_window")
+    kinds = cfg.data.get("layer_types")
+    if window is None:
+        return
+    cfg.put(spec, "sliding_window", "sliding_window", window)
+    if kinds is None:
+        return
+    if not isinstance(kinds, list) or any(k not in ("sliding_attention", "full_attention") for k in kinds):
+        raise SpecError("layer_types", kinds, 'a list of "sliding_attention" and "full_attention"', where=cfg.where)
+    full = [i + 1 for i, kind in enumerate(kinds) if kind == "full_attention"]
+    if len(full) == len(kinds):
+        spec.pop("sliding_window")
+        return
+    every = full[0] if full else None
+    if every is not None and full != list(range(every, len(kinds) + 1, every)):
+        raise SpecError("layer_types", kinds, "full-attention layers must be every N-th layer (ModelSpec "
+                        "full_attention_every)", where=cfg.where)
+    if every is not None:
+        cfg.put(spec, "full_attention_every", "layer_types", every)
 
 
 def _deepseek_fields(cfg: _Config, spec: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ _VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--moe-router-topk": ("model", "top_k", _INT), "--moe-ffn-hidden-size": ("model", "expert_ffn_hidden", _INT),
     "--moe-expert-capacity-factor": ("model", "capacity_factor", _FLOAT),
     "--moe-router-group-topk": ("model", "moe_max_nodes", _INT), "--mtp-num-layers": ("model", "mtp_layers", _INT),
+    "--window-attn-skip-freq": ("model", "full_attention_every", _INT),
     "--q-lora-rank": ("mla", "q_lora_rank", _INT), "--kv-lora-rank": ("mla", "kv_lora_rank", _INT),
     "--qk-head-dim": ("mla", "qk_nope_head_dim", _INT), "--qk-pos-emb-head-dim": ("mla", "qk_rope_head_dim", _INT),
     "--v-head-dim": ("mla", "v_head_dim", _INT),
@@ -84,7 +85,8 @@ _SPECIAL = ("--position-embedding-type", "--rope-type", "--normalization", "--at
             "--recompute-granularity", "--recompute-modules", "--data-parallel-sharding-strategy",
             "--pipeline-model-parallel-layout", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
             "--moe-grouped-gemm", "--use-transformer-engine-op-fuser", "--moe-token-dispatcher-type",
-            "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--cuda-graph-modules")
+            "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--cuda-graph-modules",
+            "--window-size")
 KNOWN_FLAGS = frozenset(_VALUED) | frozenset(_SWITCHES) | frozenset(_INERT) | frozenset(_SPECIAL)
 """Every flag this reader takes (tests hold `export.megatron.MEGATRON_FLAGS` to it)."""
 
@@ -220,6 +222,20 @@ def _special_model(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]
             model["shared_experts"], model["shared_expert_ffn_hidden"] = 1, size
     if "--moe-layer-freq" in flags:
         model |= moe_layers_of(_one("--moe-layer-freq", flags["--moe-layer-freq"]), model.get("layers", 0))
+    if "--window-size" in flags:
+        model["sliding_window"] = _window(_one("--window-size", flags["--window-size"]))
+
+
+def _window(value: str) -> int:
+    """--window-size "left,right" (Megatron's tuple_type): the causal window left + 1 that ModelSpec holds."""
+    parts = value.strip("()").split(",")
+    if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+        raise SpecError("--window-size", value, 'two integers "left,right"', where=WHERE)
+    left, right = (int(p) for p in parts)
+    if left < 0 or right != 0:
+        raise SpecError("--window-size", value, "a causal window: left ≥ 0 and right 0 (llmscale models causal "
+                        "decoders)", where=WHERE)
+    return left + 1
 
 
 def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) -> None:

@@ -40,7 +40,7 @@ def model_args(job: Job) -> list[str]:
         args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
     if m.head_dim is not None:  # for MLA Megatron's kv_channels is v_head_dim (its DeepSeek configs set 128)
         args += ["--kv-channels", str(m.head_dim)]
-    args += ["--vocab-size", str(m.vocab), *_position_args(m, job.train.seq_len)]
+    args += ["--vocab-size", str(m.vocab), *_position_args(m, job.train.seq_len), *_window_args(m)]
     args += ["--normalization", "RMSNorm" if m.norm is Norm.RMSNORM else "LayerNorm",
              "--norm-epsilon", number(m.norm_eps)]
     if m.gated_mlp:
@@ -74,6 +74,16 @@ def _position_args(m: ModelSpec, seq_len: int) -> list[str]:
         return [*args, "--rope-type", "yarn"]
     return [*args, "--yarn-original-max-position-embeddings", str(scaling.original_max_positions),
             "--yarn-beta-fast", number(scaling.beta_fast), "--yarn-beta-slow", number(scaling.beta_slow)]
+
+
+def _window_args(m: ModelSpec) -> list[str]:
+    """Sliding-window attention: Megatron's --window-size is (left, right) keys beside the query itself
+    (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py; Megatron-Bridge's GPT-OSS bridge passes
+    (sliding_window - 1, 0)), --window-attn-skip-freq N makes every N-th layer full attention."""
+    if m.sliding_window is None:
+        return []
+    args = ["--window-size", f"{m.sliding_window - 1},0"]
+    return args + (["--window-attn-skip-freq", str(m.full_attention_every)] if m.full_attention_every else [])
 
 
 def router_groups(m: ModelSpec, lay: Layout, gpus_per_node: int) -> int:

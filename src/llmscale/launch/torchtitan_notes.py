@@ -15,6 +15,7 @@ from __future__ import annotations
 from llmscale.io.resolve import Job
 from llmscale.io.torchtitan_names import FLAVOR_OF_MODEL, FLAVORS, SCHEDULE_NAMES, split_settings, stages_per_rank
 from llmscale.specs.layout import RankOrder, Schedule
+from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import AttentionKernel, Fp8Cache, Fp8Recipe, Optimizer, Precision, Routing, Zero3Gather
 
 
@@ -54,12 +55,19 @@ def _model_notes(job: Job) -> list[str]:
         known = ", ".join(f"{f.family} {f.flavor}" for f in FLAVORS)
         return [f"model {m.name} has no torchtitan flavor at this commit (mapped: {known}): model_spec is None; "
                 f"build a ModelSpec of its shape (layers {m.layers}, hidden {m.hidden}, heads {m.heads}, kv_heads "
-                f"{m.kv_heads or m.heads}, ffn_hidden {m.ffn_hidden}, vocab {m.vocab}, experts {m.experts}) from its "
-                "family's model_registry"]
+                f"{m.kv_heads or m.heads}, ffn_hidden {m.ffn_hidden}, vocab {m.vocab}, experts {m.experts}"
+                + _window_text(m) + ") from its family's model_registry"]
     notes = [f"model {job.model.name} is torchtitan's {flavor.family} flavor {flavor.flavor}"]
     if flavor.differs:
         notes[0] += f"; the flavor sets {flavor.differs}"
     return notes
+
+
+def _window_text(m: ModelSpec) -> str:
+    if m.sliding_window is None:
+        return ""
+    every = f", full attention every {m.full_attention_every} layers" if m.full_attention_every else ""
+    return f", sliding window {m.sliding_window}{every}"
 
 
 def _pipeline_notes(job: Job) -> list[str]:

@@ -101,6 +101,13 @@ class ModelSpec(Spec):
     )
     rope_scaling: RopeScalingSpec | None = Field(None, description="RoPE context extension; None = none")
     linear_bias: bool = Field(False, description="biases on the attention and MLP linear layers (GPT-3)")
+    sliding_window: PositiveInt | None = Field(
+        None, le=MAX_POSITIONS, description="tokens a query of a windowed layer attends to, itself included (HF "
+        "sliding_window; Megatron --window-size W-1,0; GPT-OSS: 128); None = every layer attends causally to the "
+        "whole sequence")
+    full_attention_every: PositiveInt | None = Field(
+        None, le=MAX_LAYERS, description="with sliding_window: one layer in every N attends to the whole sequence, "
+        "the others to the window (Megatron --window-attn-skip-freq N; GPT-OSS: 2); None = every layer is windowed")
     learned_position_embeddings: int = Field(
         0, ge=0, le=MAX_POSITIONS, description="rows of a learned position table; 0 = RoPE"
     )
@@ -145,6 +152,9 @@ class ModelSpec(Spec):
                 raise FieldProblem("first_dense_layers", self.first_dense_layers, f"must be < layers ({self.layers})")
         elif self.top_k or self.shared_experts:
             raise FieldProblem("top_k", self.top_k, "top_k and shared_experts need experts > 0")
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise FieldProblem("full_attention_every", self.full_attention_every,
+                               "needs sliding_window (the window of the other layers)")
         return self
 
     @property
@@ -159,6 +169,15 @@ class ModelSpec(Spec):
     def dim_per_head(self) -> int:
         """d: per-head query/key/value size for MHA/GQA (hidden / heads unless head_dim is set)."""
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention sees only the last sliding_window tokens: all but every full_attention_every-th
+        (Megatron-Core transformer/utils.py is_layer_window_attention: layer_number % N != 0, 1-based)."""
+        if self.sliding_window is None:
+            return 0
+        every = self.full_attention_every
+        return self.layers - (self.layers // every if every is not None else 0)
 
     @property
     def num_moe_layers(self) -> int:

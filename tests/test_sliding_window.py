@@ -1,0 +1,126 @@
+"""Sliding-window attention: the ModelSpec fields, the fused kernel's time against cuDNN's published sliding-window
+timings, GPT-OSS from its config.json, and the Megatron flags both ways.
+
+cuDNN timings: NVIDIA/cudnn-frontend@3929da2ef4c1dba1bb8acb68727b9134f26f40c0
+benchmark/sdpa_benchmark_training/results — gpt_oss/gb200/gpt_oss_20260424_100011.csv and
+gpt_oss/gb300/gpt_oss_20260424_100022.csv (cuDNN 9.22, BF16, batch 2, 128 query and 128 KV heads of 64, top-left
+causal mask with a 128-token window, non-deterministic backward) and h200_919_only_cudnn/gpt_oss_20260227_034819.csv
+(cuDNN 9.19, 64 query / 8 KV heads of 64, window 1024). None of them was used to build the attention curves, which come
+from the Llama 3.1 (head dim 128, full causal) files of the same directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmscale.cli.main import main
+from llmscale.cost.flops import attention_core_flops_per_layer
+from llmscale.cost.kernels import KernelRates, attention_core_s
+from llmscale.errors import SpecError
+from llmscale.io.catalog import load_gpu, load_model
+from llmscale.io.megatron_args import parse_megatron_args
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import Precision
+
+GPT_OSS_CONFIG = Path(__file__).parent / "fixtures" / "hf" / "gpt-oss-120b" / "config.json"
+
+
+def _model(heads: int, kv_heads: int, window: int) -> ModelSpec:
+    return ModelSpec(name="probe", layers=2, hidden=heads * 64, ffn_hidden=64, heads=heads, kv_heads=kv_heads,
+                     head_dim=64, vocab=128, sliding_window=window)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "heads", "kv_heads", "window", "seq", "forward_ms", "backward_ms"),
+    [
+        ("gb200", 128, 128, 128, 4096, 0.210, 0.465),
+        ("gb200", 128, 128, 128, 8192, 0.414, 0.911),
+        ("gb200", 128, 128, 128, 16384, 0.822, 1.818),
+        ("gb300", 128, 128, 128, 2048, 0.104, 0.227),
+        ("gb300", 128, 128, 128, 8192, 0.397, 0.862),
+        ("h200", 64, 8, 1024, 4096, 0.358, 1.042),
+        ("h200", 64, 8, 1024, 16384, 1.499, 4.392),
+        ("h200", 64, 8, 1024, 32768, 3.021, 9.045),
+    ],
+)
+def test_a_window_runs_at_the_curves_rate_for_chunks_of_the_window(
+        gpu: str, heads: int, kv_heads: int, window: int, seq: int, forward_ms: float, backward_ms: float) -> None:
+    """The fused kernel visits only the key blocks inside the window: cost.compute prices a windowed layer at
+    the window's FLOPs and at the measured (full-causal, head dim 128) curve's rate for chunks of W keys. Forward
+    plus backward lands within 20 % of cuDNN's sliding-window kernel on three GPUs and two windows: 7-17 % above it
+    on GB200 and GB300 (their windowed backward takes 2.2x the forward, the model 2.5x), -6 to +8 % on H200."""
+    model = _model(heads, kv_heads, window)
+    tokens = 2 * seq  # batch 2
+    flops = attention_core_flops_per_layer(model, seq, causal=True, window=window) * tokens
+    forward, backward = attention_core_s(KernelRates.of(load_gpu(gpu), Precision.BF16), flops, min(window, seq))
+    measured = (forward_ms + backward_ms) / 1e3
+    assert float(forward + backward) == pytest.approx(measured, rel=0.20)
+
+
+def test_window_flops_count_the_keys_each_query_sees() -> None:
+    """Position i sees min(i + 1, W) keys: over s positions W·s − W(W − 1)/2, against s(s + 1)/2 ≈ s²/2 causal."""
+    model = _model(8, 8, 4)
+    full = attention_core_flops_per_layer(model, 16, causal=False)  # per token, every key: 2·s·n·(d + d)
+    windowed = attention_core_flops_per_layer(model, 16, causal=True, window=4)
+    assert windowed == pytest.approx(full * (4 * 16 - 4 * 3 / 2) / 16 / 16)
+    # a window as long as the sequence is plain causal attention
+    assert attention_core_flops_per_layer(model, 16, causal=True, window=16) == full / 2
+
+
+def test_windowed_layers_follow_megatrons_skip_frequency() -> None:
+    """Megatron-Core is_layer_window_attention (transformer/utils.py @d98e8a6): with --window-attn-skip-freq N the
+    layers whose 1-based number is a multiple of N attend fully; without it every layer is windowed."""
+    base = dict(name="m", layers=36, hidden=256, ffn_hidden=256, heads=4, vocab=128)
+    assert ModelSpec(**base).windowed_layers == 0
+    assert ModelSpec(**base, sliding_window=128).windowed_layers == 36
+    assert ModelSpec(**base, sliding_window=128, full_attention_every=2).windowed_layers == 18
+    assert ModelSpec(**base, sliding_window=128, full_attention_every=6).windowed_layers == 30  # Gemma 3's 5:1
+    with pytest.raises(ValueError, match="needs sliding_window"):
+        ModelSpec(**base, full_attention_every=2)
+
+
+def test_gpt_oss_config_json_reads_as_the_catalog_model() -> None:
+    """openai/gpt-oss-120b config.json (Hugging Face; its keys as a public serving engine's test quotes the file
+    read 2026-10-02): 116.83B parameters (OpenAI's gpt-oss model card, Table 1), a 128-token window on the
+    'sliding_attention' layers, every other layer from the first."""
+    from llmscale.cost.params import count_params
+
+    model = load_model(str(GPT_OSS_CONFIG))
+    assert (model.sliding_window, model.full_attention_every, model.windowed_layers) == (128, 2, 18)
+    assert model.model_dump(exclude={"name", "source"}) == load_model("gpt-oss-120b").model_dump(
+        exclude={"name", "source"})
+    assert count_params(model).total == pytest.approx(116.83e9, rel=0.005)
+
+
+def test_layer_types_that_do_not_repeat_are_one_clear_error(tmp_path: Path) -> None:
+    import json
+
+    data = json.loads(GPT_OSS_CONFIG.read_text(encoding="utf-8"))
+    data["layer_types"] = ["sliding_attention", "full_attention", "full_attention"] + ["sliding_attention"] * 33
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SpecError, match="layer_types"):
+        load_model(str(path))
+
+
+def test_megatron_flags_carry_the_window_both_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    """Exported as Megatron-Bridge's GPT-OSS bridge sets them (window_size (sliding_window - 1, 0),
+    window_attn_skip_freq 2: NVIDIA-NeMo/Megatron-Bridge@3743c703 gpt_oss_bridge.py) and read back the same."""
+    with pytest.raises(SystemExit) as info:
+        main(["export", "--model", "gpt-oss-120b", "--cluster", "dgx-b200", "--gpus", "64", "--dp", "64",
+              "--ep", "8", "--format", "megatron"])
+    text = capsys.readouterr().out
+    assert info.value.code == 0
+    assert "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text
+    model = parse_megatron_args(text).model
+    assert (model.sliding_window, model.full_attention_every) == (128, 2)
+
+
+@pytest.mark.parametrize("value", ["127", "127,5", "-2,0", "a,0"])
+def test_a_window_llmscale_cannot_hold_is_refused(value: str) -> None:
+    text = ("--num-layers 2 --hidden-size 256 --ffn-hidden-size 256 --num-attention-heads 4 --vocab-size 128 "
+            f"--position-embedding-type rope --window-size {value}")
+    with pytest.raises(SpecError, match="--window-size"):
+        parse_megatron_args(text)
