@@ -1,5 +1,5 @@
-"""Sliding-window attention: the ModelSpec fields, the fused kernel's time against cuDNN's published sliding-window
-timings, GPT-OSS from its config.json, and the Megatron flags both ways.
+"""GPT-OSS's attention: sliding windows (the ModelSpec fields, the fused kernel's time against cuDNN's published
+sliding-window timings, GPT-OSS from its config.json, the Megatron flags both ways) and YaRN's unfused RoPE.
 
 cuDNN timings: NVIDIA/cudnn-frontend@3929da2ef4c1dba1bb8acb68727b9134f26f40c0
 benchmark/sdpa_benchmark_training/results — gpt_oss/gb200/gpt_oss_20260424_100011.csv and
@@ -124,3 +124,16 @@ def test_a_window_llmscale_cannot_hold_is_refused(value: str) -> None:
             f"--position-embedding-type rope --window-size {value}")
     with pytest.raises(SpecError, match="--window-size"):
         parse_megatron_args(text)
+
+
+def test_yarn_attention_factor_sends_megatrons_rope_down_the_unfused_path() -> None:
+    """Megatron-Core's concentration factor (yarn_rotary_pos_embedding.py _yarn_get_concentration_factor @2edffadb):
+    0.1·ln(32) + 1 = 1.3466 for GPT-OSS (no mscale keys); DeepSeek-V3's mscale = mscale_all_dim = 1 gives 1, and
+    its MLA applies rotary itself. Only a factor other than 1 leaves TE's fused RoPE (rope_utils.py)."""
+    from llmscale.cost.compute import rope_unfused
+
+    gpt_oss, deepseek, llama = (load_model(name) for name in ("gpt-oss-120b", "deepseek-v3", "llama3-405b"))
+    assert gpt_oss.rope_scaling is not None and deepseek.rope_scaling is not None
+    assert gpt_oss.rope_scaling.attention_factor == pytest.approx(1.3465736, rel=1e-6)
+    assert deepseek.rope_scaling.attention_factor == pytest.approx(1.0)
+    assert [rope_unfused(m) for m in (gpt_oss, deepseek, llama)] == [True, False, False]

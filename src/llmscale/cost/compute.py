@@ -112,7 +112,21 @@ def _layer_bytes_per_token(model: ModelSpec, ffn: float, cast: float) -> tuple[f
     q = model.heads * model.dim_per_head
     per_sigma = 8.0 * h + 12.0 * h + cast * 2 * h
     per_tp = (6.0 if model.gated_mlp else 4.0) * ffn + 4.0 * (model.heads + 2 * model.num_kv_heads) * model.dim_per_head
+    if rope_unfused(model):
+        per_tp += (UNFUSED_ROPE_BYTES - 4.0) * (model.heads + model.num_kv_heads) * model.dim_per_head
     return per_sigma, per_tp + cast * (q + ffn)
+
+
+UNFUSED_ROPE_BYTES = 24.0
+"""Forward bytes per element of q and k of Megatron-Core's unfused RoPE (rope_utils._apply_rotary_pos_emb_bshd
+@2edffadb): t·cos, rotate_half's negate and cat, ·sin, the sum, the closing cat (docs/cost-model.md#compute-rope)."""
+
+
+def rope_unfused(model: ModelSpec) -> bool:
+    """Whether Megatron-Core runs the model's RoPE unfused: TE's fused kernel takes no YaRN attention factor, so
+    apply_rotary_pos_emb falls back to PyTorch ops when it is not 1 (rope_utils.py @2edffadb); MLA applies its own."""
+    scaling = model.rope_scaling
+    return model.mla is None and scaling is not None and abs(scaling.attention_factor - 1.0) > 1e-9
 
 
 UNFUSED_SCORE_BYTES = {False: (4.0, 6.0), True: (9.0, 11.0)}

@@ -7,6 +7,7 @@ k top_k, f_e expert_ffn_hidden).
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 from pydantic import Field, PositiveInt, model_validator
@@ -62,6 +63,16 @@ class RopeScalingSpec(Spec):
     mscale_all_dim: float = Field(
         0.0, ge=0, le=MAX_RATIO, description="yarn: temperature coefficient of all dimensions (MLA)"
     )
+
+    @property
+    def attention_factor(self) -> float:
+        """YaRN's attention temperature, the factor on cos and sin: (0.1·mscale·ln s + 1) / (0.1·mscale_all_dim·ln s
+        + 1) for s = factor > 1 (arXiv:2309.00071 §3.4; Megatron-Core yarn_rotary_pos_embedding.py
+        _yarn_get_concentration_factor @2edffadb); 1 for other kinds."""
+        if self.kind is not RopeScalingKind.YARN or self.factor <= 1:
+            return 1.0
+        log = math.log(self.factor)
+        return (0.1 * self.mscale * log + 1.0) / (0.1 * self.mscale_all_dim * log + 1.0)
 
 
 class MLASpec(Spec):

@@ -281,9 +281,9 @@ def family_of(run: PublishedRun) -> str | None:
 
 def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
     """The run's ModelSpec from its architecture keys (schema: docs/published-runs.md): MLA rows get DeepSeek's
-    dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1, GPT-OSS rows their sliding window
-    (`GPT_OSS_WINDOW`). `overrides` sets ModelSpec fields the row leaves null or states differently (e.g. a key the
-    caller's formula does not read)."""
+    dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1, GPT-OSS rows their sliding window and YaRN
+    (`GPT_OSS_ATTENTION`). `overrides` sets ModelSpec fields the row leaves null or states differently (e.g. a key
+    the caller's formula does not read)."""
     given = dict(overrides or {})
     fields: dict[str, Any] = {"name": run.name, "source": run.source, "mtp_layers": _mtp_layers(run),
                               "family": family_of(run)}
@@ -305,14 +305,17 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
     if _is_deepseek_v3(run):
         fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
     if fields["family"] == "gpt-oss":
-        fields |= GPT_OSS_WINDOW
+        fields |= GPT_OSS_ATTENTION
     return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
 
 
-GPT_OSS_WINDOW = {"sliding_window": 128, "full_attention_every": 2}
-"""GPT-OSS's attention, which the published tables do not print: a 128-token window on every other layer
-(openai/gpt-oss-120b config.json sliding_window 128, layer_types; NVIDIA-NeMo/Megatron-Bridge@3743c703
-src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py window_size (sliding_window - 1, 0), window_attn_skip_freq 2)."""
+GPT_OSS_ATTENTION = {"sliding_window": 128, "full_attention_every": 2, "rope_theta": 150000.0,
+                     "rope_scaling": {"kind": "yarn", "factor": 32.0, "original_max_positions": 4096,
+                                      "beta_fast": 32.0, "beta_slow": 1.0}}
+"""GPT-OSS's attention, which the published tables do not print: a 128-token window on every other layer and YaRN
+RoPE (openai/gpt-oss-120b config.json sliding_window 128, layer_types, rope_theta, rope_scaling;
+NVIDIA-NeMo/Megatron-Bridge@3743c703 src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py window_size
+(sliding_window - 1, 0), window_attn_skip_freq 2, yarn factor 32 / original 4096 / beta 32, 1)."""
 
 
 def _block_facts(run: PublishedRun) -> dict[str, Any]:
