@@ -26,7 +26,7 @@ Reported:
     constants' effects across rows (|r| near 1: two constants the data cannot tell apart).
 
 Run:  python scripts/fit_efficiency.py [--facts profile|recipe] [--rounds 4] [--lofo-rounds 2] [--no-lofo]
-      [--residuals] [--write] [--only CONSTANT ...]
+      [--residuals] [--write] [--only CONSTANT ...] [--workers N]
 --write puts the fitted values into catalog/step.yaml.
 """
 
@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
+import os
 import re
-from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -145,17 +147,35 @@ def release_label(run: PublishedRun) -> str:
     return release.label if release is not None else f"{run.framework} (no profile)"
 
 
-def leave_one_out(rows: Rows, start: dict[str, float], rounds: int, group: str) -> None:
-    """For each group G (the rows' framework, or release), fit without G's rows and score on them."""
-    key = {"framework": lambda run: run.framework or "unknown", "release": release_label}[group]
-    by_group: dict[str, Rows] = defaultdict(list)
-    for run, job in rows:
-        by_group[key(run)].append((run, job))
-    print(f"\nleave-one-{group}-out (fit on every other {group}, score on G; |error| % median p90 max)")
-    for name, held in sorted(by_group.items()):
-        rest = [r for r in rows if key(r[0]) != name]
-        fitted = fit(rest, dict(start), rounds)
-        print(f"{name:<34} {summary(held, fitted)}")
+GROUP_KEYS = {"framework": lambda run: run.framework or "unknown", "release": release_label}
+_ROWS: Rows = []
+"""The rows, set before the worker processes fork (they inherit it instead of unpickling jobs)."""
+
+
+def _refit_without(task: tuple[str, str, dict[str, float], int]) -> tuple[str, str, dict[str, float]]:
+    """Fit on every row outside group `name` of `group` (run in a worker process)."""
+    group, name, start, rounds = task
+    key = GROUP_KEYS[group]
+    return group, name, fit([r for r in _ROWS if key(r[0]) != name], dict(start), rounds)
+
+
+def leave_one_out(rows: Rows, start: dict[str, float], rounds: int, workers: int) -> None:
+    """For each group G of each grouping (the rows' framework, then release), fit without G's rows and score on them;
+    the refits run in `workers` processes (each refit is independent, so the figures do not depend on it)."""
+    global _ROWS
+    _ROWS = rows
+    tasks = [(group, name, start, rounds) for group, key in GROUP_KEYS.items()
+             for name in sorted({key(run) for run, _ in rows})]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_refit_without, tasks))
+    else:
+        results = [_refit_without(task) for task in tasks]
+    for group, key in GROUP_KEYS.items():
+        print(f"\nleave-one-{group}-out (fit on every other {group}, score on G; |error| % median p90 max)")
+        for g, name, fitted in results:
+            if g == group:
+                print(f"{name:<34} {summary([r for r in rows if key(r[0]) == name], fitted)}")
 
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "llmscale" / "catalog"
@@ -181,6 +201,8 @@ def main() -> None:
                         "profile (default: the fit cannot learn from row names), or recipe, also the per-row facts")
     parser.add_argument("--residuals", action="store_true", help="print every row's error after the fit")
     parser.add_argument("--write", action="store_true", help="write the fitted values into catalog/step.yaml")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes for the leave-one-out refits (default: every CPU)")
     parser.add_argument("--only", nargs="+", choices=sorted(BOUNDS), metavar="CONSTANT",
                         help="fit these constants only, the others held at their catalog values")
     args = parser.parse_args()
@@ -207,8 +229,7 @@ def main() -> None:
     identifiability(fit_rows, fitted)
     if not args.no_lofo:
         refit = {key: fitted[key] for key in free}
-        leave_one_out(rows, refit, args.lofo_rounds, "framework")
-        leave_one_out(rows, refit, args.lofo_rounds, "release")
+        leave_one_out(rows, refit, args.lofo_rounds, max(1, args.workers))
     if args.residuals:
         predicted = predict(rows, fitted)
         for (run, job), value in sorted(zip(rows, predicted, strict=True),
