@@ -161,12 +161,13 @@ def _refit_without(task: tuple[str, str, dict[str, float], int]) -> tuple[str, s
 
 def leave_one_out(rows: Rows, start: dict[str, float], rounds: int, workers: int) -> None:
     """For each group G of each grouping (the rows' framework, then release), fit without G's rows and score on them;
-    the refits run in `workers` processes (each refit is independent, so the figures do not depend on it)."""
+    the refits run in `workers` forked processes where the platform forks (each refit is independent, so the figures
+    do not depend on it), else one after another."""
     global _ROWS
     _ROWS = rows
     tasks = [(group, name, start, rounds) for group, key in GROUP_KEYS.items()
              for name in sorted({key(run) for run, _ in rows})]
-    if workers > 1:
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
             results = list(pool.map(_refit_without, tasks))
     else:
@@ -201,8 +202,9 @@ def main() -> None:
                         "profile (default: the fit cannot learn from row names), or recipe, also the per-row facts")
     parser.add_argument("--residuals", action="store_true", help="print every row's error after the fit")
     parser.add_argument("--write", action="store_true", help="write the fitted values into catalog/step.yaml")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="processes for the leave-one-out refits (default: every CPU)")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 1,
+                        help="processes for the leave-one-out refits (default: every CPU this process may use)")
     parser.add_argument("--only", nargs="+", choices=sorted(BOUNDS), metavar="CONSTANT",
                         help="fit these constants only, the others held at their catalog values")
     args = parser.parse_args()

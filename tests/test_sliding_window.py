@@ -137,3 +137,89 @@ def test_yarn_attention_factor_sends_megatrons_rope_down_the_unfused_path() -> N
     assert gpt_oss.rope_scaling.attention_factor == pytest.approx(1.3465736, rel=1e-6)
     assert deepseek.rope_scaling.attention_factor == pytest.approx(1.0)
     assert [rope_unfused(m) for m in (gpt_oss, deepseek, llama)] == [True, False, False]
+
+
+def _gpt_oss_job(model: ModelSpec | None = None):  # type: ignore[no-untyped-def]
+    from llmscale.io.resolve import JobRequest, resolve
+
+    return resolve(JobRequest(model=model or load_model("gpt-oss-120b"), cluster="b200:64", gpus=64,
+                              train={"global_batch": 1280, "seq_len": 4096}, layout={"ep": 8, "mbs": 4}))
+
+
+def test_the_step_prices_half_the_layers_at_the_window() -> None:
+    """GPT-OSS alternates window and full layers: cost.compute's attention core of a layer is the mean of the two,
+    each as the kernel functions price it; without the window both halves are full."""
+    from llmscale.cost.compute import layer_times
+
+    job = _gpt_oss_job()
+    _, windowed, _ = layer_times(job.model, job.cluster, job.train, job.layouts, job.constants)
+    plain = job.model.model_copy(update={"sliding_window": None, "full_attention_every": None})
+    _, full, _ = layer_times(plain, job.cluster, job.train, job.layouts, job.constants)
+    rates = KernelRates.of(job.cluster.gpu, Precision.BF16, job.constants.step.sustained_compute_fraction,
+                           attention=job.train.attention_kernel)
+    tokens = 4 * 4096
+    window = attention_core_s(rates, attention_core_flops_per_layer(job.model, 4096, causal=True, window=128) * tokens,
+                              128)
+    assert float(windowed.attention_core_s[0]) == pytest.approx(
+        0.5 * float(full.attention_core_s[0]) + 0.5 * float(window[0]), rel=1e-9)
+    assert float(windowed.attention_core_backward_s[0]) == pytest.approx(
+        0.5 * float(full.attention_core_backward_s[0]) + 0.5 * float(window[1]), rel=1e-9)
+
+
+def test_unfused_rope_adds_its_bytes_to_every_layer() -> None:
+    """24 B instead of the fused kernel's 4 per element of q and k ((64 + 8) heads of 64 for GPT-OSS), at the HBM
+    roofline, forward, in the dense and the MoE layer alike."""
+    from llmscale.cost.compute import layer_times
+    from llmscale.cost.kernels import memory_s
+
+    job = _gpt_oss_job()
+    _, unfused, _ = layer_times(job.model, job.cluster, job.train, job.layouts, job.constants)
+    plain = job.model.model_copy(update={"rope_scaling": None})
+    _, fused, _ = layer_times(plain, job.cluster, job.train, job.layouts, job.constants)
+    rates = KernelRates.of(job.cluster.gpu, job.train.precision, job.constants.step.sustained_compute_fraction)
+    extra = memory_s(rates, 4 * 4096 * 20.0 * (64 + 8) * 64)
+    assert float(unfused.elementwise_s[0] - fused.elementwise_s[0]) == pytest.approx(float(extra), rel=1e-9)
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    ({"layer_types": ["sliding_attention", "full_attention"] * 3}, "layer_types"),  # 6 entries for 36 layers
+    ({"sliding_window": None}, "sliding_window"),  # sliding layers named, no window
+])
+def test_a_config_json_whose_window_does_not_add_up_is_one_error(tmp_path: Path, edit: dict[str, object],
+                                                                 named: str) -> None:
+    import json
+
+    data = json.loads(GPT_OSS_CONFIG.read_text(encoding="utf-8")) | edit
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SpecError, match=named):
+        load_model(str(path))
+
+
+def test_megatron_reads_no_limit_and_a_lone_skip_frequency_as_full_attention() -> None:
+    """Megatron (and Transformer Engine) read a left window of -1 as no limit; --window-attn-skip-freq without a
+    window steers nothing, so it is listed as read with no field, not dropped in silence."""
+    base = ("--num-layers 2 --hidden-size 256 --ffn-hidden-size 256 --num-attention-heads 4 --vocab-size 128 "
+            "--position-embedding-type rope --bf16 ")
+    unlimited = parse_megatron_args(base + "--window-size -1,0 --window-attn-skip-freq 2")
+    assert unlimited.model.sliding_window is None and unlimited.model.full_attention_every is None
+    assert "--window-attn-skip-freq" in unlimited.inert
+    windowed = parse_megatron_args(base + "--window-size 63,0 --window-attn-skip-freq 2")
+    assert (windowed.model.sliding_window, windowed.model.full_attention_every) == (64, 2)
+    assert "--window-attn-skip-freq" not in windowed.inert
+
+
+def test_the_probe_refuses_a_window_it_would_not_build() -> None:
+    from llmscale.measure.probe_model import unsupported_fields
+
+    assert [name for name, _, _ in unsupported_fields(load_model("gpt-oss-120b"))] == ["linear_bias",
+                                                                                       "sliding_window"]
+
+
+def test_torchtitan_says_when_its_flavor_drops_the_window() -> None:
+    from llmscale.io.resolve import JobRequest, resolve
+    from llmscale.launch.torchtitan_notes import torchtitan_notes
+
+    windowed = load_model("llama3-8b").model_copy(update={"sliding_window": 1024})
+    job = resolve(JobRequest(model=windowed, cluster="eos-h100", gpus=8, layout={"dp": 8}))
+    assert any("sliding window 1024" in note and "not set by the recipe" in note for note in torchtitan_notes(job))

@@ -231,13 +231,20 @@ def _sliding_window(cfg: _Config, spec: dict[str, Any]) -> None:
     (1-based), the pattern ModelSpec.full_attention_every (Megatron --window-attn-skip-freq N) holds."""
     window = cfg.data.get("sliding_window")
     kinds = cfg.data.get("layer_types")
+    if kinds is not None:
+        layers = cfg.count("num_hidden_layers", 0)
+        if (not isinstance(kinds, list) or len(kinds) != layers
+                or any(k not in ("sliding_attention", "full_attention") for k in kinds)):
+            raise SpecError("layer_types", kinds, f'a list of {layers} (num_hidden_layers) "sliding_attention" '
+                            'and "full_attention"', where=cfg.where)
+        if window is None and "sliding_attention" in kinds:
+            raise SpecError("sliding_window", None, 'required where layer_types names "sliding_attention"',
+                            where=cfg.where)
     if window is None:
         return
     cfg.put(spec, "sliding_window", "sliding_window", window)
     if kinds is None:
         return
-    if not isinstance(kinds, list) or any(k not in ("sliding_attention", "full_attention") for k in kinds):
-        raise SpecError("layer_types", kinds, 'a list of "sliding_attention" and "full_attention"', where=cfg.where)
     full = [i + 1 for i, kind in enumerate(kinds) if kind == "full_attention"]
     if len(full) == len(kinds):
         spec.pop("sliding_window")

@@ -39,7 +39,6 @@ _VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--moe-router-topk": ("model", "top_k", _INT), "--moe-ffn-hidden-size": ("model", "expert_ffn_hidden", _INT),
     "--moe-expert-capacity-factor": ("model", "capacity_factor", _FLOAT),
     "--moe-router-group-topk": ("model", "moe_max_nodes", _INT), "--mtp-num-layers": ("model", "mtp_layers", _INT),
-    "--window-attn-skip-freq": ("model", "full_attention_every", _INT),
     "--q-lora-rank": ("mla", "q_lora_rank", _INT), "--kv-lora-rank": ("mla", "kv_lora_rank", _INT),
     "--qk-head-dim": ("mla", "qk_nope_head_dim", _INT), "--qk-pos-emb-head-dim": ("mla", "qk_rope_head_dim", _INT),
     "--v-head-dim": ("mla", "v_head_dim", _INT),
@@ -86,7 +85,7 @@ _SPECIAL = ("--position-embedding-type", "--rope-type", "--normalization", "--at
             "--pipeline-model-parallel-layout", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
             "--moe-grouped-gemm", "--use-transformer-engine-op-fuser", "--moe-token-dispatcher-type",
             "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--cuda-graph-modules",
-            "--window-size")
+            "--window-size", "--window-attn-skip-freq")
 KNOWN_FLAGS = frozenset(_VALUED) | frozenset(_SWITCHES) | frozenset(_INERT) | frozenset(_SPECIAL)
 """Every flag this reader takes (tests hold `export.megatron.MEGATRON_FLAGS` to it)."""
 
@@ -172,7 +171,8 @@ def parse_megatron_args(text: str) -> ParsedLaunch:
             raise SpecError(flag, layout[key], "must be a positive number of ranks", where=WHERE)
     if gpus is not None:
         layout["dp"] = gpus // (layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1))
-    inert = tuple(f for f in flags if f in _INERT or (f == "--fp8-recipe" and "fp8_recipe" not in train))
+    inert = tuple(f for f in flags if f in _INERT or (f == "--fp8-recipe" and "fp8_recipe" not in train)
+                  or (f == "--window-attn-skip-freq" and model.sliding_window is None))
     return ParsedLaunch(model, train, layout, gpus, preamble.get("cluster"), inert)
 
 
@@ -222,20 +222,20 @@ def _special_model(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]
             model["shared_experts"], model["shared_expert_ffn_hidden"] = 1, size
     if "--moe-layer-freq" in flags:
         model |= moe_layers_of(_one("--moe-layer-freq", flags["--moe-layer-freq"]), model.get("layers", 0))
-    if "--window-size" in flags:
-        model["sliding_window"] = _window(_one("--window-size", flags["--window-size"]))
+    if "--window-size" in flags and (window := _window(_one("--window-size", flags["--window-size"]))):
+        model["sliding_window"] = window
+        if "--window-attn-skip-freq" in flags:
+            model["full_attention_every"] = _one("--window-attn-skip-freq", flags["--window-attn-skip-freq"], int)
 
 
-def _window(value: str) -> int:
-    """--window-size "left,right" (Megatron's tuple_type): the causal window left + 1 that ModelSpec holds."""
+def _window(value: str) -> int | None:
+    """--window-size "left,right": ModelSpec's causal window left + 1; None for left -1 (no limit in Megatron, TE)."""
     parts = value.strip("()").split(",")
-    if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
-        raise SpecError("--window-size", value, 'two integers "left,right"', where=WHERE)
-    left, right = (int(p) for p in parts)
-    if left < 0 or right != 0:
-        raise SpecError("--window-size", value, "a causal window: left ≥ 0 and right 0 (llmscale models causal "
-                        "decoders)", where=WHERE)
-    return left + 1
+    numbers = [int(p) for p in parts if p.strip().lstrip("-").isdigit()]
+    if len(parts) != 2 or len(numbers) != 2 or (numbers != [-1, 0] and (numbers[0] < 0 or numbers[1] != 0)):
+        raise SpecError("--window-size", value, '"left,right" with left ≥ 0 (or -1: no limit) and right 0, a causal '
+                        "window (llmscale models causal decoders)", where=WHERE)
+    return None if numbers[0] == -1 else numbers[0] + 1
 
 
 def _special_run(flags: dict[str, list[str]], parts: dict[str, dict[str, Any]]) -> None:

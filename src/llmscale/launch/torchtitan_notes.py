@@ -60,6 +60,9 @@ def _model_notes(job: Job) -> list[str]:
     notes = [f"model {job.model.name} is torchtitan's {flavor.family} flavor {flavor.flavor}"]
     if flavor.differs:
         notes[0] += f"; the flavor sets {flavor.differs}"
+    if job.model.sliding_window is not None:
+        notes.append(f"the flavor attends causally to the whole sequence; this model's{_window_text(job.model)[1:]}"
+                     " is not set by the recipe")
     return notes
 
 

@@ -31,6 +31,8 @@ def unsupported_fields(model: ModelSpec) -> list[tuple[str, object, str]]:
         ("gated_mlp", model.gated_mlp, model.gated_mlp, "true (SwiGLU)"),
         ("capacity_factor", model.capacity_factor, model.capacity_factor is None, "null (dropless)"),
         ("head_dim", model.dim_per_head, model.dim_per_head % 2 == 0, "an even number (RoPE rotates pairs)"),
+        ("sliding_window", model.sliding_window, model.sliding_window is None,
+         "null (the probe builds full causal attention)"),
     ]
     return [(name, value, allowed) for name, value, ok, allowed in checks if not ok]
 
