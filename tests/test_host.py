@@ -83,7 +83,8 @@ def test_a_synced_layer_is_a_two_stage_flow_shop() -> None:
     # Host-bound experts (3 s of launches for 1 s of GPU) then GPU-bound attention (2 s of GPU, 0.5 s of launches):
     # after the sync the GPU idles while the experts launch, and the attention cannot start before them: 3 + 2 = 5,
     # of which 3 are GPU work, so the GPU waits 2. Without the sync the host runs ahead: max(3.5, 3) - 3 = 0.5.
-    layers = StageLayers(dense=np.zeros(1), moe=np.ones(1), first=np.zeros(1), last=np.zeros(1), rank=np.zeros(1))
+    layers = StageLayers(dense=np.zeros(1), moe=np.ones(1), first=np.zeros(1), last=np.zeros(1),
+                         full_attention_excess=np.zeros(1), rank=np.zeros(1))
     gpu, moe_layer = np.array([3.0]), (np.array([3.0]), np.array([1.0]))
     synced, _ = host_wait(_host(3.0, 0.5, True), layers, True, np.zeros(1), gpu, np.zeros(1), moe_layer)
     free, _ = host_wait(_host(3.0, 0.5, False), layers, True, np.zeros(1), gpu, np.zeros(1), moe_layer)

@@ -223,3 +223,25 @@ def test_torchtitan_says_when_its_flavor_drops_the_window() -> None:
     windowed = load_model("llama3-8b").model_copy(update={"sliding_window": 1024})
     job = resolve(JobRequest(model=windowed, cluster="eos-h100", gpus=8, layout={"dp": 8}))
     assert any("sliding window 1024" in note and "not set by the recipe" in note for note in torchtitan_notes(job))
+
+
+def test_a_stage_pays_for_the_full_layers_it_holds() -> None:
+    """36 GPT-OSS layers over pp 4: rank 0 holds layers 1-9 (full: 2, 4, 6, 8 — half a layer below the model's
+    share), ranks 1-3 hold 10-18, 19-27, 28-36 (five full each: half a layer above). The step adds that excess times
+    full minus windowed core to the layers' mean."""
+    from llmscale.cost.compute import layer_times, rank_compute
+    from llmscale.io.resolve import JobRequest, resolve
+    from llmscale.layout.stages import RankOf, stage_layers
+
+    job = resolve(JobRequest(model="gpt-oss-120b", cluster="b200:64", gpus=64,
+                             train={"global_batch": 1280, "seq_len": 4096}, layout={"ep": 8, "pp": 4}))
+    excess = [float(stage_layers(job.model, job.layouts, which).full_attention_excess[0]) for which in RankOf]
+    assert excess == [-0.5, 0.5, 0.5, 0.5]  # FIRST, SECOND, LAST, BUSIEST
+    times = layer_times(job.model, job.cluster, job.train, job.layouts, job.constants)
+    second = stage_layers(job.model, job.layouts, RankOf.SECOND)
+    rank = rank_compute(job.layouts, second, times, job.constants.step.launch_overhead_us)
+    dense, moe, _ = times
+    assert float(rank.attention_core_forward_s[0]) == pytest.approx(
+        9 * float(moe.attention_core_s[0]) + 0.5 * float(dense.window_gap_s[0]), rel=1e-12)
+    plain = load_model("llama3-8b")
+    assert not stage_layers(plain, job.layouts, RankOf.SECOND).full_attention_excess.any()

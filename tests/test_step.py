@@ -215,7 +215,7 @@ def test_list_form_zero3_pays_a_view_and_a_copy_per_rank_and_call() -> None:
                       fp32_grads=False, zero3_synchronous=True)
     selene = load_cluster("selene", num_gpus=1536)
     lay = Layouts.from_columns(tp=1, pp=1, dp=[384, 1536], zero=3, mbs=1, recompute=Recompute.FULL.code)
-    layers = StageLayers(*(np.array([v, v]) for v in (96, 0, 1, 1, 0)))
+    layers = StageLayers(*(np.array([v, v]) for v in (96, 0, 1, 1, 0, 0)))
     calls = zero3_calls(GPT3, train, lay, layers)
     params = np.full(2, count_params(GPT3).total)
     listed = data_parallel_comm(selene, lay, params, np.zeros(2), 2.0, calls, CONSTANTS.comm, list_form=True)

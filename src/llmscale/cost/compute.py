@@ -45,6 +45,10 @@ class LayerTimes:
     after_sync_s: np.ndarray
     """An MoE layer's forward GPU work after its token counts reach the host (cost.moe.MoeBlock.after_sync_s;
     0 for dense layers): what cost.host's flow shop sets against the host's launches."""
+    window_gap_s: np.ndarray
+    """Full minus sliding-window attention core, forward (0 without windows): attention_core_s is the layers' mean,
+    and a rank with more full layers than the model's share pays this per extra one (StageLayers)."""
+    window_gap_backward_s: np.ndarray
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -150,24 +154,28 @@ class _Shapes:
     """The busiest EP rank's routed load over the mean (cost.routing; 1 for dense models)."""
 
 
-def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU: with sliding-window
-    layers (ModelSpec.windowed_layers) the layers' mean (docs/cost-model.md#attention-core)."""
+def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.ndarray, ...]:
+    """(forward, backward, full − windowed forward, full − windowed backward) seconds of one layer's attention core
+    for one micro-batch on one GPU: with sliding-window layers (ModelSpec.windowed_layers) the layers' mean and the
+    gap a rank with more full layers pays (docs/cost-model.md#attention-core)."""
     if train.flash_attention:
         forward, backward = _fused_core(model, train, x, None)
         share = model.windowed_layers / model.layers
-        if share:
-            window_forward, window_backward = _fused_core(model, train, x, model.sliding_window)
-            forward = (1.0 - share) * forward + share * window_forward
-            backward = (1.0 - share) * backward + share * window_backward
-        return forward, backward
+        zero = np.zeros_like(forward)
+        if not share:
+            return forward, backward, zero, zero
+        window_forward, window_backward = _fused_core(model, train, x, model.sliding_window)
+        return ((1.0 - share) * forward + share * window_forward, (1.0 - share) * backward + share * window_backward,
+                forward - window_forward, backward - window_backward)
     heads = model.heads / x.tp * x.lay.mbs
     s_c = train.seq_len / x.lay.cp
     d = float(model.dim_per_head)
     gemm = gemm_s(x.rates16, s_c, train.seq_len, d, heads) + gemm_s(x.rates16, s_c, d, train.seq_len, heads)
     scores = heads * s_c * train.seq_len
     fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
-    return gemm + memory_s(x.rates16, scores * fwd_bytes), 2.0 * gemm + memory_s(x.rates16, scores * bwd_bytes)
+    zero = np.zeros(x.lay.size)
+    return (gemm + memory_s(x.rates16, scores * fwd_bytes), 2.0 * gemm + memory_s(x.rates16, scores * bwd_bytes),
+            zero, zero)
 
 
 def _fused_core(model: ModelSpec, train: TrainSpec, x: _Shapes, window: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -227,7 +235,7 @@ def layer_times(
     """Times of a dense layer, an MoE layer and the output layer for one micro-batch, with the tensor-core peaks
     times the sustained fraction (KernelRates.of) and the experts at the busiest rank's load (cost.routing)."""
     x, cast = _shapes(model, cluster, train, lay, constants)
-    core, core_bwd = _attention_core(model, train, x)
+    core, core_bwd, *gap = _attention_core(model, train, x)
     attention, up = _attention_linears(model, x)
     h = model.hidden
 
@@ -243,23 +251,23 @@ def layer_times(
     dense_act = activation(model.ffn_hidden)
     zero = np.zeros(lay.size)
     dense = _layer(attention + mlp, core, core_bwd, elementwise(model.ffn_hidden), norms, up.forward_s, dense_act,
-                   mlp.forward_s + dense_act, zero)
-    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero, zero)
+                   mlp.forward_s + dense_act, zero, gap)
+    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero, zero, [zero, zero])
     if model.is_moe:
         block = moe_block(model, train.moe_grouped_gemm_impl, lay, x.rates, x.rates16, x.tokens, x.load, cast)
         shared = model.shared_ffn * model.shared_experts
         moe_elementwise = (elementwise(shared) + block.permute_s + block.cast_s + block.activation_s
                            + block.expert_bias_s)
         moe = _layer(attention + block.linears, core, core_bwd, moe_elementwise, norms, up.forward_s,
-                     block.activation_s + activation(shared), zero, block.after_sync_s)
+                     block.activation_s + activation(shared), zero, block.after_sync_s, gap)
     return dense, moe, _output_times(model, x, moe if model.is_moe else dense)
 
 
 def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, elementwise: np.ndarray,
            norms: np.ndarray, up: np.ndarray, activation: np.ndarray, dense_mlp: np.ndarray,
-           after_sync: np.ndarray) -> LayerTimes:
+           after_sync: np.ndarray, window_gap: list[np.ndarray]) -> LayerTimes:
     return LayerTimes(linears.forward_s, linears.input_grad_s, linears.weight_grad_s, core, core_bwd, elementwise,
-                      norms, up, activation, dense_mlp, after_sync)
+                      norms, up, activation, dense_mlp, after_sync, *window_gap)
 
 
 def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
@@ -276,6 +284,7 @@ def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerT
         linears.weight_grad_s + mtp * k.gemm_weight_grad_s, mtp * k.attention_core_s,
         mtp * k.attention_core_backward_s, (1 + mtp) * loss + mtp * k.elementwise_s, mtp * k.norm_s,
         mtp * k.up_proj_s, mtp * k.activation_s, mtp * k.dense_mlp_s, mtp * k.after_sync_s,
+        0.0 * k.window_gap_s, 0.0 * k.window_gap_backward_s,
     )
 
 
@@ -297,7 +306,9 @@ def rank_compute(
         return value
 
     gemm = total("gemm_s")
-    core = total("attention_core_s")
+    # the layers' mean attention core, plus the full layers this rank holds beyond the model's share (StageLayers)
+    excess = layers.full_attention_excess
+    core = total("attention_core_s") + excess * dense.window_gap_s
     elementwise = total("elementwise_s")
     gaps = np.where(lay.cuda_graphs, 0.0, launch_overhead_us * US)  # a replayed graph launches no kernel
     elementwise = elementwise + (layers.dense + layers.moe) * gaps
@@ -308,6 +319,6 @@ def rank_compute(
                + lay.recompute_mlp * total("dense_mlp_s"))
     recompute = np.where(lay.recompute == Recompute.FULL.code, layers_forward,
                          np.where(lay.recompute == Recompute.SELECTIVE.code, core, 0.0) + modules)
-    core_backward = total("attention_core_backward_s")
+    core_backward = total("attention_core_backward_s") + excess * dense.window_gap_backward_s
     backward_input = total("gemm_input_grad_s") + core_backward + 2.0 * elementwise + recompute
     return RankCompute(forward, backward_input, total("gemm_weight_grad_s"), core, core_backward, recompute)

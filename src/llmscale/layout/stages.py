@@ -27,6 +27,9 @@ class StageLayers:
     """1 where the rank holds the input embedding."""
     last: np.ndarray
     """1 where the rank holds the output layer."""
+    full_attention_excess: np.ndarray
+    """Full-attention layers on the rank beyond the model's share of them (ModelSpec.windowed_layers): what
+    cost.compute adds to its mean-layer attention core; 0 without sliding windows."""
     rank: np.ndarray
     """The pipeline rank (0 … pp − 1): how many micro-batches it holds in flight depends on it."""
 
@@ -57,26 +60,35 @@ def chunk_bounds(layers: int, pp: int, vpp: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes.reshape(-1))])
 
 
+def windowed_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
+    """Sliding-window layers among layers [0, index): all but each full_attention_every-th (1-based numbering)."""
+    if model.sliding_window is None:
+        return np.zeros_like(index)
+    every = model.full_attention_every
+    return index - index // every if every is not None else index
+
+
 @cache
-def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, moe) layers of every rank of a pp × vpp split (arrays of shape (pp,)); cached, since every chunk
-    of a search asks for the same splits."""
+def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dense, moe, windowed) layers of every rank of a pp × vpp split (arrays of shape (pp,)); cached, since every
+    chunk of a search asks for the same splits."""
     bounds = chunk_bounds(model.layers, pp, vpp)
     moe = moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])
     dense = np.diff(bounds) - moe
-    return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0)
+    windowed = windowed_layers_before(model, bounds[1:]) - windowed_layers_before(model, bounds[:-1])
+    return dense.reshape(vpp, pp).sum(axis=0), moe.reshape(vpp, pp).sum(axis=0), windowed.reshape(vpp, pp).sum(axis=0)
 
 
 @cache
-def _split_row(model: ModelSpec, pp: int, vpp: int, which: RankOf) -> tuple[int, int, int, int, int, int]:
-    """(rank, dense, moe) of the rank `which` picks in a looped pp × vpp split, then (rank, dense, moe) of the pair
+def _split_row(model: ModelSpec, pp: int, vpp: int, which: RankOf) -> tuple[int, ...]:
+    """(rank, dense, moe, windowed) of the rank `which` picks in a looped pp × vpp split, then the same of the pair
     of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r); cached: a search asks for few splits."""
-    dense, moe = _rank_layers(model, pp, vpp)
-    pair_dense = dense + dense[::-1]
-    pair_moe = moe + moe[::-1]
+    dense, moe, windowed = _rank_layers(model, pp, vpp)
+    pair_dense, pair_moe, pair_windowed = dense + dense[::-1], moe + moe[::-1], windowed + windowed[::-1]
     rank = which.pick(moe, dense)
     pair = which.pick(pair_moe, pair_dense)
-    return rank, int(dense[rank]), int(moe[rank]), pair, int(pair_dense[pair]), int(pair_moe[pair])
+    return (rank, int(dense[rank]), int(moe[rank]), int(windowed[rank]),
+            pair, int(pair_dense[pair]), int(pair_moe[pair]), int(pair_windowed[pair]))
 
 
 class RankOf(IntEnum):
@@ -112,20 +124,22 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     width = int(lay.vpp.max(initial=1)) + 1
     codes, row = np.unique(lay.pp * width + lay.vpp, return_inverse=True)
     table = np.array([_split_row(model, *divmod(int(code), width), which) for code in codes], dtype=np.int64)
-    table = table.reshape(-1, 6)
+    table = table.reshape(-1, 8)
     row = row.reshape(-1)
     columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index
     rank = columns[0].take(row)
     dense = columns[1].take(row)
     moe = columns[2].take(row)
+    windowed = columns[3].take(row)
     first = rank == 0
     last = rank == lay.pp - 1
     dual = (lay.schedule == Schedule.DUALPIPE.code) & (lay.pp > 1)
     if dual.any():
-        pair = columns[3].take(row)
+        pair = columns[4].take(row)
         rank = np.where(dual, pair, rank)
-        dense = np.where(dual, columns[4].take(row), dense)
-        moe = np.where(dual, columns[5].take(row), moe)
+        dense = np.where(dual, columns[5].take(row), dense)
+        moe = np.where(dual, columns[6].take(row), moe)
+        windowed = np.where(dual, columns[7].take(row), windowed)
         outer = (pair == 0) | (pair == lay.pp - 1)  # the pair holding stages 0 and pp − 1
         first = np.where(dual, outer, first)
         last = np.where(dual, outer, last)
@@ -134,4 +148,5 @@ def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
     # docstring); only where the output sits moves.
     zbv = (lay.schedule == Schedule.ZB_V.code) & (lay.pp > 1)
     last = np.where(zbv, rank == 0, last)
-    return StageLayers(dense, moe, first.astype(np.int64), last.astype(np.int64), rank)
+    excess = (dense + moe) * (model.windowed_layers / model.layers) - windowed
+    return StageLayers(dense, moe, first.astype(np.int64), last.astype(np.int64), excess, rank)
