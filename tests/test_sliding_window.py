@@ -245,3 +245,17 @@ def test_a_stage_pays_for_the_full_layers_it_holds() -> None:
         9 * float(moe.attention_core_s[0]) + 0.5 * float(dense.window_gap_s[0]), rel=1e-12)
     plain = load_model("llama3-8b")
     assert not stage_layers(plain, job.layouts, RankOf.SECOND).full_attention_excess.any()
+
+
+def test_mfu_says_it_counts_windowed_layers_as_full() -> None:
+    """The headline MFU keeps PaLM's count (full attention on every layer, as Megatron-Bridge's GPT-OSS count does);
+    explain says how many layers do less."""
+    from llmscale.cost.step import estimate_step
+    from llmscale.report.mfu_conventions import mfu_conventions
+
+    job = _gpt_oss_job()
+    step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
+    lines = mfu_conventions(job.model, job.cluster, job.train, step).lines()
+    assert any("18 layers attend to a 128-token window" in line for line in lines)
+    plain = job.model.model_copy(update={"sliding_window": None, "full_attention_every": None})
+    assert not any("window" in line for line in mfu_conventions(plain, job.cluster, job.train, step).lines())

@@ -38,6 +38,10 @@ class MfuConventions:
     bf16_peak_tflops: float
     against_bf16: float | None
     """An FP8/FP4 run's headline FLOPs over the BF16 dense peak (None for a 16-bit run)."""
+    windowed_layers: int = 0
+    """Layers whose attention sees a sliding window (ModelSpec.windowed_layers): every count above takes them as
+    full attention."""
+    window: int | None = None
 
     def lines(self) -> list[str]:
         """The alternatives that differ from the headline by more than SHOWN_ABOVE, one line each, naming the
@@ -50,11 +54,15 @@ class MfuConventions:
             out.append(f"MFU {self.headline:.1%} is against the {self.precision.value.upper()} dense peak "
                        f"({self.peak_tflops:,.0f} TFLOP/s); against the BF16 peak ({self.bf16_peak_tflops:,.0f}) "
                        f"it is {self.against_bf16:.1%}")
+        if self.windowed_layers:
+            out.append(f"MFU counts full attention on every layer, as PaLM and Megatron-Bridge do; "
+                       f"{self.windowed_layers} layers attend to a {self.window}-token window and do less")
         return out
 
     def as_dict(self) -> dict[str, Any]:
         return {"headline": HEADLINE, "causal_attention_mfu": self.causal, "peak_precision": self.precision.value,
-                "peak_tflops_per_gpu": self.peak_tflops, "bf16_peak_mfu": self.against_bf16}
+                "peak_tflops_per_gpu": self.peak_tflops, "bf16_peak_mfu": self.against_bf16,
+                "windowed_layers_counted_full": self.windowed_layers}
 
 
 def mfu_conventions(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, step: StepBreakdown,
@@ -68,4 +76,5 @@ def mfu_conventions(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, st
         headline=headline, causal=headline * causal / full, precision=train.precision,
         peak_tflops=step.peak_flops_per_s / 1e12, bf16_peak_tflops=bf16 / 1e12,
         against_bf16=headline * step.peak_flops_per_s / bf16 if low_precision else None,
+        windowed_layers=model.windowed_layers, window=model.sliding_window,
     )
