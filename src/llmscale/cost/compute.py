@@ -154,19 +154,31 @@ class _Shapes:
     """The busiest EP rank's routed load over the mean (cost.routing; 1 for dense models)."""
 
 
-def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.ndarray, ...]:
-    """(forward, backward, full − windowed forward, full − windowed backward) seconds of one layer's attention core
-    for one micro-batch on one GPU: with sliding-window layers (ModelSpec.windowed_layers) the layers' mean and the
-    gap a rank with more full layers pays (docs/cost-model.md#attention-core)."""
+@dataclass(frozen=True)
+class _AttentionCore:
+    """One layer's attention core for one micro-batch on one GPU (seconds, shape (N,))."""
+
+    forward_s: np.ndarray
+    """The layers' mean: windowed and full layers weighted by their share (ModelSpec.windowed_layers)."""
+    backward_s: np.ndarray
+    window_gap_s: np.ndarray
+    """Full minus windowed forward (0 without windows): what a rank pays per full layer beyond the model's share."""
+    window_gap_backward_s: np.ndarray
+
+
+def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> _AttentionCore:
+    """One layer's attention core: fused over a causal or sliding-window mask, or unfused over the whole score matrix
+    (docs/cost-model.md#attention-core)."""
     if train.flash_attention:
         forward, backward = _fused_core(model, train, x, None)
         share = model.windowed_layers / model.layers
         zero = np.zeros_like(forward)
         if not share:
-            return forward, backward, zero, zero
+            return _AttentionCore(forward, backward, zero, zero)
         window_forward, window_backward = _fused_core(model, train, x, model.sliding_window)
-        return ((1.0 - share) * forward + share * window_forward, (1.0 - share) * backward + share * window_backward,
-                forward - window_forward, backward - window_backward)
+        return _AttentionCore((1.0 - share) * forward + share * window_forward,
+                              (1.0 - share) * backward + share * window_backward,
+                              forward - window_forward, backward - window_backward)
     heads = model.heads / x.tp * x.lay.mbs
     s_c = train.seq_len / x.lay.cp
     d = float(model.dim_per_head)
@@ -174,8 +186,8 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> tuple[np.
     scores = heads * s_c * train.seq_len
     fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[model.dropout]
     zero = np.zeros(x.lay.size)
-    return (gemm + memory_s(x.rates16, scores * fwd_bytes), 2.0 * gemm + memory_s(x.rates16, scores * bwd_bytes),
-            zero, zero)
+    return _AttentionCore(gemm + memory_s(x.rates16, scores * fwd_bytes),
+                          2.0 * gemm + memory_s(x.rates16, scores * bwd_bytes), zero, zero)
 
 
 def _fused_core(model: ModelSpec, train: TrainSpec, x: _Shapes, window: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +247,8 @@ def layer_times(
     """Times of a dense layer, an MoE layer and the output layer for one micro-batch, with the tensor-core peaks
     times the sustained fraction (KernelRates.of) and the experts at the busiest rank's load (cost.routing)."""
     x, cast = _shapes(model, cluster, train, lay, constants)
-    core, core_bwd, *gap = _attention_core(model, train, x)
+    attention_core = _attention_core(model, train, x)
+    core, core_bwd = attention_core.forward_s, attention_core.backward_s
     attention, up = _attention_linears(model, x)
     h = model.hidden
 
@@ -251,23 +264,25 @@ def layer_times(
     dense_act = activation(model.ffn_hidden)
     zero = np.zeros(lay.size)
     dense = _layer(attention + mlp, core, core_bwd, elementwise(model.ffn_hidden), norms, up.forward_s, dense_act,
-                   mlp.forward_s + dense_act, zero, gap)
-    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero, zero, [zero, zero])
+                   mlp.forward_s + dense_act, zero, attention_core)
+    moe = _layer(LinearTimes(zero, zero, zero), zero, zero, zero, zero, zero, zero, zero, zero,
+                 _AttentionCore(zero, zero, zero, zero))
     if model.is_moe:
         block = moe_block(model, train.moe_grouped_gemm_impl, lay, x.rates, x.rates16, x.tokens, x.load, cast)
         shared = model.shared_ffn * model.shared_experts
         moe_elementwise = (elementwise(shared) + block.permute_s + block.cast_s + block.activation_s
                            + block.expert_bias_s)
         moe = _layer(attention + block.linears, core, core_bwd, moe_elementwise, norms, up.forward_s,
-                     block.activation_s + activation(shared), zero, block.after_sync_s, gap)
+                     block.activation_s + activation(shared), zero, block.after_sync_s, attention_core)
     return dense, moe, _output_times(model, x, moe if model.is_moe else dense)
 
 
 def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, elementwise: np.ndarray,
            norms: np.ndarray, up: np.ndarray, activation: np.ndarray, dense_mlp: np.ndarray,
-           after_sync: np.ndarray, window_gap: list[np.ndarray]) -> LayerTimes:
+           after_sync: np.ndarray, attention: _AttentionCore) -> LayerTimes:
     return LayerTimes(linears.forward_s, linears.input_grad_s, linears.weight_grad_s, core, core_bwd, elementwise,
-                      norms, up, activation, dense_mlp, after_sync, *window_gap)
+                      norms, up, activation, dense_mlp, after_sync, attention.window_gap_s,
+                      attention.window_gap_backward_s)
 
 
 def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
