@@ -23,7 +23,6 @@ from llmscale.launch.document import ExportFormat, export_text
 from llmscale.layout.constraints import parse_rules
 from llmscale.layout.profile import ReleaseLayouts
 from llmscale.report.documents import explain_document, memory_document, plan_document
-from llmscale.report.placement import placement_entry
 from llmscale.search.plan import Objective, leftover_sizes
 from llmscale.search.plan import plan as search_plan
 from llmscale.search.targets import SearchTarget
@@ -152,6 +151,8 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
     chosen = result.chosen.top[:placements]
     placed = place(job, [c.layouts.row(c.layout_index) for c in chosen], nodes,
                    [float(c.step.step_time_s[c.layout_index]) for c in chosen])
+    from llmscale.report.placement import placement_entry
+
     document = plan_document(result, job) | {"placement": [placement_entry(p) for p in placed]}
     return Plan.of(document, result, job, placed)
 
@@ -203,6 +204,8 @@ def explain_job(request: JobRequest, fabric: FabricRequest | None = None) -> Exp
         return Explain.of(document, job, step)
     nodes = fabric.fabric(job)
     placed = place(capped(job, nodes, job.num_gpus), [job.resolved_layout], nodes)[0]
+    from llmscale.report.placement import placement_entry
+
     return Explain.of(document | {"placement": placement_entry(placed)}, job, step, placed)
 
 

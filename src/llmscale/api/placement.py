@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmscale.errors import SpecError
-from llmscale.io.resolve import Job
-from llmscale.placement.fabric import Fabric, read_fabric
-from llmscale.placement.hostorder import HostOrder, check_out_dir
-from llmscale.placement.mesh import world_size
-from llmscale.placement.search import PlacementSearch, search_placements
-from llmscale.specs.layout import Layout
+
+if TYPE_CHECKING:  # the placement package is imported where a command places, not at every CLI start-up
+    from llmscale.io.resolve import Job
+    from llmscale.placement.fabric import Fabric
+    from llmscale.placement.search import PlacementSearch
+    from llmscale.specs.layout import Layout
 
 __all__ = ["DEFAULT_PLACEMENTS", "MAX_PLACEMENTS", "FabricRequest", "capped", "check_out_dir", "place",
            "write_host_order"]
@@ -30,7 +31,16 @@ class FabricRequest:
     exclude_from: Path | None = None
 
     def fabric(self, job: Job) -> Fabric:
+        from llmscale.placement.fabric import read_fabric
+
         return read_fabric(job.cluster, self.hostfile, self.exclude_from)
+
+
+def check_out_dir(directory: Path) -> None:
+    """Refuse a --placement-out that cannot take the host order files, before any work (placement.hostorder)."""
+    from llmscale.placement.hostorder import check_out_dir as check
+
+    check(directory)
 
 
 def capped(job: Job, fabric: Fabric, gpus: int | None) -> Job:
@@ -51,6 +61,8 @@ def capped(job: Job, fabric: Fabric, gpus: int | None) -> Job:
 def place(job: Job, layouts: list[Layout], fabric: Fabric,
           aligned_step_s: list[float] | None = None) -> tuple[PlacementSearch, ...]:
     """The placement search of each layout on `fabric` (`aligned_step_s`: their steps as a search priced them)."""
+    from llmscale.placement.search import search_placements
+
     steps: list[float | None] = list(aligned_step_s) if aligned_step_s is not None else [None] * len(layouts)
     return tuple(search_placements(job.model, job.cluster, job.train, layout, job.constants, fabric, step)
                  for layout, step in zip(layouts, steps, strict=True))
@@ -58,4 +70,7 @@ def place(job: Job, layouts: list[Layout], fabric: Fabric,
 
 def write_host_order(search: PlacementSearch, directory: Path) -> tuple[Path, ...]:
     """The best placement's hostfile, SLURM_HOSTFILE and srun arguments in `directory`."""
+    from llmscale.placement.hostorder import HostOrder
+    from llmscale.placement.mesh import world_size
+
     return HostOrder.of(search.fabric, search.best.placement, world_size(search.layout)).write(directory)

@@ -6,17 +6,19 @@ pandas is the optional extra `llmscale[frame]`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.cost.memory import MemoryBreakdown
 from llmscale.cost.step import StepBreakdown
 from llmscale.errors import LlmscaleError
 from llmscale.io.resolve import Job
-from llmscale.placement.search import PlacementSearch
 from llmscale.reliability.goodput import GoodputEstimate
 from llmscale.search.plan import PlanResult
 from llmscale.specs.failures import Mitigation
 from llmscale.specs.layout import Layout
+
+if TYPE_CHECKING:
+    from llmscale.placement.search import PlacementSearch
 
 
 def _pandas() -> Any:

@@ -85,6 +85,12 @@ experts with biases: `t + b * p` with fp32 probabilities, cat, cast back (NVIDIA
 megatron/core/transformer/moe/experts.py); the count: docs/cost-model.md#moe-copies."""
 
 
+def expert_bias_outside_gemm(model: ModelSpec, impl: GroupedGemm) -> bool:
+    """Whether the experts' fc2 bias runs through `_apply_bias` (EXPERT_BIAS_BYTES): experts with biases under TE's
+    grouped GEMM, the kernel it was read in."""
+    return model.linear_bias and impl is GroupedGemm.TE
+
+
 def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRates, rates16: KernelRates,
               tokens: np.ndarray, load: np.ndarray, cast: float) -> MoeBlock:
     """The MoE block of one micro-batch of `tokens` per GPU (docs/cost-model.md#moe); `load` the busiest rank's
@@ -104,7 +110,7 @@ def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRa
     router = linear_s(rates16, tokens / sigma, h, model.experts)
     fused = impl is GroupedGemm.TE_FUSED
     activation = 0.0 if fused else (6.0 if model.gated_mlp else 4.0) * f_e * k / tp
-    bias = EXPERT_BIAS_BYTES if model.linear_bias and impl is GroupedGemm.TE else 0.0
+    bias = EXPERT_BIAS_BYTES if expert_bias_outside_gemm(model, impl) else 0.0
     return MoeBlock(
         router=router, experts=experts, shared=shared,
         permute_s=memory_s(rates, tokens * k * 10.0 * h / sigma),

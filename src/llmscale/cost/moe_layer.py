@@ -12,12 +12,13 @@ import numpy as np
 
 from llmscale.cost.compute import moe_block_of
 from llmscale.cost.host import LayerHost, layer_calls, moe_calls, quantize_calls
+from llmscale.cost.moe import expert_bias_outside_gemm
 from llmscale.cost.traffic import microbatch_comm
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import GroupedGemm, TrainSpec
+from llmscale.specs.train import TrainSpec
 from llmscale.units import BYTES_16BIT, US
 
 
@@ -96,7 +97,7 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
         MoePart("activation", memory["activation"], memory["activation"] * hbm, "B", 0.0),
         # listed for models with biases; its host calls (3 per local expert each way) are the experts'
         *([MoePart("expert bias", memory["expert_bias"], memory["expert_bias"] * hbm, "B", 0.0)]
-          if model.linear_bias and train.moe_grouped_gemm_impl is GroupedGemm.TE else []),
+          if expert_bias_outside_gemm(model, train.moe_grouped_gemm_impl) else []),
         MoePart("shared", gemms(block.shared), shared_flops, "FLOP", pair("shared")),
     )
     layer_host = float(host.moe_forward[i] + host.moe_backward[i])

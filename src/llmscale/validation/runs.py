@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -282,7 +283,7 @@ def family_of(run: PublishedRun) -> str | None:
 def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
     """The run's ModelSpec from its architecture keys (schema: docs/published-runs.md): MLA rows get DeepSeek's
     dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1, GPT-OSS rows their sliding window and YaRN
-    (`GPT_OSS_ATTENTION`). `overrides` sets ModelSpec fields the row leaves null or states differently (e.g. a key
+    (`family_attention`). `overrides` sets ModelSpec fields the row leaves null or states differently (e.g. a key
     the caller's formula does not read)."""
     given = dict(overrides or {})
     fields: dict[str, Any] = {"name": run.name, "source": run.source, "mtp_layers": _mtp_layers(run),
@@ -304,18 +305,24 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
         fields["mla"] = DEEPSEEK_MLA
     if _is_deepseek_v3(run):
         fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
-    if fields["family"] == "gpt-oss":
-        fields |= GPT_OSS_ATTENTION
+    if fields["family"] in FAMILY_ATTENTION:
+        fields |= family_attention(fields["family"])
     return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
 
 
-GPT_OSS_ATTENTION = {"sliding_window": 128, "full_attention_every": 2, "rope_theta": 150000.0,
-                     "rope_scaling": {"kind": "yarn", "factor": 32.0, "original_max_positions": 4096,
-                                      "beta_fast": 32.0, "beta_slow": 1.0}}
-"""GPT-OSS's attention, which the published tables do not print: a 128-token window on every other layer and YaRN
-RoPE (openai/gpt-oss-120b config.json sliding_window 128, layer_types, rope_theta, rope_scaling;
-NVIDIA-NeMo/Megatron-Bridge@3743c703 src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py window_size
-(sliding_window - 1, 0), window_attn_skip_freq 2, yarn factor 32 / original 4096 / beta 32, 1)."""
+FAMILY_ATTENTION = {"gpt-oss": "gpt-oss-120b"}
+"""Families whose attention the published tables do not print, and the catalog model that holds it (GPT-OSS: a
+128-token window on every other layer and YaRN RoPE, from its config.json; catalog/models.yaml cites it)."""
+ATTENTION_FIELDS = ("sliding_window", "full_attention_every", "rope_theta", "rope_scaling")
+
+
+@cache
+def family_attention(family: str) -> dict[str, Any]:
+    """The attention fields (ATTENTION_FIELDS) of the catalog model FAMILY_ATTENTION names for `family`."""
+    from llmscale.io.catalog import load_model
+
+    model = load_model(FAMILY_ATTENTION[family])
+    return {key: getattr(model, key) for key in ATTENTION_FIELDS}
 
 
 def _block_facts(run: PublishedRun) -> dict[str, Any]:
