@@ -105,9 +105,11 @@ def test_round_trip_predicts_the_same_step(case: str, tmp_path: Path, capsys: py
 
 def _priced(job: Job) -> TrainSpec:
     """The run as the cost model prices it: a recipe left to the GPU's native one is written out by export
-    (`--fp8-recipe` always), so it comes back named."""
+    (`--fp8-recipe` always), so it comes back named; of a release's pipeline splits only the layout's own is read."""
     recipe = job.cluster.gpu.fp8_recipe(job.train)
-    return job.train.model_copy(update={"fp8_recipe": recipe})
+    lay = job.resolved_layout
+    own = job.train.pipeline_split(lay.pp, lay.vpp)
+    return job.train.model_copy(update={"fp8_recipe": recipe, "pipeline_splits": (own,) if own else ()})
 
 
 def test_the_uneven_case_is_uneven_and_has_ep() -> None:
@@ -119,11 +121,16 @@ def test_the_uneven_case_is_uneven_and_has_ep() -> None:
 
 def same_job(job: Job, back: Job) -> bool:
     """What test_round_trip_predicts_the_same_step holds: the step, the layout, the model and the run agree."""
+    lay = job.resolved_layout
     return (step_s(back) == pytest.approx(step_s(job), rel=1e-9) and back.resolved_layout == job.resolved_layout
             and back.model.model_dump(exclude={"name", "source", "family"}) == job.model.model_dump(
                 exclude={"name", "source", "family"})
-            and back.train.model_dump(exclude={"total_tokens", "fused_cross_entropy"}) == job.train.model_dump(
-                exclude={"total_tokens", "fused_cross_entropy"}))
+            and back.train.model_dump(exclude=_NOT_EXPORTED) == job.train.model_dump(exclude=_NOT_EXPORTED)
+            # a release's splits for other pp × vpp do not travel: the layout string carries this layout's
+            and back.train.pipeline_split(lay.pp, lay.vpp) == job.train.pipeline_split(lay.pp, lay.vpp))
+
+
+_NOT_EXPORTED = {"total_tokens", "fused_cross_entropy", "pipeline_splits"}
 
 
 @pytest.mark.parametrize(("case", "flag"), [

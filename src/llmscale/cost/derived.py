@@ -113,7 +113,7 @@ def distinct_rank_stages(model: ModelSpec, train: TrainSpec, lay: Layouts) -> Ra
     dualpipe = lay.schedule == Schedule.DUALPIPE.code
     stages: RankStages = {}
     for which in RankOf:
-        layers = stage_layers(model, lay, which)
+        layers = stage_layers(model, lay, which, train.pipeline_splits)
         if which is RankOf.BUSIEST and _same_stage(layers, stages[RankOf.SECOND].layers):
             break  # the busiest interior rank is rank 1 in every layout: nothing new to evaluate
         held = inflight_microbatches(lay, num_micro, layers.rank)

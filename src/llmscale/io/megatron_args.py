@@ -21,6 +21,7 @@ import numpy as np
 
 from llmscale.errors import SpecError
 from llmscale.io.files import parse_spec
+from llmscale.io.megatron_layout import layout_stages
 from llmscale.io.resolve import JobRequest
 from llmscale.layout.stages import chunk_bounds
 from llmscale.specs.model import ModelSpec
@@ -164,7 +165,7 @@ def parse_megatron_args(text: str) -> ParsedLaunch:
     model = _model(parts, preamble.get("model", "megatron-args"))
     layout, train = parts["layout"], _train(parts["train"])
     gpus = int(preamble["gpus"]) if "gpus" in preamble else None
-    _pipeline(flags, layout, model.layers)
+    _pipeline(flags, layout, train, model.layers)
     for key, flag in (("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size"),
                       ("cp", "--context-parallel-size")):
         if layout.get(key, 1) < 1:
@@ -381,20 +382,16 @@ def _train(train: dict[str, Any]) -> dict[str, Any]:
     return train
 
 
-def _pipeline(flags: dict[str, list[str]], layout: dict[str, Any], layers: int) -> None:
-    """vpp and the schedule; a --pipeline-model-parallel-layout must be llmscale's split (stages.chunk_bounds)."""
+def _pipeline(flags: dict[str, list[str]], layout: dict[str, Any], train: dict[str, Any], layers: int) -> None:
+    """vpp and the schedule; a --pipeline-model-parallel-layout other than llmscale's split (stages.chunk_bounds)
+    is the run's own (TrainSpec.pipeline_splits)."""
     pp = layout.get("pp", 1)
     if "--pipeline-model-parallel-layout" in flags:
         text = _one("--pipeline-model-parallel-layout", flags["--pipeline-model-parallel-layout"])
-        stages = re.sub(r"(\w)\*(\d+)", lambda m: m[1] * int(m[2]), text.replace(",", "")).split("|")
-        if len(stages) % pp:
-            raise SpecError("--pipeline-model-parallel-layout", text, f"{len(stages)} stages over pp {pp}",
-                            where=WHERE)
-        layout["vpp"] = len(stages) // pp
-        counts = [stage.count("t") for stage in stages]
+        counts = layout_stages(text, pp, layers, WHERE)
+        layout["vpp"] = len(counts) // pp
         if counts != np.diff(chunk_bounds(layers, pp, layout["vpp"])).tolist():
-            raise SpecError("--pipeline-model-parallel-layout", text, "llmscale models its balanced split only "
-                            "(layout.stages.chunk_bounds)", where=WHERE)
+            train["pipeline_splits"] = [{"pp": pp, "vpp": layout["vpp"], "layers": counts}]
     if pp > 1:
         layout["schedule"] = "interleaved" if layout.get("vpp", 1) > 1 else "1f1b"
     layout.setdefault("sp", False)

@@ -256,7 +256,9 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
     for name, rule in chosen.items():
         group = "train" if name in TRAIN_SETTINGS else "model" if name in MODEL_SETTINGS else (
             "layout" if name in LAYOUT_SETTINGS and layout is not None else None)
-        value = getattr(rule.set, name)
+        value = _value_for(model, name, getattr(rule.set, name))
+        if value is None:
+            continue
         if group is None:  # a layout setting of a search (set per layout), or a fact no spec holds: recorded
             if name not in LAYOUT_SETTINGS:
                 applied.append(AppliedSetting(name, value, rule.source, rule.read))
@@ -302,6 +304,15 @@ def moot_recompute_setting(has_modules: bool, recompute: Any) -> str | None:
         return None
     full = _member(Recompute, recompute, None) is Recompute.FULL  # (a value that is no recompute: named later)
     return "recompute_modules" if full else "recompute"
+
+
+def _value_for(model: ModelSpec, name: str, value: Any) -> Any:
+    """A rule's value as the job's spec takes it: a recipe's pipeline splits that place the model's layers, as plain
+    data (None: none does, and the setting does not apply)."""
+    if name != "pipeline_splits":
+        return value
+    held = [split.model_dump() for split in value if split.total == model.layers]
+    return [split | {"layers": list(split["layers"])} for split in held] or None
 
 
 def _moot_dropped(chosen: dict[str, ProfileRule], layout: Mapping[str, Any]) -> dict[str, ProfileRule]:

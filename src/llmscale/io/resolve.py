@@ -24,6 +24,7 @@ from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_gpu, load_model
 from llmscale.io.files import parse_spec
 from llmscale.io.releases import ProfileApplication, fill, find_release, given_fields
+from llmscale.io.run_checks import check_attention, check_pipeline_splits, check_precision
 from llmscale.io.saved import read_saved
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import validate_one
@@ -36,7 +37,7 @@ from llmscale.specs.fingerprint import sha256_of
 from llmscale.specs.framework import ReleaseProfile
 from llmscale.specs.layout import LAYOUT_FIELDS, Layout
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TRAIN_FLAGS, AttentionKernel, Fp8Recipe, Precision, TrainSpec
+from llmscale.specs.train import TRAIN_FLAGS, TrainSpec
 
 DEFAULT_MODEL = "seed-10t-moe"
 DEFAULT_CLUSTER = "seed-500k"
@@ -157,6 +158,7 @@ def resolve(request: JobRequest) -> Job:
     request = _with_saved(request) if request.from_plan is not None else request
     request, model, application = _with_profile(request, resolve_model(request.model))
     setting = resolve_setting(request)
+    check_pipeline_splits(model, setting.train)
     train, from_law = setting.train, False
     if request.batch is BatchDefault.CRITICAL and not _batch_given(request.train):
         law = critical_batch_sequences(model, train, setting.constants.search)
@@ -264,38 +266,6 @@ def check_sha256(actual: str, expected: str | None) -> None:
     """`--expect-sha256`: refuse to run on inputs that hash differently."""
     if expected is not None and expected.lower() != actual:
         raise LlmscaleError(f"--expect-sha256 {expected} does not match the inputs' SHA256 {actual}: refusing to run")
-
-
-def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
-    """FP8/FP4 need the GPU to have that tensor-core precision (A100 has neither); an MXFP8 recipe needs
-    Blackwell's block-scaled tensor cores (Transformer Engine refuses it on Hopper)."""
-    gpu = cluster.gpu
-    if not gpu.supports(train.precision):
-        raise SpecError("precision", train.precision.value,
-                        f"gpu {gpu.name} has no {train.precision.value} tensor cores")
-    if train.fp8_recipe is not None and train.precision is not Precision.FP8:
-        raise SpecError("fp8_recipe", train.fp8_recipe.value,
-                        f"a recipe scales FP8 tensors; this run's precision is {train.precision.value} (set "
-                        "precision fp8, or leave fp8_recipe out)")
-    if train.fp8_recipe is Fp8Recipe.MXFP8 and gpu.efficiency.gemm_mxfp8 is None:
-        raise SpecError("fp8_recipe", train.fp8_recipe.value,
-                        f"gpu {gpu.name} has no MXFP8 GEMM ceiling (efficiency.gemm_mxfp8; the catalog gives one "
-                        "for Blackwell and later); use delayed, tensorwise or blockwise")
-
-
-def check_attention(cluster: ClusterSpec, train: TrainSpec) -> None:
-    """A named attention kernel needs fused attention and a measured curve of it on the GPU."""
-    kernel = train.attention_kernel
-    if kernel is AttentionKernel.FASTEST:
-        return
-    if not train.flash_attention:
-        raise SpecError("attention_kernel", kernel.value, "names a fused kernel; this run has flash_attention "
-                        "false (the unfused core): give one or the other")
-    if cluster.gpu.efficiency.attention_curve(kernel) is None:
-        raise SpecError("attention_kernel", kernel.value,
-                        f"gpu {cluster.gpu.name} has no {kernel.value} curve (efficiency.attention_{kernel.value}: "
-                        "the catalog has one for Ampere and Hopper); give the GPU one, or use fastest (Megatron "
-                        "--attention-backend fused or auto)")
 
 
 def _with_saved(request: JobRequest) -> JobRequest:

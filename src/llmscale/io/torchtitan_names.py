@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.layout.stages import chunk_bounds
+from llmscale.layout.stages import Splits, split_bounds
 from llmscale.specs.layout import Schedule
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
@@ -74,14 +74,16 @@ def stages_per_rank(schedule_name: str, vpp: int) -> int:
     return 1 if schedule_name == "1F1B" else 2 if schedule_name in V_SCHEDULES else vpp
 
 
-def split_settings(layers: int, pp: int, schedule_name: str, vpp: int) -> dict[str, int]:
+def split_settings(layers: int, pp: int, schedule_name: str, vpp: int, splits: Splits = ()) -> dict[str, int]:
     """Layers per virtual stage and the first/last stage's shortfall with which torchtitan builds llmscale's split
-    (layout.stages.chunk_bounds): torchtitan/distributed/pipeline_parallel.py counts
+    (layout.stages.split_bounds: the run's own split for this pp and vpp where `splits` gives one, else
+    chunk_bounds): torchtitan/distributed/pipeline_parallel.py counts
     ceil((L + first_less + last_less) / layers_per_stage) stages and spreads L + first_less + last_less evenly, so
     equal interior stages come out exactly. Empty when the interior stages differ, and for V-shaped schedules
     unless every stage is equal: there torchtitan's first and last stage both land on rank 0, which the looped
     split llmscale costs does not."""
-    sizes = np.diff(chunk_bounds(layers, pp, stages_per_rank(schedule_name, vpp)))
+    per_rank = stages_per_rank(schedule_name, vpp)
+    sizes = np.diff(split_bounds(layers, pp, per_rank, splits if per_rank == vpp else ()))
     per_stage = int(sizes.max())
     uneven_inside = len(sizes) > 2 and bool((sizes[1:-1] != per_stage).any())
     if uneven_inside or (schedule_name in V_SCHEDULES and bool((sizes != per_stage).any())):

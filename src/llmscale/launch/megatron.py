@@ -14,7 +14,7 @@ import numpy as np
 from llmscale.cost.memory import logits_bytes
 from llmscale.io.resolve import Job
 from llmscale.launch.megatron_model import model_args, model_notes
-from llmscale.layout.stages import chunk_bounds
+from llmscale.layout.stages import Splits, split_bounds
 from llmscale.specs.layout import Layout, RankOrder, Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import AttentionKernel, CudaGraphScope, Fp8Cache, Fp8Recipe, Optimizer, Precision, Zero3Gather
@@ -93,8 +93,9 @@ def _ep_overlap(job: Job) -> bool:
 def _megatron_parallel(job: Job) -> list[str]:
     lay, train = job.resolved_layout, job.train
     args = ["--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp)]
-    if lay.pp > 1 and job.model.layers % (lay.pp * lay.vpp):
-        args += ["--pipeline-model-parallel-layout", pipeline_layout(job.model, lay)]
+    own = train.pipeline_split(lay.pp, lay.vpp)
+    if lay.pp > 1 and (job.model.layers % (lay.pp * lay.vpp) or own is not None):
+        args += ["--pipeline-model-parallel-layout", pipeline_layout(job.model, lay, train.pipeline_splits)]
     elif lay.vpp > 1:
         # Current Megatron prefers the stage count to --num-layers-per-virtual-pipeline-stage (it also
         # allows uneven first/last stages); --virtual-pipeline-model-parallel-size is no longer a flag.
@@ -200,12 +201,13 @@ def _megatron_precision(job: Job) -> list[str]:
     return args
 
 
-def pipeline_layout(m: ModelSpec, lay: Layout) -> str:
-    """Megatron --pipeline-model-parallel-layout for llmscale's split (stages.chunk_bounds: chunk k = j·pp + r,
-    the shortfall on the last and first rank); E = embedding on the first chunk, m = MTP and L = loss on the
-    last. Grammar: megatron/core/transformer/pipeline_parallel_layer_layout.py (stages split by "|", "t*n" = n
-    decoder layers, commas cosmetic; stage i on pp rank i mod pp) @ 00caa53af30912914981c86f39db123961678bbd."""
-    sizes = np.diff(chunk_bounds(m.layers, lay.pp, lay.vpp)).tolist()
+def pipeline_layout(m: ModelSpec, lay: Layout, splits: Splits = ()) -> str:
+    """Megatron --pipeline-model-parallel-layout for the priced split (stages.split_bounds: the run's own for this pp
+    and vpp, else llmscale's: chunk k = j·pp + r, the shortfall on the last and first rank); E = embedding on the
+    first chunk, m = MTP and L = loss on the last. Grammar: megatron/core/transformer/pipeline_parallel_layer_layout.py
+    (stages split by "|", "t*n" = n decoder layers, commas cosmetic; stage i on pp rank i mod pp)
+    @ 00caa53af30912914981c86f39db123961678bbd."""
+    sizes = np.diff(split_bounds(m.layers, lay.pp, lay.vpp, splits)).tolist()
     stages = []
     for c, n in enumerate(sizes):
         parts = (["E"] if c == 0 else []) + ([f"t*{n}"] if n > 1 else ["t"] * n)

@@ -187,7 +187,8 @@ def _parallelism(job: Job) -> Call:
 def stage_split(job: Job) -> dict[str, int]:
     """The pipeline_parallel_* stage settings that build llmscale's split, or {} (io.torchtitan_names.stage_split)."""
     lay = job.resolved_layout
-    return split_settings(job.model.layers, lay.pp, SCHEDULE_NAMES[lay.resolved_schedule], lay.vpp)
+    return split_settings(job.model.layers, lay.pp, SCHEDULE_NAMES[lay.resolved_schedule], lay.vpp,
+                          job.train.pipeline_splits)
 
 
 def _recompute(lay: Layout) -> object:

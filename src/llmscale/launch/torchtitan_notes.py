@@ -85,9 +85,9 @@ def _pipeline_notes(job: Job) -> list[str]:
         notes.append("schedule dualpipe: torchtitan has DualPipeV, DualPipe's V-shaped half with one weight copy "
                      "(llmscale costs two); read back it is zbv")
     name = SCHEDULE_NAMES[lay.resolved_schedule]
-    if not split_settings(job.model.layers, lay.pp, name, lay.vpp):
+    if not split_settings(job.model.layers, lay.pp, name, lay.vpp, job.train.pipeline_splits):
         notes.append(f"vpp: {job.model.layers} layers over pp {lay.pp} × {stages_per_rank(name, lay.vpp)} stages "
-                     "cannot be llmscale's split in torchtitan's layers_per_stage/first/last settings; its default "
+                     "cannot be the priced split in torchtitan's layers_per_stage/first/last settings; its default "
                      "split is used, so the stages differ from the plan")
     if lay.cuda_graphs:
         notes.append("cuda_graphs: torchtitan's CUDA graphs do not support pipeline parallelism yet (trainer.py): "

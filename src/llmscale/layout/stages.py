@@ -1,8 +1,8 @@
 """Which layers a pipeline rank holds, vectorized over layouts; arrays of shape (N,).
 
 Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp (Megatron interleaving), ⌈L/pp⌉ layers, the shortfall taken from
-the last rank, then the first (Llama 3 §3.3.2); DualPipe pairs stages r and pp−1−r (DeepSeek-V3 §3.2.1). The split,
-ZB-V, MoE layers and the ranks examined: docs/cost-model.md#stages."""
+the last rank, then the first (Llama 3 §3.3.2), unless the run gives its own split (TrainSpec.pipeline_splits);
+DualPipe pairs stages r and pp−1−r (DeepSeek-V3 §3.2.1). The split, ZB-V, MoE layers: docs/cost-model.md#stages."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ import numpy as np
 from llmscale.layout.arrays import Layouts, reads
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import PipelineSplit
+
+Splits = tuple[PipelineSplit, ...]
+"""A run's own splits (TrainSpec.pipeline_splits)."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,20 @@ def windowed_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
     return index - index // every if every is not None else index
 
 
+def split_bounds(layers: int, pp: int, vpp: int, splits: Splits = ()) -> np.ndarray:
+    """First layer of every chunk as `chunk_bounds`, from the run's own split for this pp and vpp where it gives one
+    (and it holds the model's `layers`)."""
+    given = next((s for s in splits if (s.pp, s.vpp) == (pp, vpp) and s.total == layers), None)
+    if given is None:
+        return chunk_bounds(layers, pp, vpp)
+    return np.concatenate([[0], np.cumsum(given.layers)]).astype(np.int64)
+
+
 @cache
-def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _rank_layers(model: ModelSpec, pp: int, vpp: int, splits: Splits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dense, moe, windowed) layers of every rank of a pp × vpp split (arrays of shape (pp,)); cached, since every
     chunk of a search asks for the same splits."""
-    bounds = chunk_bounds(model.layers, pp, vpp)
+    bounds = split_bounds(model.layers, pp, vpp, splits)
     moe = moe_layers_before(model, bounds[1:]) - moe_layers_before(model, bounds[:-1])
     dense = np.diff(bounds) - moe
     windowed = windowed_layers_before(model, bounds[1:]) - windowed_layers_before(model, bounds[:-1])
@@ -80,10 +93,10 @@ def _rank_layers(model: ModelSpec, pp: int, vpp: int) -> tuple[np.ndarray, np.nd
 
 
 @cache
-def _split_row(model: ModelSpec, pp: int, vpp: int, which: RankOf) -> tuple[int, ...]:
+def _split_row(model: ModelSpec, pp: int, vpp: int, which: RankOf, splits: Splits) -> tuple[int, ...]:
     """(rank, dense, moe, windowed) of the rank `which` picks in a looped pp × vpp split, then the same of the pair
     of stages it picks under DualPipe (rank r holds stages r and pp − 1 − r); cached: a search asks for few splits."""
-    dense, moe, windowed = _rank_layers(model, pp, vpp)
+    dense, moe, windowed = _rank_layers(model, pp, vpp, splits)
     pair_dense, pair_moe, pair_windowed = dense + dense[::-1], moe + moe[::-1], windowed + windowed[::-1]
     rank = which.pick(moe, dense)
     pair = which.pick(pair_moe, pair_dense)
@@ -119,11 +132,12 @@ class RankOf(IntEnum):
 
 
 @reads("pp", "vpp", "schedule")
-def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf) -> StageLayers:
-    """Layers on the pipeline rank `which` picks, for every layout."""
+def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf, splits: Splits = ()) -> StageLayers:
+    """Layers on the pipeline rank `which` picks, for every layout, with the run's own `splits` where given."""
     width = int(lay.vpp.max(initial=1)) + 1
     codes, row = np.unique(lay.pp * width + lay.vpp, return_inverse=True)
-    table = np.array([_split_row(model, *divmod(int(code), width), which) for code in codes], dtype=np.int64)
+    table = np.array([_split_row(model, *divmod(int(code), width), which, splits) for code in codes],
+                     dtype=np.int64)
     table = table.reshape(-1, 8)
     row = row.reshape(-1)
     columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index

@@ -240,7 +240,7 @@ def predict(setup: ProbeSetup, cluster: ClusterSpec, constants: Constants) -> tu
     sustained = constants.step.sustained_compute_fraction
     constants = constants.with_overrides({"step": {"launch_overhead_us": 0.0, "sustained_compute_fraction": 1.0}})
     step: StepBreakdown = estimate_step(model, cluster, train, lay, constants)
-    layers = stage_layers(model, lay, RankOf.FIRST)
+    layers = stage_layers(model, lay, RankOf.FIRST, train.pipeline_splits)
     params = rank_params(model, count_params(model), lay, layers)
     dp = data_parallel_comm(cluster, lay, params.non_expert, params.expert, 4.0,
                             zero3_calls(model, train, lay, layers), constants.comm)

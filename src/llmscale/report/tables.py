@@ -3,6 +3,7 @@ the JSON documents (`report.documents`) are built from. Human units (GiB, B para
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from typing import Any
@@ -149,8 +150,9 @@ def profile_lines(job: Job) -> list[str]:
     if application.recorded:
         return [f"# framework {application.release}{family}: as the saved document recorded it (every setting "
                 "written out)"]
-    applied = ", ".join(f"{s.name} {_setting_text(s.value)} ({s.source})" for s in application.applied
-                        if s.name not in CHOICE_SETTINGS)
+    lay = job.resolved_layout
+    applied = ", ".join(f"{s.name} {_setting_text(s.value, (lay.pp, lay.vpp))} ({s.source})"
+                        for s in application.applied if s.name not in CHOICE_SETTINGS)
     lines = [f"# framework {application.release}{family}: " + (applied or "no rule applies to this job")]
     if application.kept:
         lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
@@ -160,9 +162,16 @@ def profile_lines(job: Job) -> list[str]:
     return lines
 
 
-def _setting_text(value: Any) -> str:
+def _setting_text(value: Any, shape: tuple[int, int]) -> str:
+    """A profile setting's value; of pipeline splits, the one for this layout's (pp, vpp), run-length written."""
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        split = next((s for s in value if (s["pp"], s["vpp"]) == shape), None)
+        if split is None:
+            return f"(none for pp {shape[0]} vpp {shape[1]}: llmscale's split)"
+        runs = [(n, len(list(group))) for n, group in itertools.groupby(split["layers"])]
+        return "[" + ",".join(f"{n}×{k}" if k > 1 else str(n) for n, k in runs) + "]"
     if isinstance(value, list):
         return "[" + ",".join(str(v) for v in value) + "]"
     return str(getattr(value, "value", value))

@@ -27,6 +27,7 @@ from llmscale.specs.train import (
     Fp8Recipe,
     GroupedGemm,
     MoeDispatcher,
+    PipelineSplit,
     Precision,
     Routing,
     Zero3Gather,
@@ -185,6 +186,9 @@ class ProfileSettings(Spec):
     moe_dispatcher: MoeDispatcher | None = None
     cuda_graph_scope: CudaGraphScope | None = None
     moe_shared_expert_overlap: bool | None = None
+    pipeline_splits: list[PipelineSplit] | None = Field(
+        None, description="layers per pipeline stage the release's recipe gives a model family, per pp and vpp "
+        "(applied where they hold the model's layer count)")
 
     def given(self) -> dict[str, Any]:
         """The settings this rule sets."""
@@ -273,7 +277,7 @@ LAYOUT_SETTINGS = frozenset({"sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_g
 TRAIN_SETTINGS = frozenset({"fp32_grads", "bf16_moments", "fp8_recipe", "fp8_cache", "fp8_params", "fsdp_double_buffer",
                             "fused_cross_entropy", "flash_attention", "attention_kernel", "routing", "fp8_dispatch",
                             "zero3_gather", "zero3_synchronous", "moe_dispatcher", "moe_grouped_gemm_impl",
-                            "moe_permute_fusion", "moe_router_fusion", "cuda_graph_scope"})
+                            "moe_permute_fusion", "moe_router_fusion", "cuda_graph_scope", "pipeline_splits"})
 MODEL_SETTINGS = frozenset({"dropout", "tied_embeddings", "capacity_factor", "pad_to_capacity"})
 CHOICE_SETTINGS = frozenset({"interleave"})
 """Hints for what llmscale chooses where a job leaves it open (validation.jobs: the interleaving degree); recorded,

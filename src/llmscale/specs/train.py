@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from llmscale.specs.base import Spec
+from llmscale.specs.base import FieldProblem, Spec
 from llmscale.specs.bounds import (
     MAX_GLOBAL_BATCH,
+    MAX_LAYERS,
     MAX_POSITIONS,
     MAX_TOKENS,
 )
@@ -34,6 +35,33 @@ class Optimizer(str, Enum):
     """Adam/AdamW: two fp32 moments (8 B per parameter)."""
     SGD_MOMENTUM = "sgd"
     """SGD with momentum: one fp32 buffer (4 B per parameter)."""
+
+
+class PipelineSplit(Spec):
+    """The transformer layers of every pipeline stage for the layouts of one pp × vpp, as Megatron's
+    --pipeline-model-parallel-layout places them (NVIDIA/Megatron-LM@00caa53
+    megatron/core/transformer/pipeline_parallel_layer_layout.py: stage k runs on pipeline rank k mod pp). The
+    embedding sits on the first stage and the output layer, the loss and any MTP modules on the last, as in every
+    layout llmscale prices; a stage may hold no layer (Megatron-Bridge's DeepSeek-V3 H100 layout 'Et|(tt|)*30mL'
+    ends with one holding only MTP and the loss)."""
+
+    pp: int = Field(ge=2, le=MAX_LAYERS, description="pipeline ranks of the layouts it splits")
+    vpp: int = Field(1, ge=1, le=MAX_LAYERS, description="stages (chunks) per rank of the layouts it splits")
+    layers: tuple[int, ...] = Field(description="transformer layers of stage 0, 1, …, pp·vpp − 1")
+
+    @model_validator(mode="after")
+    def _stages(self) -> PipelineSplit:
+        if len(self.layers) != self.pp * self.vpp:
+            raise FieldProblem("layers", list(self.layers), f"{self.pp * self.vpp} stage counts (pp {self.pp} × "
+                               f"vpp {self.vpp}), one per stage")
+        if any(n < 0 or n > MAX_LAYERS for n in self.layers):
+            raise FieldProblem("layers", list(self.layers), f"whole numbers 0 to {MAX_LAYERS}")
+        return self
+
+    @property
+    def total(self) -> int:
+        """Transformer layers over all stages (the model's layer count, for the split to apply)."""
+        return sum(self.layers)
 
 
 class Fp8Cache(str, Enum):
@@ -216,6 +244,22 @@ class TrainSpec(Spec):
     moe_router_fusion: bool = Field(True, description="fused router score and top-k (Megatron --moe-router-fusion)")
     cuda_graph_scope: CudaGraphScope = Field(CudaGraphScope.LAYER, description="what a layout with cuda_graphs "
                                              "captures (read only where cuda_graphs is on)")
+    pipeline_splits: tuple[PipelineSplit, ...] = Field(
+        (), description="layers per pipeline stage for the layouts of a given pp and vpp (Megatron "
+        "--pipeline-model-parallel-layout); layouts of any other pp × vpp take llmscale's balanced split")
+
+    @model_validator(mode="after")
+    def _one_split_each(self) -> TrainSpec:
+        shapes = [(s.pp, s.vpp) for s in self.pipeline_splits]
+        repeated = sorted({shape for shape in shapes if shapes.count(shape) > 1})
+        if repeated:
+            raise FieldProblem("pipeline_splits", [f"pp {pp} vpp {vpp}" for pp, vpp in repeated],
+                               "one split per pp and vpp")
+        return self
+
+    def pipeline_split(self, pp: int, vpp: int) -> PipelineSplit | None:
+        """The split given for layouts of this pp and vpp (None: llmscale's)."""
+        return next((s for s in self.pipeline_splits if (s.pp, s.vpp) == (pp, vpp)), None)
 
     def fp8_recipe_on(self, has_mxfp8: bool) -> Fp8Recipe:
         """The recipe this run's FP8 GEMMs use on a GPU with (`has_mxfp8`) or without MXFP8 tensor cores: the one

@@ -1,0 +1,51 @@
+"""The checks `resolve` makes of a run against the cluster's GPU and the model: what each needs that the other may
+lack, one SpecError naming the field."""
+
+from __future__ import annotations
+
+from llmscale.errors import SpecError
+from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.model import ModelSpec
+from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision, TrainSpec
+
+
+def check_precision(cluster: ClusterSpec, train: TrainSpec) -> None:
+    """FP8/FP4 need the GPU to have that tensor-core precision (A100 has neither); an MXFP8 recipe needs
+    Blackwell's block-scaled tensor cores (Transformer Engine refuses it on Hopper)."""
+    gpu = cluster.gpu
+    if not gpu.supports(train.precision):
+        raise SpecError("precision", train.precision.value,
+                        f"gpu {gpu.name} has no {train.precision.value} tensor cores")
+    if train.fp8_recipe is not None and train.precision is not Precision.FP8:
+        raise SpecError("fp8_recipe", train.fp8_recipe.value,
+                        f"a recipe scales FP8 tensors; this run's precision is {train.precision.value} (set "
+                        "precision fp8, or leave fp8_recipe out)")
+    if train.fp8_recipe is Fp8Recipe.MXFP8 and gpu.efficiency.gemm_mxfp8 is None:
+        raise SpecError("fp8_recipe", train.fp8_recipe.value,
+                        f"gpu {gpu.name} has no MXFP8 GEMM ceiling (efficiency.gemm_mxfp8; the catalog gives one "
+                        "for Blackwell and later); use delayed, tensorwise or blockwise")
+
+
+def check_pipeline_splits(model: ModelSpec, train: TrainSpec) -> None:
+    """A run's own pipeline split places every layer of the model: Megatron refuses a layout whose decoder layers
+    do not sum to --num-layers (pipeline_parallel_layer_layout.py validate_layer_layout)."""
+    for split in train.pipeline_splits:
+        if split.total != model.layers:
+            raise SpecError("pipeline_splits", f"pp {split.pp} vpp {split.vpp}: {list(split.layers)}",
+                            f"stage layer counts summing to the model's {model.layers} layers (they sum to "
+                            f"{split.total})")
+
+
+def check_attention(cluster: ClusterSpec, train: TrainSpec) -> None:
+    """A named attention kernel needs fused attention and a measured curve of it on the GPU."""
+    kernel = train.attention_kernel
+    if kernel is AttentionKernel.FASTEST:
+        return
+    if not train.flash_attention:
+        raise SpecError("attention_kernel", kernel.value, "names a fused kernel; this run has flash_attention "
+                        "false (the unfused core): give one or the other")
+    if cluster.gpu.efficiency.attention_curve(kernel) is None:
+        raise SpecError("attention_kernel", kernel.value,
+                        f"gpu {cluster.gpu.name} has no {kernel.value} curve (efficiency.attention_{kernel.value}: "
+                        "the catalog has one for Ampere and Hopper); give the GPU one, or use fastest (Megatron "
+                        "--attention-backend fused or auto)")
