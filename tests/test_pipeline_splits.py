@@ -101,6 +101,31 @@ def test_the_published_bridge_rows_run_their_releases_split() -> None:
     assert hai.train.pipeline_splits == ()
 
 
+def test_a_v_shaped_schedule_keeps_llmscales_split() -> None:
+    # The split is Megatron's, for looped schedules; ZB-V and DualPipe fold the stages into a V (torchtitan's
+    # ZBVZeroBubble), which its stage settings cannot give a Megatron split: both keep llmscale's.
+    from llmscale.specs.layout import Schedule
+
+    model = load_model("deepseek-v3")
+    split = (PipelineSplit(pp=16, vpp=1, layers=BRIDGE_16),)
+    for schedule in (Schedule.ZB_V, Schedule.DUALPIPE):
+        lay = Layouts.from_columns(pp=16, vpp=1, dp=1, schedule=schedule.code)
+        for which in RankOf:
+            with_split, without = stage_layers(model, lay, which, split), stage_layers(model, lay, which)
+            assert (with_split.dense + with_split.moe).tolist() == (without.dense + without.moe).tolist()
+    looped = Layouts.from_columns(pp=16, vpp=1, dp=1, schedule=Schedule.ONE_F_ONE_B.code)
+    last = stage_layers(model, looped, RankOf.LAST, split)
+    assert int(last.dense[0] + last.moe[0]) == 1
+
+
+def test_the_split_travels_through_torchtitan_export_and_back() -> None:
+    from llmscale.io.torchtitan_recipe import parse_torchtitan_recipe
+
+    job = _bridge_job()
+    back = parse_torchtitan_recipe(export_text(job, ExportFormat.TORCHTITAN))
+    assert back.train["pipeline_splits"] == [{"pp": 4, "vpp": 4, "layers": list(BRIDGE_16)}]
+
+
 def _step(job: Job) -> float:
     return float(estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants).step_time_s[0])
 
@@ -138,6 +163,10 @@ def test_megatron_layout_grammar_with_groups_reads_bridges_h100_split() -> None:
     ("Et*8|t*8|t*8|t*8|t*8|t*8|t*8|t*4mL", "61 decoder layers"),  # 60 placed
     ("Et*8|t*8|t*8|t*8|t*8|t*8|t*8|t*5xL", "only E, t, m and L"),
     ("Et|(tt|*30mL", "balanced"),
+    ("EEt*8|t*8|t*8|t*8|t*8|t*8|t*8|t*5mL", "one embedding (E)"),  # Megatron's validate_layer_layout refuses both
+    ("Et*8|t*8|t*8|t*8|t*8|t*8|t*8|mt*5L", "after every decoder layer"),
+    ("E(t|)*999999999999L", "repeat counts"),  # no terabyte string is built to refuse it
+    ("t*" + "9" * 5000, "repeat counts"),  # nor a 5,000-digit integer parsed
 ])  # fmt: skip
 def test_a_layout_llmscale_cannot_price_is_one_error_naming_the_flag(layout: str, needle: str) -> None:
     with pytest.raises(SpecError) as info:

@@ -24,6 +24,7 @@ from llmscale.io.torchtitan_names import (
     FP4_CONVERTERS,
     MODEL_OF_FLAVOR,
     SCHEDULE_OF_NAME,
+    V_SCHEDULES,
     split_settings,
     stages_per_rank,
 )
@@ -86,7 +87,8 @@ def parse_torchtitan_recipe(text: str, model: str | ModelSpec | None = None) -> 
     par = _kwargs(top.get("parallelism"), "ParallelismConfig", "parallelism")
     gpus = int(head[3].replace(",", "")) if head else None
     layout = _layout(par, gpus, spec)
-    train = _train(training, layout, par, spec, precision)
+    split = layout.pop(SPLIT_KEY, None)
+    train = _train(training, layout, par, spec, precision) | ({"pipeline_splits": [split]} if split else {})
     _run(top, tree.assigned, spec, layout, train)
     layout["cuda_graphs"] = not training.get("disable_cuda_graphs", False)
     if training.get("enable_cpu_offload"):
@@ -164,6 +166,10 @@ def _layout(par: dict[str, Any], gpus: int | None, model: ModelSpec) -> dict[str
     return layout
 
 
+SPLIT_KEY = "_pipeline_split"
+"""Where _stages leaves a run's own split for the train spec (popped before the layout is read)."""
+
+
 def _stages(par: dict[str, Any], layout: dict[str, Any], layers: int) -> None:
     name = str(par.get("pipeline_parallel_schedule", "1F1B"))
     if name not in SCHEDULE_OF_NAME:
@@ -179,10 +185,15 @@ def _stages(par: dict[str, Any], layout: dict[str, Any], layers: int) -> None:
         raise SpecError("pipeline_parallel_layers_per_stage", per_stage, f"gives {stages} stages, not "
                         f"{stages_per_rank(name, vpp)} per rank of pp {pp} under {name}", where=WHERE)
     given = {"pipeline_parallel_layers_per_stage": per_stage, keys[0]: first, keys[1]: last}
-    if per_stage is not None and split_settings(layers, pp, name, vpp) != given:
-        raise SpecError("pipeline_parallel_layers_per_stage", per_stage, "with these first/last settings is not "
-                        "llmscale's split (layout.stages.chunk_bounds)", where=WHERE)
     layout["vpp"] = vpp
+    if per_stage is None or split_settings(layers, pp, name, vpp) == given:
+        return
+    # equal stages but the first and last (what export writes for a run's own split): read back as that split
+    sizes = [per_stage - first] + [per_stage] * (stages - 2) + [per_stage - last]
+    if name in V_SCHEDULES or stages < 2 or stages * per_stage != layers + first + last or min(sizes) < 0:
+        raise SpecError("pipeline_parallel_layers_per_stage", per_stage, "with these first/last settings is neither "
+                        "llmscale's split nor equal stages between the first and last", where=WHERE)
+    layout[SPLIT_KEY] = {"pp": pp, "vpp": vpp, "layers": sizes}
 
 
 def _train(training: dict[str, Any], layout: dict[str, Any], par: dict[str, Any], model: ModelSpec,

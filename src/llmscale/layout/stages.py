@@ -1,8 +1,8 @@
 """Which layers a pipeline rank holds, vectorized over layouts; arrays of shape (N,).
 
 Rank r holds chunks r, r + pp, …, r + (vpp−1)·pp (Megatron interleaving), ⌈L/pp⌉ layers, the shortfall taken from
-the last rank, then the first (Llama 3 §3.3.2), unless the run gives its own split (TrainSpec.pipeline_splits);
-DualPipe pairs stages r and pp−1−r (DeepSeek-V3 §3.2.1). The split, ZB-V, MoE layers: docs/cost-model.md#stages."""
+the last rank, then the first (Llama 3 §3.3.2), unless the run gives its own (TrainSpec.pipeline_splits, looped
+schedules); DualPipe pairs stages r and pp−1−r (DeepSeek-V3 §3.2.1). Split, ZB-V, MoE: docs/cost-model.md#stages."""
 
 from __future__ import annotations
 
@@ -135,9 +135,11 @@ class RankOf(IntEnum):
 def stage_layers(model: ModelSpec, lay: Layouts, which: RankOf, splits: Splits = ()) -> StageLayers:
     """Layers on the pipeline rank `which` picks, for every layout, with the run's own `splits` where given."""
     width = int(lay.vpp.max(initial=1)) + 1
-    codes, row = np.unique(lay.pp * width + lay.vpp, return_inverse=True)
-    table = np.array([_split_row(model, *divmod(int(code), width), which, splits) for code in codes],
-                     dtype=np.int64)
+    # a run's own split is Megatron's, for looped schedules: the V-shaped ones keep llmscale's (module docstring)
+    v_shaped = (lay.schedule == Schedule.ZB_V.code) | (lay.schedule == Schedule.DUALPIPE.code) if splits else False
+    codes, row = np.unique((lay.pp * width + lay.vpp) * 2 + v_shaped, return_inverse=True)
+    table = np.array([_split_row(model, *divmod(int(code) // 2, width), which, () if code % 2 else splits)
+                      for code in codes], dtype=np.int64)
     table = table.reshape(-1, 8)
     row = row.reshape(-1)
     columns = table.T  # one flat column per field: 1-D gathers beat one 2-D fancy index
