@@ -15,7 +15,7 @@ import numpy as np
 from llmscale.layout.arrays import Layouts, reads
 from llmscale.specs.layout import Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import PipelineSplit
+from llmscale.specs.train import PipelineSplit, split_for
 
 Splits = tuple[PipelineSplit, ...]
 """A run's own splits (TrainSpec.pipeline_splits)."""
@@ -75,8 +75,8 @@ def windowed_layers_before(model: ModelSpec, index: np.ndarray) -> np.ndarray:
 def split_bounds(layers: int, pp: int, vpp: int, splits: Splits = ()) -> np.ndarray:
     """First layer of every chunk as `chunk_bounds`, from the run's own split for this pp and vpp where it gives one
     (and it holds the model's `layers`)."""
-    given = next((s for s in splits if (s.pp, s.vpp) == (pp, vpp) and s.total == layers), None)
-    if given is None:
+    given = split_for(splits, pp, vpp)
+    if given is None or given.total != layers:
         return chunk_bounds(layers, pp, vpp)
     return np.concatenate([[0], np.cumsum(given.layers)]).astype(np.int64)
 

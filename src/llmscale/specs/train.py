@@ -64,6 +64,11 @@ class PipelineSplit(Spec):
         return sum(self.layers)
 
 
+def split_for(splits: tuple[PipelineSplit, ...], pp: int, vpp: int) -> PipelineSplit | None:
+    """The one of `splits` for layouts of this pp and vpp (None: none is)."""
+    return next((s for s in splits if (s.pp, s.vpp) == (pp, vpp)), None)
+
+
 class Fp8Cache(str, Enum):
     """Which saved activations an FP8 recipe keeps in FP8 (only read when precision is fp8)."""
 
@@ -259,7 +264,7 @@ class TrainSpec(Spec):
 
     def pipeline_split(self, pp: int, vpp: int) -> PipelineSplit | None:
         """The split given for layouts of this pp and vpp (None: llmscale's)."""
-        return next((s for s in self.pipeline_splits if (s.pp, s.vpp) == (pp, vpp)), None)
+        return split_for(self.pipeline_splits, pp, vpp)
 
     def fp8_recipe_on(self, has_mxfp8: bool) -> Fp8Recipe:
         """The recipe this run's FP8 GEMMs use on a GPU with (`has_mxfp8`) or without MXFP8 tensor cores: the one
