@@ -71,9 +71,11 @@ def test_expert_biases_move_the_fc2_output_through_apply_bias() -> None:
 
 
 def _job(overlap: bool):  # type: ignore[no-untyped-def]
-    # Qwen3-235B on 256 H100 as the 26.04.01 table ran it (tp 2, pp 8, vp 4, ep 32): its EP all-to-all leaves the node.
+    # Qwen3-235B on 256 H100 as the 26.04.01 table ran it (tp 2, pp 8, vp 4, ep 32): its EP all-to-all leaves the node,
+    # under Megatron's alltoall dispatcher every expert copy of a token (cost.traffic.DEDUPLICATING).
     return resolve(JobRequest(model="qwen3-235b-a22b", cluster="h100-sxm:256", gpus=256,
-                              train={"global_batch": 8192, "seq_len": 4096, "precision": "fp8"},
+                              train={"global_batch": 8192, "seq_len": 4096, "precision": "fp8",
+                                     "moe_dispatcher": "alltoall"},
                               layout={"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1, "ep_comm_overlap": overlap}))
 
 

@@ -51,6 +51,11 @@ class GroupLinks:
     """All-to-all bus bandwidth (time = S·(n−1)/n / this)."""
     all_to_all_step_latency_s: np.ndarray
     """ᾱ_peer: mean latency to one peer."""
+    all_to_all_scale_up_bytes_per_s: np.ndarray
+    """a_0: all-to-all bandwidth of one member inside its scale-up domain (`inf` with m_0 = 1)."""
+    all_to_all_network_s_per_byte: np.ndarray
+    """Seconds per byte a member sends to other scale-up domains, those bytes spread evenly over the remote members:
+    max over crossed i of ((n − m_i)/(n − m_0))/a_{i+1}; 0 inside one domain."""
     send_recv_bandwidth_bytes_per_s: np.ndarray
     """β_p2p: bandwidth of the slowest neighbour-to-neighbour transfer."""
     comm: CommConstants
@@ -138,10 +143,13 @@ def _bandwidths(tiers: _Tiers, n: np.ndarray, s: np.ndarray, crossed: np.ndarray
     leave = np.where(inner, (n - members[:-1]) / n / a[outer], 0.0).max(axis=0, initial=0.0)
     seconds_per_byte = np.maximum((m0 - 1) / n / a[0, 0], leave)
     all_to_all = _ratio((n - 1) / n, seconds_per_byte)
+    remote = np.maximum(n - m0, 1.0)
+    network = np.where(inner, (n - members[:-1]) / remote / a[outer], 0.0).max(axis=0, initial=0.0)
     senders = np.minimum(tiers.oversubscription[outer], np.maximum(1.0, tiers.ranks[:-1] / s))
     p2p_out = np.where(inner, b[outer] * senders, np.inf).min(axis=0, initial=np.inf)
     p2p = np.where(tier > 0, p2p_out, np.where(tier == 0, b[0, 0], np.inf))
-    return {"ring": np.where(n > 1, ring, np.inf), "scale_out": scale_out, "all_to_all": all_to_all, "p2p": p2p}
+    return {"ring": np.where(n > 1, ring, np.inf), "scale_out": scale_out, "all_to_all": all_to_all, "p2p": p2p,
+            "all_to_all_up": np.where(m0 > 1, a[0, 0], np.inf), "all_to_all_network": network}
 
 
 def group_links(
@@ -215,6 +223,8 @@ def _links_of(cluster: ClusterSpec, eff: CommConstants, n: np.ndarray, s: np.nda
         scale_out_in_network=out_reduces,
         all_to_all_bandwidth_bytes_per_s=bw["all_to_all"],
         all_to_all_step_latency_s=lat["peer"],
+        all_to_all_scale_up_bytes_per_s=bw["all_to_all_up"],
+        all_to_all_network_s_per_byte=bw["all_to_all_network"],
         send_recv_bandwidth_bytes_per_s=bw["p2p"],
         comm=eff,
     )
@@ -264,6 +274,28 @@ def collective_time_s(op: Collective, bytes_total: np.ndarray, size: np.ndarray,
         else:
             t = base + links.latency_s + wire / links.send_recv_bandwidth_bytes_per_s
     return np.where((n > 1) & (np.broadcast_to(s, t.shape) > 0), t, 0.0)
+
+
+def domain_all_to_all_s(scale_up_bytes: np.ndarray, network_bytes: np.ndarray, size: np.ndarray,
+                        links: GroupLinks, deduplicating: bool = True) -> np.ndarray:
+    """Seconds for an all-to-all in every group of `size` ranks whose bytes per member are given on each side of the
+    scale-up boundary (a deduplicating MoE dispatcher, cost.routing.destination_copies): t_0 + (n−1)·ᾱ_peer +
+    max(B_up/a_0, B_net·s_net) (docs/cost-model.md#traffic-dedup), a_0 and s_net at the dispatcher's measured
+    fractions of the line rates (CommConstants.dedup_scale_up, dedup_network) unless not `deduplicating` (then NCCL's,
+    as collective_time_s); 0 where size is 1 or nothing moves."""
+    n = np.atleast_1d(np.asarray(size, dtype=float)).reshape(-1)
+    up = np.asarray(scale_up_bytes, dtype=float)
+    out = np.asarray(network_bytes, dtype=float)
+    comm = links.comm
+    up_rate = links.all_to_all_scale_up_bytes_per_s
+    out_s_per_byte = links.all_to_all_network_s_per_byte
+    if deduplicating:
+        up_rate = up_rate * (comm.dedup_scale_up / comm.scale_up_all_to_all)
+        out_s_per_byte = out_s_per_byte * (comm.network_all_to_all / comm.dedup_network)
+    with np.errstate(invalid="ignore"):
+        wire = np.maximum(np.where(up > 0, up / up_rate, 0.0), out * out_s_per_byte)
+    t = comm.base_latency_s(Collective.ALL_TO_ALL) + (n - 1) * links.all_to_all_step_latency_s + wire
+    return np.where((n > 1) & (up + out > 0), t, 0.0)
 
 
 def tier_shares(op: Collective, size: np.ndarray, members: np.ndarray) -> np.ndarray:

@@ -10,16 +10,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmscale.cost.collectives import group_links
 from llmscale.cost.compute import moe_block_of
 from llmscale.cost.host import LayerHost, layer_calls, moe_calls, quantize_calls
 from llmscale.cost.moe import expert_bias_outside_gemm
-from llmscale.cost.traffic import microbatch_comm
+from llmscale.cost.traffic import GroupStrides, microbatch_bytes, microbatch_comm
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import TrainSpec
-from llmscale.units import BYTES_16BIT, US
+from llmscale.units import US
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     f_e = float(model.expert_ffn_hidden or 0)
     local = float(model.experts / lay.ep[i])
     copies = float(block.tokens_per_expert[i]) * local
-    dispatch = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
+    ep_links = group_links(cluster, lay.ep, GroupStrides.of(lay).ep, constants.comm)
+    sent = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain)
 
     def pair(name: str) -> float:
         return float(calls[name][0][i] + calls[name][1][i])
@@ -90,7 +92,7 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
         MoePart("preprocess", 0.0, 0.0, "B", pair("preprocess")),
         MoePart("permute", memory["permute"], memory["permute"] * hbm, "B", pair("permute")),
         MoePart("quantize", memory["cast"], memory["cast"] * hbm, "B", 0.0),
-        MoePart("all-to-all", 2.0 * float(comm.ep_s[i]), 2.0 * copies * h * (dispatch + BYTES_16BIT), "B",
+        MoePart("all-to-all", 2.0 * float(comm.ep_s[i]), 2.0 * float(sent.ep_dispatch[i] + sent.ep_combine[i]), "B",
                 pair("dispatch")),
         MoePart("experts", gemms(block.experts), 6.0 * copies * h * m * f_e / float(lay.etp[i]), "FLOP",
                 pair("experts")),

@@ -1,11 +1,12 @@
-"""MoE routing load: how much more than the average the busiest expert-parallel rank receives, vectorized.
+"""MoE routing, vectorized: the busiest EP rank's load I over the mean, and the ranks and domains a token reaches.
 
-I = 1 + z(ep)·√(σ²·ep/E + cv²), cv² = (1 − 1/ep)·(E − k)/(E − 1)/N the sampling spread, σ the router's from the
-measured MaxVio (catalog/moe.yaml), z(n) Blom's expected maximum of n normals; a capacity factor c caps I.
-Derivation, capacity and the check against Megatron's routing: docs/cost-model.md#routing."""
+I = 1 + z(ep)·√(σ²·ep/E + cv²), cv² = (1 − 1/ep)·(E − k)/(E − 1)/N the sampling spread, σ from the measured MaxVio
+(catalog/moe.yaml), z(n) Blom's expected maximum of n normals; a capacity factor caps I. Derivation and the check
+against Megatron's routing: docs/cost-model.md#routing; destinations: docs/cost-model.md#traffic-dedup."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -51,3 +52,46 @@ def busiest_rank_load(model: ModelSpec, train: TrainSpec, lay: Layouts, tokens: 
                                                                                                   model.capacity_factor)
     result: np.ndarray = load
     return result
+
+
+def reach_probability(experts: int, k: int, blocks: np.ndarray, domains: np.ndarray,
+                      max_domains: int | None) -> np.ndarray:
+    """P that one given block of `blocks` equal, contiguous expert blocks holds at least one of a token's k experts,
+    routing uniform over the experts (forced or balanced load). With node-limited routing the token first picks
+    M' = min(max_domains, domains) of the `domains` expert blocks (the scale-up domains, each a whole number of
+    blocks), then its k experts among their E' = M'·E/D: P = (M'/D)·(1 − C(E' − E/blocks, k)/C(E', k))
+    (docs/cost-model.md#traffic-dedup)."""
+    blocks = np.asarray(blocks, dtype=float)
+    domains = np.asarray(domains, dtype=float)
+    chosen = domains if max_domains is None else np.minimum(float(max_domains), domains)
+    pool = chosen * experts / domains
+    missed = np.ones(np.broadcast(blocks, pool).shape)
+    for i in range(k):  # C(E' − E/blocks, k) / C(E', k) as a product of k ratios; 0 once a factor reaches 0
+        missed = missed * np.clip(pool - experts / blocks - i, 0.0, None) / np.maximum(pool - i, 1.0)
+    result: np.ndarray = chosen / domains * (1.0 - missed)
+    return result
+
+
+@dataclass(frozen=True)
+class DestinationCopies:
+    """Copies of one routed token a deduplicating dispatcher sends from its rank, by link (shape (N,))."""
+
+    scale_up: np.ndarray
+    """Copies written to other ranks over the scale-up domain: one per distinct destination rank, less the one per
+    remote domain that arrives over the network."""
+    network: np.ndarray
+    """Copies sent over the network: one per distinct remote scale-up domain."""
+
+
+def destination_copies(model: ModelSpec, ep: np.ndarray, members_per_domain: np.ndarray) -> DestinationCopies:
+    """Copies per token of a dispatcher that sends a token once to each rank holding one of its experts and once over
+    the network to each remote scale-up domain, fanning out there over NVLink (DeepEP, HybridEP): an EP group of n =
+    `ep` ranks in G = n/m_0 domains of m_0 = `members_per_domain`; network = (G − 1)·P_domain, scale_up =
+    max((n − 1)·P_rank − network, 0) with P from `reach_probability` (docs/cost-model.md#traffic-dedup)."""
+    n = np.asarray(ep, dtype=float)
+    domains = np.maximum(n / np.maximum(np.asarray(members_per_domain, dtype=float), 1.0), 1.0)
+    experts = int(model.experts)
+    k = int(model.top_k)
+    network = (domains - 1.0) * reach_probability(experts, k, domains, domains, model.moe_max_nodes)
+    ranks = (n - 1.0) * reach_probability(experts, k, n, domains, model.moe_max_nodes)
+    return DestinationCopies(scale_up=np.maximum(ranks - network, 0.0), network=network)

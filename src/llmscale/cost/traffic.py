@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.collectives import GroupLinks, collective_time_s, group_links
+from llmscale.cost.collectives import GroupLinks, collective_time_s, domain_all_to_all_s, group_links
 from llmscale.cost.params import tensors_per_layer
-from llmscale.cost.routing import busiest_rank_load
+from llmscale.cost.routing import busiest_rank_load, destination_copies
 from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.cluster import ClusterSpec
@@ -20,7 +20,7 @@ from llmscale.specs.collective import Collective
 from llmscale.specs.constants import CommConstants, Constants
 from llmscale.specs.layout import RankOrder
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import TrainSpec
+from llmscale.specs.train import MoeDispatcher, TrainSpec
 from llmscale.units import BYTES_16BIT
 
 
@@ -92,33 +92,56 @@ class MicrobatchBytes:
     cp: np.ndarray
     """One ring step of K and V."""
     ep_dispatch: np.ndarray
+    """The routed copies one rank sends (all links)."""
     ep_combine: np.ndarray
+    ep_network: np.ndarray
+    """Share of the EP bytes sent over the network under a deduplicating dispatcher (`DEDUPLICATING`, copies from
+    cost.routing.destination_copies); the plain all-to-all spreads its bytes evenly over the peers instead."""
     pp: np.ndarray
     """One activation to the next stage."""
 
 
+DEDUPLICATING = (MoeDispatcher.FLEX_DEEPEP, MoeDispatcher.FLEX_HYBRIDEP)
+"""Dispatchers that send a token once per destination rank and once per remote scale-up domain, fanning out there
+over NVLink (DeepEP internode get_dispatch_layout is_token_in_rank and num_tokens_per_rdma_rank, deepseek-ai/DeepEP
+@dd758ca csrc/kernels/legacy/layout.cu; Hybrid-EP 'first performs IB communication between peer GPUs, then each rank
+distributes the received inter-node data locally', DeepEP@94a9f8f (hybrid-ep) docs/Hybrid-EP_Implementation.md §8);
+Megatron's alltoall dispatcher sends one copy per (token, expert) pair."""
+
+
 def microbatch_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-                     ep_tier: np.ndarray) -> MicrobatchBytes:
-    """S per call (MicrobatchBytes); `ep_tier` is the outermost tier the EP group spans (GroupLinks.tier)."""
+                     ep_members: np.ndarray) -> MicrobatchBytes:
+    """S per call (MicrobatchBytes); `ep_members` the EP group's members per scale-up domain
+    (GroupLinks.members_per_domain)."""
     tokens = train.seq_len / lay.cp * lay.mbs
     activation = BYTES_16BIT * tokens * model.hidden
     zero = np.zeros(lay.size)
-    dispatch = combine = zero
+    dispatch = combine = network = zero
     if model.is_moe:
-        # Node-limited routing with per-node deduplication (DeepSeek-V3 §2.1.2 and §3.2.2, DeepEP): a token
-        # crosses the network once per destination node (≤ moe_max_nodes) and fans out to its experts there
-        # over NVLink; when the EP group leaves the scale-up domain, the network-bound copies are min(k, M).
-        k: np.ndarray | int = model.top_k
-        if model.moe_max_nodes is not None:
-            k = np.where(ep_tier > 0, min(model.top_k, model.moe_max_nodes), model.top_k)
-        # The all-to-all ends when the busiest rank has its tokens (cost.routing); dispatch in FP8 with its scales
+        # A plain all-to-all sends k copies of each token (one per expert); a deduplicating one a copy per
+        # destination rank, and per remote domain over the network (docs/cost-model.md#traffic-dedup). The
+        # all-to-all ends when the busiest rank has its tokens (cost.routing); dispatch in FP8 with its scales
         # where the run does so (DeepSeek-V3 §3.3.3), combine in 16-bit.
-        copies = tokens * k * lay.etp / lay.tp * busiest_rank_load(model, train, lay, tokens, constants.moe)
+        copies: np.ndarray = np.full(lay.size, float(model.top_k))
+        if train.moe_dispatcher in DEDUPLICATING:
+            sent = destination_copies(model, lay.ep, ep_members)
+            copies = sent.scale_up + sent.network
+            network = np.divide(sent.network, copies, out=np.zeros(lay.size), where=copies > 0)
+        routed = tokens * copies * lay.etp / lay.tp * busiest_rank_load(model, train, lay, tokens, constants.moe)
         per_element = (1.0 + constants.moe.dispatch_scale_bytes) if train.fp8_dispatch else float(BYTES_16BIT)
-        dispatch = copies * per_element * model.hidden
-        combine = copies * BYTES_16BIT * model.hidden
+        dispatch = routed * per_element * model.hidden
+        combine = routed * BYTES_16BIT * model.hidden
     return MicrobatchBytes(activation + zero, BYTES_16BIT * tokens * kv_width(model) + zero, dispatch + zero,
-                           combine + zero, activation / np.where(lay.sp, lay.tp, 1) + zero)
+                           combine + zero, network + zero, activation / np.where(lay.sp, lay.tp, 1) + zero)
+
+
+def ep_all_to_all_s(train: TrainSpec, size: MicrobatchBytes, lay: Layouts, links: GroupLinks) -> np.ndarray:
+    """Dispatch plus combine seconds of one MoE layer and micro-batch, one direction."""
+    if train.moe_dispatcher in DEDUPLICATING:
+        return sum((domain_all_to_all_s(s * (1.0 - size.ep_network), s * size.ep_network, lay.ep, links)
+                    for s in (size.ep_dispatch, size.ep_combine)), np.zeros(lay.size))
+    return (collective_time_s(Collective.ALL_TO_ALL, size.ep_dispatch, lay.ep, links)
+            + collective_time_s(Collective.ALL_TO_ALL, size.ep_combine, lay.ep, links))
 
 
 def tp_blocks(lay: Layouts) -> tuple[np.ndarray, np.ndarray]:
@@ -138,17 +161,14 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     cp_links = placed.cp if placed else group_links(cluster, lay.cp, lay.tp, comm)
     ep_links = placed.ep if placed else group_links(cluster, lay.ep, strides.ep, comm)
     pp_links = placed.pp if placed else group_links(cluster, lay.pp, strides.pp, comm)
-    size = microbatch_bytes(model, train, lay, constants, ep_links.tier)
+    size = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain)
     gather = collective_time_s(Collective.ALL_GATHER, size.tp, lay.tp, tp_links)
     scatter = collective_time_s(Collective.REDUCE_SCATTER, size.tp, lay.tp, tp_links)
     reduce = collective_time_s(Collective.ALL_REDUCE, size.tp, lay.tp, tp_links)
     block = np.where(lay.sp, gather + scatter, reduce)
     dense_blocks, moe_blocks = tp_blocks(lay)
     cp = (lay.cp - 1) * collective_time_s(Collective.SEND_RECV, size.cp, lay.cp, cp_links)
-    ep = np.zeros(lay.size)
-    if model.is_moe:
-        ep = (collective_time_s(Collective.ALL_TO_ALL, size.ep_dispatch, lay.ep, ep_links)
-              + collective_time_s(Collective.ALL_TO_ALL, size.ep_combine, lay.ep, ep_links))
+    ep = ep_all_to_all_s(train, size, lay, ep_links) if model.is_moe else np.zeros(lay.size)
     pp = collective_time_s(Collective.SEND_RECV, size.pp, lay.pp, pp_links)
     return MicrobatchComm(dense_blocks * block, moe_blocks * block, cp, ep, pp)
 

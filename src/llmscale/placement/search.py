@@ -141,7 +141,6 @@ def search_placements(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, 
 def _result(model: ModelSpec, train: TrainSpec, base: Layouts, constants: Constants, placement: Placement,
             spanned: dict[GroupKind, KindSpan], step: StepBreakdown, i: int, cluster: ClusterSpec) -> PlacedResult:
     step_s = float(step.step_time_s[i])
-    ep_tier = int(np.argmax(spanned[GroupKind.EP].members >= spanned[GroupKind.EP].size))
-    traffic = step_traffic(model, train, base, constants, spanned, ep_tier)
+    traffic = step_traffic(model, train, base, constants, spanned)
     return PlacedResult(placement, spanned, step_s, float(step.tokens_per_s_per_gpu[i]), traffic,
                         tier_loads(cluster, constants, traffic, step_s))

@@ -17,7 +17,7 @@ import numpy as np
 from llmscale.cost.collectives import tier_shares
 from llmscale.cost.derived import derive
 from llmscale.cost.path import PathShares
-from llmscale.cost.traffic import microbatch_bytes, tp_blocks
+from llmscale.cost.traffic import DEDUPLICATING, microbatch_bytes, tp_blocks
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.stages import RankOf
 from llmscale.placement.mesh import GroupKind
@@ -59,12 +59,13 @@ class TierLoad:
 
 
 def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-                 spans: dict[GroupKind, KindSpan], ep_tier: int) -> list[KindTraffic]:
-    """Per-kind bytes per step of layout 0 of `lay`, split by tier with `spans` (cost.collectives.tier_shares)."""
+                 spans: dict[GroupKind, KindSpan]) -> list[KindTraffic]:
+    """Per-kind bytes per step of layout 0 of `lay`, split by tier with `spans` (cost.collectives.tier_shares; a
+    deduplicating MoE dispatcher's network share over the tiers beyond the scale-up one, `_ep_shares`)."""
     derived = derive(model, train, lay)
     stage = derived.stages.get(RankOf.BUSIEST, derived.stages[RankOf.SECOND])
     dense, moe = float(stage.layers.dense[0]), float(stage.layers.moe[0])
-    size = microbatch_bytes(model, train, lay, constants, np.array([ep_tier]))
+    size = microbatch_bytes(model, train, lay, constants, spans[GroupKind.EP].members[:1].astype(float))
     m = float(derived.num_microbatches[0])
     shares = PathShares.of(lay, constants.step, 0.0)  # the passes the critical path prices (cost.path)
     passes, cp_passes = float(shares.tp_ep_passes[0]), float(shares.cp_passes[0])
@@ -86,12 +87,24 @@ def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Co
     for kind, (op, volume) in calls.items():
         span = spans[kind]
         wire = volume * float(bus_factor(op, np.array([span.size], dtype=float))[0]) if span.size > 1 else 0.0
-        by_tier = wire * tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
+        tiers = tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
+        if kind is GroupKind.EP and train.moe_dispatcher in DEDUPLICATING:
+            tiers = _ep_shares(tiers, float(size.ep_network[0]))
+        by_tier = wire * tiers
         beyond = np.cumsum(by_tier[::-1])[::-1]  # what crosses tier i or a tier outside it
         through = np.where(np.isnan(span.leaving), beyond, wire * np.nan_to_num(span.leaving))
         through[0] = by_tier[0]
         out.append(KindTraffic(kind, op, wire, by_tier, through))
     return out
+
+
+def _ep_shares(plain: np.ndarray, network: float) -> np.ndarray:
+    """Tier shares of a deduplicating dispatcher's bytes: `network` of them leave the scale-up domain, spread over the
+    outer tiers as the plain all-to-all's shares `plain` spread its own."""
+    outer = plain[1:].sum()
+    if outer <= 0:
+        return plain
+    return np.concatenate([[1.0 - network], plain[1:] / outer * network])
 
 
 def _dp_bytes(train: TrainSpec, lay: Layouts, non_expert: float, expert: float, m: float) -> tuple[float, float]:

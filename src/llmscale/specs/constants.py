@@ -71,6 +71,10 @@ class CommConstants(Spec):
     scale_up_all_to_all: float = Field(gt=0, le=1, description="all-to-all bus bandwidth / line rate, NVLink domain")
     network: float = Field(gt=0, le=1, description="ring bus bandwidth / line rate through a scale-out NIC")
     network_all_to_all: float = Field(gt=0, le=1, description="all-to-all bandwidth / line rate through a NIC")
+    dedup_scale_up: float = Field(gt=0, le=1, description="a deduplicating MoE dispatcher's (DeepEP, HybridEP) "
+                                  "bytes to other GPUs per second / NVLink line rate")
+    dedup_network: float = Field(gt=0, le=1, description="a deduplicating MoE dispatcher's bytes to other scale-up "
+                                 "domains per second / NIC line rate")
     base_latency_us: dict[Collective, NonNegativeFloat] = Field(
         description="fixed cost of one call, per collective (NCCL baseLat)"
     )
