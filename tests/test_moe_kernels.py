@@ -12,7 +12,7 @@ from llmscale.cost.moe_layer import moe_layer_parts
 from llmscale.io.catalog import load_cluster, load_model
 from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.arrays import Layouts
-from llmscale.specs.train import GroupedGemm, Precision
+from llmscale.specs.train import GroupedGemm, MoeDispatcher, Precision
 
 QWEN30 = load_model("qwen3-30b-a3b")
 B200 = load_cluster("b200:8")
@@ -103,3 +103,22 @@ def test_explain_lists_the_moe_layer_parts() -> None:
     experts = next(p for p in listing.parts if p.name == "experts")
     assert experts.amount == pytest.approx(6 * 16 * listing.tokens_per_expert * 2048 * 3 * 768, rel=1e-9)
     assert listing.host_s > listing.gpu_s  # launch-bound (test_host)
+    # Megatron's alltoall dispatcher (25.11's on B200): forward and backward, 16-bit dispatch and combine of the 8
+    # copies of 4,096 tokens, 7/8 of them off the GPU, at the busiest rank's load (the same 0-10 % above)
+    assert job.train.moe_dispatcher is MoeDispatcher.ALLTOALL
+    a2a = next(p for p in listing.parts if p.name == "all-to-all")
+    assert 1.0 <= a2a.amount / (2 * 4096 * 8 * 7 / 8 * 2048 * (2 + 2)) < 1.1
+
+
+def test_the_235b_runs_megatrons_alltoall_on_b200_and_h100_where_the_30b_runs_hybridep() -> None:
+    # Megatron-Bridge v0.4.2 scripts/performance/configs/qwen/qwen3_llm_pretrain.py: qwen3_235b_a22b_pretrain_config_
+    # {b200,h100} set moe_token_dispatcher_type "alltoall", the 30B builders "flex" with the hybridep backend.
+    def dispatcher(model: str, gpu: str, gpus: int, layout: dict[str, int]) -> MoeDispatcher:
+        return resolve(JobRequest(model=model, cluster=f"{gpu}:{gpus}", gpus=gpus,
+                                  train={"global_batch": 8 * gpus, "seq_len": 4096, "precision": "fp8"},
+                                  layout=layout, framework="megatron-bridge@26.04.01")).train.moe_dispatcher
+    big = {"tp": 2, "pp": 8, "ep": 32, "etp": 1}
+    assert dispatcher("qwen3-235b-a22b", "h100-sxm", 256, big) is MoeDispatcher.ALLTOALL
+    assert dispatcher("qwen3-235b-a22b", "b200", 256, {"pp": 8, "ep": 8}) is MoeDispatcher.ALLTOALL
+    assert dispatcher("qwen3-235b-a22b", "b300", 256, {"pp": 8, "ep": 8}) is MoeDispatcher.FLEX_HYBRIDEP
+    assert dispatcher("qwen3-30b-a3b", "h100-sxm", 16, {"ep": 16}) is MoeDispatcher.FLEX_HYBRIDEP

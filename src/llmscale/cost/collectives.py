@@ -35,6 +35,9 @@ class GroupLinks:
     """ᾱ: mean latency of one step of a ring through all members (per-hop sum / n)."""
     members_per_domain: np.ndarray
     """m_0: members in one scale-up (tier 0) domain."""
+    domains_spanned: np.ndarray
+    """G: scale-up domains the worst group touches, 1 + ⌈(n − m_0)/min(R_0/s, n)⌉ (its smallest piece, then whole
+    domains of R_0/s members at stride s); 1 inside one domain."""
     scale_up_bandwidth_bytes_per_s: np.ndarray
     """b_0: ring bus bandwidth inside the scale-up domain."""
     scale_up_latency_s: np.ndarray
@@ -215,6 +218,7 @@ def _links_of(cluster: ClusterSpec, eff: CommConstants, n: np.ndarray, s: np.nda
         in_network_reduction=reduces,
         ring_step_latency_s=np.where(n > 1, lat["ring"], 0.0),
         members_per_domain=members[0],
+        domains_spanned=1.0 + np.ceil((n - members[0]) / np.clip(tiers.ranks[0, 0] // s, 1, n)),
         scale_up_bandwidth_bytes_per_s=np.full(n.shape, tiers.ring_bytes_per_s[0, 0]),
         scale_up_latency_s=np.full(n.shape, tiers.latency_s[0, 0]),
         scale_up_in_network_bytes_per_s=np.where(members[0] > 1, nvls, 0.0),

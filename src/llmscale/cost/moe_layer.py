@@ -14,7 +14,7 @@ from llmscale.cost.collectives import group_links
 from llmscale.cost.compute import moe_block_of
 from llmscale.cost.host import LayerHost, layer_calls, moe_calls, quantize_calls
 from llmscale.cost.moe import expert_bias_outside_gemm
-from llmscale.cost.traffic import GroupStrides, microbatch_bytes, microbatch_comm
+from llmscale.cost.traffic import DEDUPLICATING, GroupStrides, microbatch_bytes, microbatch_comm
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
@@ -72,7 +72,9 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     local = float(model.experts / lay.ep[i])
     copies = float(block.tokens_per_expert[i]) * local
     ep_links = group_links(cluster, lay.ep, GroupStrides.of(lay).ep, constants.comm)
-    sent = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain)
+    sent = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain, ep_links.domains_spanned)
+    # Bytes that leave the GPU: a plain all-to-all's count includes the 1/n of its copies that stay
+    off_gpu = 1.0 if train.moe_dispatcher in DEDUPLICATING else float((lay.ep[i] - 1) / lay.ep[i])
 
     def pair(name: str) -> float:
         return float(calls[name][0][i] + calls[name][1][i])
@@ -92,8 +94,8 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
         MoePart("preprocess", 0.0, 0.0, "B", pair("preprocess")),
         MoePart("permute", memory["permute"], memory["permute"] * hbm, "B", pair("permute")),
         MoePart("quantize", memory["cast"], memory["cast"] * hbm, "B", 0.0),
-        MoePart("all-to-all", 2.0 * float(comm.ep_s[i]), 2.0 * float(sent.ep_dispatch[i] + sent.ep_combine[i]), "B",
-                pair("dispatch")),
+        MoePart("all-to-all", 2.0 * float(comm.ep_s[i]),
+                2.0 * off_gpu * float(sent.ep_dispatch[i] + sent.ep_combine[i]), "B", pair("dispatch")),
         MoePart("experts", gemms(block.experts), 6.0 * copies * h * m * f_e / float(lay.etp[i]), "FLOP",
                 pair("experts")),
         MoePart("activation", memory["activation"], memory["activation"] * hbm, "B", 0.0),

@@ -77,21 +77,25 @@ class DestinationCopies:
     """Copies of one routed token a deduplicating dispatcher sends from its rank, by link (shape (N,))."""
 
     scale_up: np.ndarray
-    """Copies written to other ranks over the scale-up domain: one per distinct destination rank, less the one per
-    remote domain that arrives over the network."""
+    """Copies written over NVLink: to each destination rank of the own domain, and from each reached remote domain's
+    receiving GPU to the destinations there other than itself."""
     network: np.ndarray
-    """Copies sent over the network: one per distinct remote scale-up domain."""
+    """Copies sent over the network: one per distinct remote scale-up domain, to the GPU of the same in-domain index."""
 
 
-def destination_copies(model: ModelSpec, ep: np.ndarray, members_per_domain: np.ndarray) -> DestinationCopies:
-    """Copies per token of a dispatcher that sends a token once to each rank holding one of its experts and once over
-    the network to each remote scale-up domain, fanning out there over NVLink (DeepEP, HybridEP): an EP group of n =
-    `ep` ranks in G = n/m_0 domains of m_0 = `members_per_domain`; network = (G − 1)·P_domain, scale_up =
-    max((n − 1)·P_rank − network, 0) with P from `reach_probability` (docs/cost-model.md#traffic-dedup)."""
+def destination_copies(model: ModelSpec, ep: np.ndarray, members_per_domain: np.ndarray,
+                       domains: np.ndarray) -> DestinationCopies:
+    """Copies per token of a dispatcher that sends a token over the network once to each remote scale-up domain
+    holding one of its experts (to the GPU of its own in-domain index) and over NVLink once to each destination rank
+    (DeepEP, HybridEP): an EP group of n = `ep` ranks whose worst member shares its domain with m_0 − 1 others and
+    whose other n − m_0 ranks fill G − 1 remote domains; network = (G − 1)·P_d, scale_up = (n − G)·P_rank
+    (docs/cost-model.md#traffic-dedup)."""
     n = np.asarray(ep, dtype=float)
-    domains = np.maximum(n / np.maximum(np.asarray(members_per_domain, dtype=float), 1.0), 1.0)
-    experts = int(model.experts)
-    k = int(model.top_k)
-    network = (domains - 1.0) * reach_probability(experts, k, domains, domains, model.moe_max_nodes)
-    ranks = (n - 1.0) * reach_probability(experts, k, n, domains, model.moe_max_nodes)
-    return DestinationCopies(scale_up=np.maximum(ranks - network, 0.0), network=network)
+    m0 = np.clip(np.asarray(members_per_domain, dtype=float), 1.0, n)
+    g = np.clip(np.asarray(domains, dtype=float), 1.0, n)
+    remote = np.maximum(g - 1.0, 0.0)
+    experts, k, limit = int(model.experts), int(model.top_k), model.moe_max_nodes
+    blocks = np.where(remote > 0, remote * n / np.maximum(n - m0, 1.0), 1.0)  # a remote domain holds E/blocks
+    network = remote * reach_probability(experts, k, blocks, g, limit)
+    scale_up = (n - g) * reach_probability(experts, k, n, g, limit)
+    return DestinationCopies(scale_up=scale_up, network=network)

@@ -110,9 +110,9 @@ Megatron's alltoall dispatcher sends one copy per (token, expert) pair."""
 
 
 def microbatch_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Constants,
-                     ep_members: np.ndarray) -> MicrobatchBytes:
-    """S per call (MicrobatchBytes); `ep_members` the EP group's members per scale-up domain
-    (GroupLinks.members_per_domain)."""
+                     ep_members: np.ndarray, ep_domains: np.ndarray) -> MicrobatchBytes:
+    """S per call (MicrobatchBytes); `ep_members` and `ep_domains` the EP group's worst piece of a scale-up domain and
+    the domains it touches (GroupLinks.members_per_domain, domains_spanned)."""
     tokens = train.seq_len / lay.cp * lay.mbs
     activation = BYTES_16BIT * tokens * model.hidden
     zero = np.zeros(lay.size)
@@ -124,7 +124,7 @@ def microbatch_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts, constants
         # where the run does so (DeepSeek-V3 §3.3.3), combine in 16-bit.
         copies: np.ndarray = np.full(lay.size, float(model.top_k))
         if train.moe_dispatcher in DEDUPLICATING:
-            sent = destination_copies(model, lay.ep, ep_members)
+            sent = destination_copies(model, lay.ep, ep_members, ep_domains)
             copies = sent.scale_up + sent.network
             network = np.divide(sent.network, copies, out=np.zeros(lay.size), where=copies > 0)
         routed = tokens * copies * lay.etp / lay.tp * busiest_rank_load(model, train, lay, tokens, constants.moe)
@@ -161,7 +161,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     cp_links = placed.cp if placed else group_links(cluster, lay.cp, lay.tp, comm)
     ep_links = placed.ep if placed else group_links(cluster, lay.ep, strides.ep, comm)
     pp_links = placed.pp if placed else group_links(cluster, lay.pp, strides.pp, comm)
-    size = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain)
+    size = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain, ep_links.domains_spanned)
     gather = collective_time_s(Collective.ALL_GATHER, size.tp, lay.tp, tp_links)
     scatter = collective_time_s(Collective.REDUCE_SCATTER, size.tp, lay.tp, tp_links)
     reduce = collective_time_s(Collective.ALL_REDUCE, size.tp, lay.tp, tp_links)

@@ -185,7 +185,7 @@ def job_facts(model: ModelSpec, cluster: ClusterSpec, precision: Precision, fp8_
     """What the profile's job conditions read, from the resolved model and cluster and the run's precision."""
     return JobFacts(gpu=gpu_key(cluster.gpu) or "", generation=cluster.gpu.generation, precision=precision,
                     fp8_recipe=fp8_recipe, moe=model.is_moe, family=model.family,
-                    dropless=model.capacity_factor is None, seq_len=seq_len)
+                    dropless=model.capacity_factor is None, seq_len=seq_len, layers=model.layers)
 
 
 def layout_sizes(layout: Mapping[str, Any], num_gpus: int | None) -> dict[str, Any]:

@@ -65,7 +65,10 @@ def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Co
     derived = derive(model, train, lay)
     stage = derived.stages.get(RankOf.BUSIEST, derived.stages[RankOf.SECOND])
     dense, moe = float(stage.layers.dense[0]), float(stage.layers.moe[0])
-    size = microbatch_bytes(model, train, lay, constants, spans[GroupKind.EP].members[:1].astype(float))
+    ep_span = spans[GroupKind.EP]
+    size = microbatch_bytes(model, train, lay, constants, ep_span.members[:1].astype(float),
+                            ep_span.domains[:1].astype(float))
+    dedup = train.moe_dispatcher in DEDUPLICATING
     m = float(derived.num_microbatches[0])
     shares = PathShares.of(lay, constants.step, 0.0)  # the passes the critical path prices (cost.path)
     passes, cp_passes = float(shares.tp_ep_passes[0]), float(shares.cp_passes[0])
@@ -83,19 +86,28 @@ def step_traffic(model: ModelSpec, train: TrainSpec, lay: Layouts, constants: Co
         GroupKind.DP: (Collective.REDUCE_SCATTER, dp_bytes[0]),
         GroupKind.EDP: (Collective.REDUCE_SCATTER, dp_bytes[1]),
     }
-    out = []
-    for kind, (op, volume) in calls.items():
-        span = spans[kind]
-        wire = volume * float(bus_factor(op, np.array([span.size], dtype=float))[0]) if span.size > 1 else 0.0
-        tiers = tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
-        if kind is GroupKind.EP and train.moe_dispatcher in DEDUPLICATING:
-            tiers = _ep_shares(tiers, float(size.ep_network[0]))
-        by_tier = wire * tiers
-        beyond = np.cumsum(by_tier[::-1])[::-1]  # what crosses tier i or a tier outside it
-        through = np.where(np.isnan(span.leaving), beyond, wire * np.nan_to_num(span.leaving))
-        through[0] = by_tier[0]
-        out.append(KindTraffic(kind, op, wire, by_tier, through))
-    return out
+    network = float(size.ep_network[0])
+    return [_kind_traffic(kind, op, volume, spans[kind], network if kind is GroupKind.EP and dedup else None)
+            for kind, (op, volume) in calls.items()]
+
+
+def _kind_traffic(kind: GroupKind, op: Collective, volume: float, span: KindSpan,
+                  dedup_network: float | None) -> KindTraffic:
+    """One kind's bytes per step by tier. A deduplicating dispatcher's EP bytes (`dedup_network` their share that
+    leaves the scale-up domain) already leave out the sender's own copies, so no bus factor, and its outer tiers
+    carry its own share, not the plain all-to-all's leaving share (spans.KindSpan.leaving)."""
+    factor = 1.0 if dedup_network is not None else float(bus_factor(op, np.array([span.size], dtype=float))[0])
+    wire = volume * factor if span.size > 1 else 0.0
+    tiers = tier_shares(op, np.array([span.size]), span.members[:, None])[:, 0]
+    leaving = span.leaving
+    if dedup_network is not None:
+        tiers = _ep_shares(tiers, dedup_network)
+        leaving = np.full(span.leaving.shape, np.nan)
+    by_tier = wire * tiers
+    beyond = np.cumsum(by_tier[::-1])[::-1]  # what crosses tier i or a tier outside it
+    through = np.where(np.isnan(leaving), beyond, wire * np.nan_to_num(leaving))
+    through[0] = by_tier[0]
+    return KindTraffic(kind, op, wire, by_tier, through)
 
 
 def _ep_shares(plain: np.ndarray, network: float) -> np.ndarray:

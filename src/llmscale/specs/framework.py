@@ -125,8 +125,10 @@ class RuleCondition(Spec):
     dp: str | None = None
     zero: list[int] | None = None
     seq_len: str | None = None
+    layers: str | None = Field(None, description="the model's transformer layers, a comparison (presets that differ "
+                               "by model size within a family)")
 
-    @field_validator("tp", "pp", "vp", "cp", "ep", "dp", "seq_len", mode="before")
+    @field_validator("tp", "pp", "vp", "cp", "ep", "dp", "seq_len", "layers", mode="before")
     @classmethod
     def _comparisons(cls, value: Any) -> Any:
         return _comparison(value)
@@ -242,6 +244,7 @@ class JobFacts:
     family: str | None
     dropless: bool
     seq_len: int
+    layers: int
 
     def holds(self, when: RuleCondition) -> bool:
         """Whether every job-level condition of `when` holds (layout sizes are `layout_holds`')."""
@@ -254,6 +257,7 @@ class JobFacts:
             when.family is None or self.family in when.family,
             when.dropless is None or (self.moe and when.dropless == self.dropless),
             when.seq_len is None or bool(Comparison(when.seq_len).holds(self.seq_len)),
+            when.layers is None or bool(Comparison(when.layers).holds(self.layers)),
         )
         return all(checks)
 
