@@ -25,10 +25,11 @@ QWEN3_30B = ModelSpec(name="qwen3-30b-a3b-like", layers=48, hidden=2048, ffn_hid
 
 
 def simulated_copies(experts: int, k: int, ranks: int, own_piece: int, per_domain: int, max_domains: int | None,
-                     tokens: int = 20000, seed: int = 0) -> tuple[float, float]:
+                     tokens: int = 20000, seed: int = 0, groups: int | None = None) -> tuple[float, float]:
     """(network, NVLink) copies per token from rank 0 by direct count, rank 0 in a piece of `own_piece` ranks of its
     domain and the other ranks in whole domains of `per_domain`: each token takes k distinct experts uniformly (among
-    the experts of `max_domains` random domains first, when given). One network copy per reached remote domain, to its
+    the experts of `max_domains` random domains first, or of `max_domains` of `groups` fixed expert groups, when
+    given). One network copy per reached remote domain, to its
     first rank (the sender's in-domain index); one NVLink copy per destination rank other than the sender and than
     each reached remote domain's receiving rank (DeepSeek-V3 §3.2.2, DeepEP, Hybrid-EP)."""
     rng = np.random.default_rng(seed)
@@ -40,7 +41,10 @@ def simulated_copies(experts: int, k: int, ranks: int, own_piece: int, per_domai
     network = nvlink = 0.0
     for _ in range(tokens):
         pool = np.arange(experts)
-        if max_domains is not None and max_domains < len(first_rank):
+        if groups is not None and max_domains is not None:
+            chosen = rng.choice(groups, size=max_domains, replace=False)
+            pool = pool[np.isin(pool // (experts // groups), chosen)]
+        elif max_domains is not None and max_domains < len(first_rank):
             chosen = rng.choice(len(first_rank), size=max_domains, replace=False)
             pool = pool[np.isin(expert_domain, chosen)]
         dest = set(int(e) // per_rank for e in rng.choice(pool, size=k, replace=False)) - {0}
@@ -67,6 +71,22 @@ def test_copies_match_a_simulation_of_uniform_routing(ranks: int, own_piece: int
     network, nvlink = simulated_copies(128, 8, ranks, own_piece, per_domain, max_domains)
     assert float(sent.network[0]) == pytest.approx(network, abs=0.03)
     assert float(sent.scale_up[0]) == pytest.approx(nvlink, abs=0.06)
+
+
+@pytest.mark.parametrize(("ranks", "per_domain"), [
+    (64, 4),  # Megatron-Bridge 25.09's DeepSeek-V3 on 1,024 H100: ep 64 at stride 2, 4 EP ranks per node
+    (32, 8),  # 26.04.01's on 256 B200: ep 32, a group is half a node
+    (64, 8),  # DeepSeek's own: 8 nodes of 8, a group per node
+    (16, 8),  # two nodes of four groups each
+])
+def test_fixed_router_groups_match_a_simulation(ranks: int, per_domain: int) -> None:
+    # DeepSeek-V3: 256 experts, 8 routed, 4 of 8 expert groups (HF config n_group 8, topk_group 4)
+    model = QWEN3_30B.model_copy(update={"experts": 256, "moe_max_nodes": 4, "moe_router_groups": 8})
+    domains = ranks // per_domain
+    sent = destination_copies(model, np.array([ranks]), np.array([per_domain]), np.array([domains]))
+    network, nvlink = simulated_copies(256, 8, ranks, per_domain, per_domain, 4, groups=8)
+    assert float(sent.network[0]) == pytest.approx(network, abs=0.04)
+    assert float(sent.scale_up[0]) == pytest.approx(nvlink, abs=0.08)
 
 
 def test_the_links_count_the_domains_a_group_touches() -> None:
@@ -156,3 +176,21 @@ def test_the_placement_splits_a_deduplicating_dispatchers_bytes_by_its_own_netwo
     # The plain all-to-all's bytes leave the node in (8 − 2)/(8 − 1) of its peers' shares; the dedup's fewer.
     assert plain.by_tier[1:].sum() / plain.bytes_per_step == pytest.approx(6 / 7)
     assert dedup.by_tier[1:].sum() < plain.by_tier[1:].sum()
+
+
+def test_router_groups_are_checked_and_exported_as_the_model_defines_them() -> None:
+    from llmscale.errors import LlmscaleError
+    from llmscale.io.files import parse_spec
+    from llmscale.io.resolve import JobRequest, resolve
+    from llmscale.launch.megatron import megatron_args
+
+    for bad in ({"moe_router_groups": 7}, {"moe_router_groups": 8, "moe_max_nodes": None},
+                {"moe_router_groups": 4, "moe_max_nodes": 4}):
+        with pytest.raises(LlmscaleError, match="moe_router_groups"):
+            parse_spec(ModelSpec, QWEN3_30B.model_dump() | {"moe_max_nodes": 4} | bad, "test model")
+    # DeepSeek-V3's 8 expert groups, 4 per token (HF config n_group 8, topk_group 4), whatever nodes EP spans
+    job = resolve(JobRequest(model="deepseek-v3", cluster="deepseek-v3-h800", gpus=2048,
+                             layout={"tp": 1, "pp": 16, "ep": 64, "etp": 1}))
+    args = megatron_args(job)
+    assert args[args.index("--moe-router-num-groups") + 1] == "8"
+    assert args[args.index("--moe-router-group-topk") + 1] == "4"

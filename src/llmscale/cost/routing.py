@@ -7,6 +7,7 @@ against Megatron's routing: docs/cost-model.md#routing; destinations: docs/cost-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 from statistics import NormalDist
 
 import numpy as np
@@ -65,10 +66,47 @@ def reach_probability(experts: int, k: int, blocks: np.ndarray, domains: np.ndar
     domains = np.asarray(domains, dtype=float)
     chosen = domains if max_domains is None else np.minimum(float(max_domains), domains)
     pool = chosen * experts / domains
-    missed = np.ones(np.broadcast(blocks, pool).shape)
-    for i in range(k):  # C(E' − E/blocks, k) / C(E', k) as a product of k ratios; 0 once a factor reaches 0
-        missed = missed * np.clip(pool - experts / blocks - i, 0.0, None) / np.maximum(pool - i, 1.0)
-    result: np.ndarray = chosen / domains * (1.0 - missed)
+    result: np.ndarray = chosen / domains * (1.0 - _missed(pool, experts / blocks, k))
+    return result
+
+
+def _missed(pool: np.ndarray, block: np.ndarray, k: int) -> np.ndarray:
+    """C(pool − block, k)/C(pool, k): none of k distinct experts drawn from `pool` falls in a `block` of them."""
+    missed = np.ones(np.broadcast(pool, block).shape)
+    for i in range(k):  # a product of k ratios; 0 once a factor reaches 0
+        missed = missed * np.clip(pool - block - i, 0.0, None) / np.maximum(pool - i, 1.0)
+    return missed
+
+
+def group_reach_probability(experts: int, k: int, block_experts: np.ndarray, groups: int,
+                            group_topk: int) -> np.ndarray:
+    """P that a block of `block_experts` contiguous experts holds one of a token's k experts under group-limited
+    routing: `group_topk` of the `groups` expert groups picked, then k experts among their E' experts. A block inside
+    one group: (M/g)·(1 − C(E' − E_b, k)/C(E', k)); a block of c whole groups: Σ_j Hyp(j; g, c, M)·(1 −
+    C(E' − j·E/g, k)/C(E', k)), interpolated between whole c (docs/cost-model.md#traffic-dedup)."""
+    block = np.asarray(block_experts, dtype=float)
+    per_group = experts / groups
+    pool = group_topk * per_group
+    c = block / per_group
+    inside = group_topk / groups * (1.0 - _missed(np.asarray(pool), np.minimum(block, per_group), k))
+    low, high = np.floor(c), np.ceil(c)
+    spans = [_whole_groups(experts, k, groups, group_topk, whole) for whole in (low, high)]
+    across = spans[0] + (c - low) * (spans[1] - spans[0])
+    result: np.ndarray = np.where(c <= 1.0, inside, across)
+    return result
+
+
+def _whole_groups(experts: int, k: int, groups: int, group_topk: int, whole: np.ndarray) -> np.ndarray:
+    """`group_reach_probability` of blocks of `whole` (≥ 1, integral) groups; one hypergeometric sum per value."""
+    values, inverse = np.unique(np.clip(whole, 1, groups).astype(int), return_inverse=True)
+    pool = group_topk * experts / groups
+    out = []
+    for c in values:
+        terms = [comb(int(c), j) * comb(groups - int(c), group_topk - j) / comb(groups, group_topk)
+                 * (1.0 - float(_missed(np.array(pool), np.array(j * experts / groups), k)))
+                 for j in range(1, min(int(c), group_topk) + 1)]
+        out.append(sum(terms))
+    result: np.ndarray = np.array(out)[inverse].reshape(np.shape(whole))
     return result
 
 
@@ -96,6 +134,11 @@ def destination_copies(model: ModelSpec, ep: np.ndarray, members_per_domain: np.
     remote = np.maximum(g - 1.0, 0.0)
     experts, k, limit = int(model.experts), int(model.top_k), model.moe_max_nodes
     blocks = np.where(remote > 0, remote * n / np.maximum(n - m0, 1.0), 1.0)  # a remote domain holds E/blocks
+    if model.moe_router_groups is not None and limit is not None:  # fixed expert groups, not the domains
+        groups = int(model.moe_router_groups)
+        network = remote * group_reach_probability(experts, k, experts / blocks, groups, limit)
+        scale_up = (n - g) * group_reach_probability(experts, k, experts / n, groups, limit)
+        return DestinationCopies(scale_up=scale_up, network=network)
     network = remote * reach_probability(experts, k, blocks, g, limit)
     scale_up = (n - g) * reach_probability(experts, k, n, g, limit)
     return DestinationCopies(scale_up=scale_up, network=network)

@@ -281,6 +281,7 @@ def _deepseek_fields(cfg: _Config, spec: dict[str, Any]) -> None:
     topk_group, n_group = cfg.count("topk_group", 0, maximum=MAX_EXPERTS), cfg.count("n_group", 0, maximum=MAX_EXPERTS)
     if topk_group and n_group and topk_group < n_group:
         cfg.put(spec, "moe_max_nodes", "topk_group", topk_group)
+        cfg.put(spec, "moe_router_groups", "n_group", n_group)
     _put_layout(cfg, spec, moe_layers, layers, "moe_layer_freq")
 
 

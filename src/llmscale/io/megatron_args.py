@@ -39,7 +39,8 @@ _VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--rotary-base": ("model", "rope_theta", _FLOAT), "--num-experts": ("model", "experts", _INT),
     "--moe-router-topk": ("model", "top_k", _INT), "--moe-ffn-hidden-size": ("model", "expert_ffn_hidden", _INT),
     "--moe-expert-capacity-factor": ("model", "capacity_factor", _FLOAT),
-    "--moe-router-group-topk": ("model", "moe_max_nodes", _INT), "--mtp-num-layers": ("model", "mtp_layers", _INT),
+    "--moe-router-group-topk": ("model", "moe_max_nodes", _INT),
+    "--moe-router-num-groups": ("model", "moe_router_groups", _INT), "--mtp-num-layers": ("model", "mtp_layers", _INT),
     "--q-lora-rank": ("mla", "q_lora_rank", _INT), "--kv-lora-rank": ("mla", "kv_lora_rank", _INT),
     "--qk-head-dim": ("mla", "qk_nope_head_dim", _INT), "--qk-pos-emb-head-dim": ("mla", "qk_rope_head_dim", _INT),
     "--v-head-dim": ("mla", "v_head_dim", _INT),
@@ -76,7 +77,7 @@ _SWITCHES: dict[str, tuple[str, str, Any]] = {
 _INERT = {"--group-query-attention": 0, "--overlap-grad-reduce": 0, "--overlap-param-gather": 0,
           "--use-precision-aware-optimizer": 0, "--use-megatron-fsdp": 0, "--no-gradient-accumulation-fusion": 0,
           "--ckpt-format": 1, "--moe-router-dtype": 1,
-          "--moe-router-num-groups": 1, "--fp4-recipe": 1, "--cuda-graph-impl": 1,
+          "--fp4-recipe": 1, "--cuda-graph-impl": 1,
           "--max-position-embeddings": 1, "--recompute-method": 1, "--recompute-num-layers": 1,
           "--moe-router-score-function": 1, "--exp-avg-sq-dtype": 1}
 _SPECIAL = ("--position-embedding-type", "--rope-type", "--normalization", "--attention-dropout", "--hidden-dropout",
@@ -370,6 +371,7 @@ def _model(parts: dict[str, dict[str, Any]], name: str) -> ModelSpec:
             k: rope[k] for k in keys if k in rope}
     if model.get("experts", 0) == 0:
         model.pop("moe_max_nodes", None)
+        model.pop("moe_router_groups", None)
     return parse_spec(ModelSpec, {"name": name, "source": f"read back from {WHERE}", **model}, WHERE)
 
 

@@ -87,9 +87,12 @@ def _window_args(m: ModelSpec) -> list[str]:
 
 
 def router_groups(m: ModelSpec, lay: Layout, gpus_per_node: int) -> int:
-    """Megatron's node-limited routing: `--moe-router-num-groups` = the nodes an EP group spans (TransformerConfig
-    docstring of moe_router_num_groups), so that `--moe-router-group-topk` = moe_max_nodes bounds the nodes a token
-    reaches. 0 when the limit does not bind (the group spans no more nodes than the limit) or cannot be set."""
+    """Megatron's group-limited routing: `--moe-router-num-groups` = the model's expert groups where it has them
+    (moe_router_groups, DeepSeek-V3's 8), else the nodes an EP group spans (TransformerConfig docstring of
+    moe_router_num_groups), so that `--moe-router-group-topk` = moe_max_nodes bounds the nodes a token reaches. 0 when
+    that limit does not bind (the group spans no more nodes than the limit) or cannot be set."""
+    if m.moe_router_groups is not None and m.moe_max_nodes is not None:
+        return m.moe_router_groups
     nodes = -(-lay.ep // gpus_per_node)
     if m.moe_max_nodes is None or nodes <= m.moe_max_nodes or m.experts % nodes:
         return 0

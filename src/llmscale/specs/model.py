@@ -139,7 +139,13 @@ class ModelSpec(Spec):
                                   "--moe-pad-expert-input-to-capacity)")
     moe_max_nodes: PositiveInt | None = Field(
         None, le=MAX_GPUS,
-        description="node-limited routing: a token's experts span at most this many nodes (DeepSeek-V3: 4)",
+        description="node-limited routing: a token's experts span at most this many nodes (DeepSeek-V3: 4); with "
+                    "moe_router_groups, this many of those groups",
+    )
+    moe_router_groups: PositiveInt | None = Field(
+        None, le=MAX_GPUS,
+        description="expert groups of group-limited routing (HF n_group, Megatron --moe-router-num-groups; "
+                    "DeepSeek-V3: 8), moe_max_nodes of them picked per token; None: one per node of the EP group",
     )
     mla: MLASpec | None = None
     mtp_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="multi-token-prediction modules (DeepSeek-V3: 1)")
@@ -161,6 +167,12 @@ class ModelSpec(Spec):
                 raise FieldProblem("expert_ffn_hidden", None, "required when experts > 0")
             if self.first_dense_layers >= self.layers:
                 raise FieldProblem("first_dense_layers", self.first_dense_layers, f"must be < layers ({self.layers})")
+            if self.moe_router_groups is not None and (self.experts % self.moe_router_groups
+                                                       or self.moe_max_nodes is None
+                                                       or self.moe_max_nodes >= self.moe_router_groups):
+                raise FieldProblem("moe_router_groups", self.moe_router_groups,
+                                   f"must divide experts ({self.experts}) and exceed moe_max_nodes "
+                                   f"({self.moe_max_nodes}), the groups a token's experts are picked from")
         elif self.top_k or self.shared_experts:
             raise FieldProblem("top_k", self.top_k, "top_k and shared_experts need experts > 0")
         if self.full_attention_every is not None and self.sliding_window is None:

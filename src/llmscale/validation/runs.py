@@ -59,6 +59,9 @@ and config_236B.json; the Megatron-Bridge DeepSeek providers agree): q_lora 1536
 DEEPSEEK_V3_MAX_NODES = 4
 """DeepSeek-V3 node-limited routing: each token goes to at most 4 nodes (report §3.2.2; HF config topk_group 4 of
 n_group 8)."""
+DEEPSEEK_V3_ROUTER_GROUPS = 8
+"""DeepSeek-V3's expert groups (HF config n_group 8, which Megatron-Bridge passes as moe_router_num_groups:
+NVIDIA-NeMo/Megatron-Bridge@7af9601 src/megatron/bridge/models/deepseek/common.py)."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,7 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
         fields["mla"] = DEEPSEEK_MLA
     if _is_deepseek_v3(run):
         fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
+        fields["moe_router_groups"] = DEEPSEEK_V3_ROUTER_GROUPS
     if fields["family"] in FAMILY_ATTENTION:
         fields |= family_attention(fields["family"])
     return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
