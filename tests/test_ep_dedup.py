@@ -194,3 +194,21 @@ def test_router_groups_are_checked_and_exported_as_the_model_defines_them() -> N
     args = megatron_args(job)
     assert args[args.index("--moe-router-num-groups") + 1] == "8"
     assert args[args.index("--moe-router-group-topk") + 1] == "4"
+
+
+def test_without_model_groups_the_export_counts_scale_up_domains_not_trays() -> None:
+    from llmscale.io.resolve import JobRequest, resolve
+    from llmscale.launch.megatron import megatron_args
+
+    model = QWEN3_30B.model_copy(update={"moe_max_nodes": 2})
+
+    def groups(cluster: str) -> str | None:
+        job = resolve(JobRequest(model=model, cluster=cluster, gpus=64, train={"global_batch": 64, "seq_len": 4096},
+                                 layout={"tp": 1, "pp": 1, "ep": 64, "etp": 1}))
+        args = megatron_args(job)
+        return args[args.index("--moe-router-num-groups") + 1] if "--moe-router-num-groups" in args else None
+
+    # ep 64 fills one 72-GPU NVLink rack of 4-GPU trays: the 2-domain limit does not bind, as the cost model prices
+    # it (one domain); on 8-GPU nodes it spans 8 and the export limits a token to 2 of 8 groups.
+    assert groups("gb200:72") is None
+    assert groups("eos-h100") == "8"

@@ -177,12 +177,13 @@ _DEDUPE_ABOVE = 512
 
 
 def placed_group_links(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, members: np.ndarray,
-                       comm: CommConstants, relief: np.ndarray | None = None) -> GroupLinks:
+                       comm: CommConstants, relief: np.ndarray | None = None,
+                       domains: np.ndarray | None = None) -> GroupLinks:
     """`group_links` for groups whose members per tier-i domain are given, `members` (T, N) (placement.spans: the
     fewest members the worst group has in any domain it touches, n where it fits one), instead of derived from an
     aligned `stride`; `stride` still sets how many ranks send across a boundary at once (point-to-point). `relief`
     (T, N) ≥ 1 raises the ring and all-to-all bandwidth of tier i where the busiest domain below it sends less than
-    every GPU's share of its uplinks (docs/placement.md#uplink-load)."""
+    every GPU's share of its uplinks (docs/placement.md#uplink-load); `domains` (N,) the scale-up domains it touches."""
     n = np.atleast_1d(np.asarray(size, dtype=np.int64))
     s = np.atleast_1d(np.asarray(stride, dtype=np.int64))
     m = np.array(members, dtype=float).reshape(len(cluster.tiers), n.size)  # a copy: the caller's stays
@@ -190,7 +191,8 @@ def placed_group_links(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarra
     fits = m >= n
     tier = np.where(n > 1, np.argmax(fits, axis=0), -1)
     crossed = np.arange(m.shape[0])[:, None] < tier
-    return _links_of(cluster, comm, n, s, tier, crossed, np.where(crossed, np.clip(m, 1, n), n), relief)
+    links = _links_of(cluster, comm, n, s, tier, crossed, np.where(crossed, np.clip(m, 1, n), n), relief)
+    return links if domains is None else replace(links, domains_spanned=np.asarray(domains, dtype=float))
 
 
 def _group_links(cluster: ClusterSpec, n: np.ndarray, s: np.ndarray, eff: CommConstants) -> GroupLinks:

@@ -86,14 +86,15 @@ def _window_args(m: ModelSpec) -> list[str]:
     return args + (["--window-attn-skip-freq", str(m.full_attention_every)] if m.full_attention_every else [])
 
 
-def router_groups(m: ModelSpec, lay: Layout, gpus_per_node: int) -> int:
+def router_groups(m: ModelSpec, lay: Layout, domain_ranks: int) -> int:
     """Megatron's group-limited routing: `--moe-router-num-groups` = the model's expert groups where it has them
-    (moe_router_groups, DeepSeek-V3's 8), else the nodes an EP group spans (TransformerConfig docstring of
-    moe_router_num_groups), so that `--moe-router-group-topk` = moe_max_nodes bounds the nodes a token reaches. 0 when
-    that limit does not bind (the group spans no more nodes than the limit) or cannot be set."""
+    (moe_router_groups, DeepSeek-V3's 8), else the scale-up domains of `domain_ranks` GPUs an EP group spans (the
+    nodes of TransformerConfig's docstring of moe_router_num_groups; an NVL72 rack, not a 4-GPU tray, as the cost
+    model prices the limit), so that `--moe-router-group-topk` = moe_max_nodes bounds the domains a token reaches. 0
+    when that limit does not bind (the group spans no more of them than the limit) or cannot be set."""
     if m.moe_router_groups is not None and m.moe_max_nodes is not None:
         return m.moe_router_groups
-    nodes = -(-lay.ep // gpus_per_node)
+    nodes = -(-lay.ep // domain_ranks)
     if m.moe_max_nodes is None or nodes <= m.moe_max_nodes or m.experts % nodes:
         return 0
     return nodes
@@ -111,7 +112,7 @@ TransformerConfig allows with the sigmoid score only), or the forced random rout
 
 def moe_args(job: Job) -> list[str]:
     """Experts, top-k, grouped GEMM, dispatcher, shared experts, layer pattern, balancing, capacity, groups, MTP."""
-    m, lay, gpus_per_node = job.model, job.resolved_layout, job.cluster.node.gpus_per_node
+    m, lay, domain_ranks = job.model, job.resolved_layout, job.cluster.tiers[0].ranks
     args: list[str] = []
     if m.is_moe:
         args += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
@@ -125,7 +126,7 @@ def moe_args(job: Job) -> list[str]:
             args += ["--moe-expert-capacity-factor", number(m.capacity_factor)]
             if m.pad_to_capacity:
                 args.append("--moe-pad-expert-input-to-capacity")
-        groups = router_groups(m, lay, gpus_per_node)
+        groups = router_groups(m, lay, domain_ranks)
         if groups:
             args += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(m.moe_max_nodes)]
     if m.mtp_layers:
@@ -192,9 +193,9 @@ def model_notes(job: Job) -> list[str]:
         if differs:
             notes.append(f"rope_scaling {scaling.kind.value}: " + ", ".join(differs) + ": no flag carries it")
     lay = job.resolved_layout
-    if m.is_moe and m.moe_max_nodes is not None and not router_groups(m, lay, job.cluster.node.gpus_per_node):
+    if m.is_moe and m.moe_max_nodes is not None and not router_groups(m, lay, job.cluster.tiers[0].ranks):
         notes.append(f"moe_max_nodes {m.moe_max_nodes}: the EP group (ep {job.resolved_layout.ep}) spans no more "
-                     "nodes than that, so no --moe-router-num-groups/--moe-router-group-topk is set")
+                     "scale-up domains than that, so no --moe-router-num-groups/--moe-router-group-topk is set")
     if m.is_moe and job.train.fp8_dispatch:
         notes.append("fp8_dispatch (DeepEP FP8 dispatch) has no Megatron-LM flag at this commit: tokens travel in bf16")
     if m.is_moe and job.train.moe_grouped_gemm_impl is GroupedGemm.LEGACY:

@@ -77,7 +77,8 @@ def _links(cluster: ClusterSpec, constants: Constants, lay: Layouts, spanned: li
         size = np.array([s[kind].size for s in spanned])
         members = np.stack([s[kind].members for s in spanned], axis=1)
         relief = np.stack([s[kind].relief for s in spanned], axis=1)
-        return placed_group_links(cluster, size, stride[kind], members, constants.comm, relief)
+        domains = np.array([s[kind].domains[0] for s in spanned], dtype=float)
+        return placed_group_links(cluster, size, stride[kind], members, constants.comm, relief, domains)
 
     return PlacedLinks(tp=links(GroupKind.TP), cp=links(GroupKind.CP), ep=links(GroupKind.EP),
                        pp=links(GroupKind.PP), dense_dp=links(GroupKind.DP), edp=links(GroupKind.EDP))

@@ -167,9 +167,11 @@ class ModelSpec(Spec):
                 raise FieldProblem("expert_ffn_hidden", None, "required when experts > 0")
             if self.first_dense_layers >= self.layers:
                 raise FieldProblem("first_dense_layers", self.first_dense_layers, f"must be < layers ({self.layers})")
+            if self.moe_router_groups is not None and self.moe_max_nodes is None:
+                raise FieldProblem("moe_router_groups", self.moe_router_groups,
+                                   "needs moe_max_nodes, the number of these groups a token's experts come from")
             if self.moe_router_groups is not None and (self.experts % self.moe_router_groups
-                                                       or self.moe_max_nodes is None
-                                                       or self.moe_max_nodes >= self.moe_router_groups):
+                                                       or (self.moe_max_nodes or 0) >= self.moe_router_groups):
                 raise FieldProblem("moe_router_groups", self.moe_router_groups,
                                    f"must divide experts ({self.experts}) and exceed moe_max_nodes "
                                    f"({self.moe_max_nodes}), the groups a token's experts are picked from")
