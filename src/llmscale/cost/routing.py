@@ -7,6 +7,7 @@ against Megatron's routing: docs/cost-model.md#routing; destinations: docs/cost-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import comb
 from statistics import NormalDist
 
@@ -98,17 +99,20 @@ def group_reach_probability(experts: int, k: int, block_experts: np.ndarray, gro
 
 
 def _whole_groups(experts: int, k: int, groups: int, group_topk: int, whole: np.ndarray) -> np.ndarray:
-    """`group_reach_probability` of blocks of `whole` (≥ 1, integral) groups; one hypergeometric sum per value."""
+    """`group_reach_probability` of blocks of `whole` (≥ 1, integral) groups, one sum per distinct value."""
     values, inverse = np.unique(np.clip(whole, 1, groups).astype(int), return_inverse=True)
-    pool = group_topk * experts / groups
-    out = []
-    for c in values:
-        terms = [comb(int(c), j) * comb(groups - int(c), group_topk - j) / comb(groups, group_topk)
-                 * (1.0 - float(_missed(np.array(pool), np.array(j * experts / groups), k)))
-                 for j in range(1, min(int(c), group_topk) + 1)]
-        out.append(sum(terms))
-    result: np.ndarray = np.array(out)[inverse].reshape(np.shape(whole))
+    out = np.array([_whole_group_reach(experts, k, groups, group_topk, int(c)) for c in values])
+    result: np.ndarray = out[inverse].reshape(np.shape(whole))
     return result
+
+
+@lru_cache(maxsize=256)
+def _whole_group_reach(experts: int, k: int, groups: int, group_topk: int, c: int) -> float:
+    """Σ_j Hyp(j; g, c, M)·(1 − C(E' − j·E/g, k)/C(E', k)) for a block of c whole groups (a search asks few)."""
+    picked = np.arange(1, min(c, group_topk) + 1)
+    weights = np.array([comb(c, j) * comb(groups - c, group_topk - j) for j in picked]) / comb(groups, group_topk)
+    hit = 1.0 - _missed(np.asarray(group_topk * experts / groups), picked * experts / groups, k)
+    return float((weights * hit).sum())
 
 
 @dataclass(frozen=True)
