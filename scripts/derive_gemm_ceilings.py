@@ -42,6 +42,15 @@
    Blackwell has no such mode (its tensor cores accumulate in FP32: NVIDIA/TransformerEngine PR #2748 review, "there
    is no fastAccuMode for sm100").
 
+6. GB300's GEMM main-loop fractions (gemm_bf16, gemm_fp8, gemm_mxfp8, gemm_fp4). No GEMM sweep of GB300 was found.
+   GB300 and GB200 list the same dense peaks (2450 BF16, 4900 FP8), but a Blackwell Ultra at 1,400 W sustains its
+   tensor cores at higher clocks than a Blackwell at 1,200 W. The ratio is measured on the most tensor-core-bound
+   kernel that one benchmark ran on both with the same software: cuDNN 9.22's BF16 attention backward
+   (non-deterministic; its five GEMMs per exponential leave the exponential units idle), head dims 128 and 192, every
+   length and mask of five models (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/{dsv3,
+   kimiK26,llama3.1,ltx2,wan22}/{gb200,gb300}). GB300's η is GB200's measured η times the median of those 40 ratios.
+   The forward (median 1.16-1.19) is left out: it also gains from Blackwell Ultra's doubled exponential rate.
+
 Run:  python scripts/derive_gemm_ceilings.py      (prints the values written into catalog/gpus.yaml)
 """
 
@@ -157,6 +166,33 @@ FAST_ACCUM_SPEEDUP = 1.15
 HOPPER = ("h100-sxm", "h800", "h200")
 
 
+CUDNN_BACKWARD_GB200_GB300 = {
+    # series (cudnn-frontend@3929da2, docstring step 6): ((GB200, GB300) TFLOP/s, ...) over lengths and masks
+    "dsv3 d192": ((1076, 1289), (1086, 1246), (1134, 1302), (1088, 1254), (1193, 1291), (1125, 1301), (1057, 1143),
+                  (1175, 1267), (846, 914), (1048, 1117)),
+    "kimiK26 d192": ((1084, 1287), (1073, 1253), (1147, 1345), (1122, 1325), (1190, 1308), (1220, 1342),
+                     (1053, 1154), (1187, 1272), (834, 909), (1016, 1090)),
+    "llama3.1 d128": ((1226, 1490), (1262, 1427), (1328, 1507), (1374, 1536), (1332, 1435), (1404, 1531),
+                      (1148, 1248), (1350, 1429), (885, 967), (1124, 1213)),
+    "ltx2 d128": ((1290, 1420), (1403, 1528), (1410, 1531), (1314, 1497), (1343, 1523)),
+    "wan22 d128": ((1393, 1456), (1417, 1525), (1319, 1464), (1278, 1358), (1254, 1364)),
+}
+
+
+def gb300_over_gb200() -> float:
+    """Median GB300/GB200 ratio of cuDNN's BF16 attention backward (module docstring, step 6)."""
+    return float(np.median([b / a for pairs in CUDNN_BACKWARD_GB200_GB300.values() for a, b in pairs]))
+
+
+def gb300_fractions() -> None:
+    ratio = gb300_over_gb200()
+    gb200 = load_gpu("gb200").efficiency
+    for field in ("gemm_bf16", "gemm_fp8", "gemm_mxfp8", "gemm_fp4"):
+        value = getattr(gb200, field)
+        print(f"gb300     {field} = gb200 {value:.3f} x {ratio:.3f} (cuDNN 9.22 backward, GB300/GB200)"
+              f" -> {value * ratio:.3f}")
+
+
 def mxfp8_fractions() -> None:
     ratio = TE_B300_PREQUANTIZED_MS["tensorwise"] / TE_B300_PREQUANTIZED_MS["mxfp8"]
     for name in BLACKWELL:
@@ -184,6 +220,7 @@ def main() -> None:
     attention_curves()
     mxfp8_fractions()
     fast_accum_fractions()
+    gb300_fractions()
 
 
 if __name__ == "__main__":
