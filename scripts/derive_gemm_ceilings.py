@@ -8,8 +8,9 @@
    warp-specialized kernels overlap it (NVIDIA/cutlass@7107b055 media/docs/cpp/efficient_gemm.md, "Warp-Specialized
    Persistent Ping-Pong"): MAMF measures B300 at 0.786 of its peak at K = 1024, where a 2.6 µs wave cost would allow
    at most 0.63 — so the catalog keeps t_w = 0 (`CATALOG_WAVE_OVERHEAD_US`) and this fit is printed for reference.
-2. The main-loop fraction η (gemm_bf16, gemm_fp8, gemm_fp4) of each GPU: the Maximum Achievable Matmul FLOPS (MAMF)
-   stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7 compute/accelerator/README.md measured (best shape
+2. The main-loop fraction η (gemm_bf16, gemm_fp8, gemm_fp4) of each GPU with a GEMM sweep (GB300: step 6): the
+   Maximum Achievable Matmul FLOPS (MAMF) stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7
+   compute/accelerator/README.md measured (best shape
    of a torch.mm / torch._scaled_mm sweep, cuBLASLt), and DeepGEMM PR #348's cuBLASLt MXFP4 8192³ on B200 for FP4:
    the η at which llmscale's kernel model (cost/kernels.py, with t_w from step 1 and the catalog's peak and SM count)
    reproduces the measured time at the measured shape, found by bisection.
@@ -42,14 +43,15 @@
    Blackwell has no such mode (its tensor cores accumulate in FP32: NVIDIA/TransformerEngine PR #2748 review, "there
    is no fastAccuMode for sm100").
 
-6. GB300's GEMM main-loop fractions (gemm_bf16, gemm_fp8, gemm_mxfp8, gemm_fp4). No GEMM sweep of GB300 was found.
-   GB300 and GB200 list the same dense peaks (2450 BF16, 4900 FP8), but a Blackwell Ultra at 1,400 W sustains its
-   tensor cores at higher clocks than a Blackwell at 1,200 W. The ratio is measured on the most tensor-core-bound
-   kernel that one benchmark ran on both with the same software: cuDNN 9.22's BF16 attention backward
-   (non-deterministic; its five GEMMs per exponential leave the exponential units idle), head dims 128 and 192, every
-   length and mask of five models (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/{dsv3,
-   kimiK26,llama3.1,ltx2,wan22}/{gb200,gb300}). GB300's η is GB200's measured η times the median of those 40 ratios.
-   The forward (median 1.16-1.19) is left out: it also gains from Blackwell Ultra's doubled exponential rate.
+6. GB300's GEMM main-loop fractions (gemm_bf16, gemm_fp8, gemm_mxfp8). No GEMM sweep of GB300 was found. GB300
+   lists GB200's dense BF16 and FP8 peaks (2450, 4900) but has 1,400 W against 1,200 W to spend. The ratio is taken
+   from one benchmark that ran both with the same software: cuDNN 9.22's BF16 attention backward
+   (non-deterministic), head dims 128 and 192, every length and mask of five models (NVIDIA/cudnn-frontend@3929da2
+   benchmark/sdpa_benchmark_training/results/{dsv3,kimiK26,llama3.1,ltx2,wan22}/{gb200,gb300}), the kernel there
+   that leans least on the exponential units Blackwell Ultra doubled (the forward gains a median 1.18x; gpt_oss, a
+   128-token window, and qwen35, forward only, are left out). GB300's η is GB200's measured η times the median of
+   those 40 ratios. ASSUMPTION: GEMMs gain what that kernel gains; likely an upper estimate, since MAMF's GB200/B200,
+   also +200 W, is 1.04-1.05x. FP4 is not scaled: GB300's FP4 peak is not GB200's, and GB200's FP4 η is B200's.
 
 Run:  python scripts/derive_gemm_ceilings.py      (prints the values written into catalog/gpus.yaml)
 """
@@ -187,7 +189,7 @@ def gb300_over_gb200() -> float:
 def gb300_fractions() -> None:
     ratio = gb300_over_gb200()
     gb200 = load_gpu("gb200").efficiency
-    for field in ("gemm_bf16", "gemm_fp8", "gemm_mxfp8", "gemm_fp4"):
+    for field in ("gemm_bf16", "gemm_fp8", "gemm_mxfp8"):
         value = getattr(gb200, field)
         print(f"gb300     {field} = gb200 {value:.3f} x {ratio:.3f} (cuDNN 9.22 backward, GB300/GB200)"
               f" -> {value * ratio:.3f}")
