@@ -10,11 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.cost.collectives import group_links
 from llmscale.cost.compute import moe_block_of
 from llmscale.cost.host import LayerHost, layer_calls, moe_calls, quantize_calls
 from llmscale.cost.moe import expert_bias_outside_gemm
-from llmscale.cost.traffic import DEDUPLICATING, GroupStrides, microbatch_bytes, microbatch_comm
+from llmscale.cost.traffic import DEDUPLICATING, microbatch_comm
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.cluster import ClusterSpec
 from llmscale.specs.constants import Constants
@@ -71,8 +70,7 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     f_e = float(model.expert_ffn_hidden or 0)
     local = float(model.experts / lay.ep[i])
     copies = float(block.tokens_per_expert[i]) * local
-    ep_links = group_links(cluster, lay.ep, GroupStrides.of(lay).ep, constants.comm)
-    sent = microbatch_bytes(model, train, lay, constants, ep_links.members_per_domain, ep_links.domains_spanned)
+    sent = comm.bytes
     # Bytes that leave the GPU: a plain all-to-all's count includes the 1/n of its copies that stay
     off_gpu = 1.0 if train.moe_dispatcher in DEDUPLICATING else float((lay.ep[i] - 1) / lay.ep[i])
 

@@ -67,6 +67,8 @@ class MicrobatchComm:
     cp_s: np.ndarray
     ep_s: np.ndarray
     pp_s: np.ndarray
+    bytes: MicrobatchBytes
+    """The bytes per call these times price (the explain listing reads them)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def microbatch_comm(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     cp = (lay.cp - 1) * collective_time_s(Collective.SEND_RECV, size.cp, lay.cp, cp_links)
     ep = ep_all_to_all_s(train, size, lay, ep_links) if model.is_moe else np.zeros(lay.size)
     pp = collective_time_s(Collective.SEND_RECV, size.pp, lay.pp, pp_links)
-    return MicrobatchComm(dense_blocks * block, moe_blocks * block, cp, ep, pp)
+    return MicrobatchComm(dense_blocks * block, moe_blocks * block, cp, ep, pp, size)
 
 
 @dataclass(frozen=True)
