@@ -209,6 +209,27 @@ def test_a_switch_the_layout_cannot_run_is_dropped_not_refused() -> None:
     assert job.profile is not None and "cuda_graphs" in job.profile.dropped
 
 
+@pytest.mark.parametrize(("model", "cluster", "gpus", "layout", "expected"), [
+    # NVIDIA-NeMo/Megatron-Bridge@c810129 scripts/performance/configs/qwen/qwen3_workload_base_configs.py:
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_*_V1 cuda_graph_impl 'transformer_engine'; the QWEN3_235B_A22B B200 presets
+    # (V1 and the V2 that replace() them) give none, so the qwen3_moe recipe's 'none' stays.
+    ("qwen3-30b-a3b", "dgx-b200", 8, {"ep": 8}, {"cuda_graphs": True}),
+    ("qwen3-235b-a22b", "dgx-b200", 256, {"pp": 8, "ep": 8}, {"cuda_graphs": False}),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=True, inherited by _V2; qwen3_llm_pretrain.py
+    # qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False).
+    ("qwen3-235b-a22b", "eos-h100", 256, {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1},
+     {"ep_comm_overlap": True, "tp_comm_overlap": False}),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1 moe_a2a_overlap=False.
+    ("qwen3-30b-a3b", "eos-h100", 16, {"ep": 16}, {"ep_comm_overlap": False}),
+])
+def test_bridge_26_04_01_qwen3_presets_differ_by_model_size(model: str, cluster: str, gpus: int,
+                                                          layout: dict[str, int], expected: dict[str, bool]) -> None:
+    job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, layout=layout,
+                             train={"precision": "fp8"}, framework="megatron-bridge@26.04.01"))
+    assert job.layout is not None
+    assert {name: getattr(job.layout, name) for name in expected} == expected
+
+
 def test_a_saved_document_without_a_release_replays_without_one(tmp_path: Path) -> None:
     # Plans written before release profiles name none: they were priced at the specs' own defaults.
     document = {"model": "gpt3-175b", "cluster": "selene", "train": {"global_batch": 1536, "seq_len": 2048},
