@@ -31,9 +31,9 @@ def _calls(train: TrainSpec, ep: int = 8, model=QWEN30):  # type: ignore[no-unty
 
 
 def test_quantize_calls_per_recipe() -> None:
-    # TE's current scaling takes the amax in a pass of its own before the cast (fp8_current_scaling.rst, Figure 4).
-    assert quantize_calls(TrainSpec(), Fp8Recipe.MXFP8) == 0
-    assert quantize_calls(TrainSpec(precision=Precision.FP8), Fp8Recipe.TENSORWISE) == 2
+    assert quantize_calls(TrainSpec(), Fp8Recipe.MXFP8) == 0  # 16-bit: nothing to quantize
+    # amax, scale and cast of current scaling come from one quantizer call (TE v2.9 csrc/quantizer.cpp quantize_impl)
+    assert quantize_calls(TrainSpec(precision=Precision.FP8), Fp8Recipe.TENSORWISE) == 1
     assert quantize_calls(TrainSpec(precision=Precision.FP8), Fp8Recipe.MXFP8) == 1
 
 
@@ -102,6 +102,7 @@ def _qwen3_b200(release: str, mbs: int) -> float:
 def test_the_25_11_qwen3_row_is_launch_bound_and_the_26_04_row_is_not() -> None:
     # Megatron-Bridge performance tables (docs/performance-summary-archive.md @067f987df03b): Qwen3-30B-A3B on 8 B200
     # ran 9,299 tokens/s per GPU under 25.11 (mbs 1, alltoall, graphs of the router only) and 27,136 under 26.04.01
-    # (mbs 4, HybridEP, attention graphed too): at mbs 1 the host's launches of 16 local experts set the pace.
+    # (mbs 4, HybridEP, attention graphed too): at mbs 1 the host's launches of 16 local experts set the pace, at
+    # mbs 4 the GPU's work does.
     assert _qwen3_b200("25.11", 1) > 0.5
-    assert _qwen3_b200("26.04.01", 4) < 0.05
+    assert _qwen3_b200("26.04.01", 4) < 0.15
