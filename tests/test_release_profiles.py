@@ -209,25 +209,50 @@ def test_a_switch_the_layout_cannot_run_is_dropped_not_refused() -> None:
     assert job.profile is not None and "cuda_graphs" in job.profile.dropped
 
 
-@pytest.mark.parametrize(("model", "cluster", "gpus", "layout", "expected"), [
+@pytest.mark.parametrize(("model", "cluster", "gpus", "layout", "expected", "precision"), [
     # NVIDIA-NeMo/Megatron-Bridge@c810129 scripts/performance/configs/qwen/qwen3_workload_base_configs.py:
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_*_V1 cuda_graph_impl 'transformer_engine'; the QWEN3_235B_A22B B200 presets
     # (V1 and the V2 that replace() them) give none, so the qwen3_moe recipe's 'none' stays.
-    ("qwen3-30b-a3b", "dgx-b200", 8, {"ep": 8}, {"cuda_graphs": True}),
-    ("qwen3-235b-a22b", "dgx-b200", 256, {"pp": 8, "ep": 8}, {"cuda_graphs": False}),
+    ("qwen3-30b-a3b", "dgx-b200", 8, {"ep": 8}, {"cuda_graphs": True}, "fp8"),
+    ("qwen3-235b-a22b", "dgx-b200", 256, {"pp": 8, "ep": 8}, {"cuda_graphs": False}, "fp8"),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=True, inherited by _V2; qwen3_llm_pretrain.py
     # qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False).
     ("qwen3-235b-a22b", "eos-h100", 256, {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1},
-     {"ep_comm_overlap": True, "tp_comm_overlap": False}),
-    # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1 moe_a2a_overlap=False.
-    ("qwen3-30b-a3b", "eos-h100", 16, {"ep": 16}, {"ep_comm_overlap": False}),
+     {"ep_comm_overlap": True, "tp_comm_overlap": False}, "fp8"),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1 moe_a2a_overlap=False; its BF16 preset captures TE graphs, the 235B
+    # H100 presets none.
+    ("qwen3-30b-a3b", "eos-h100", 16, {"ep": 16}, {"ep_comm_overlap": False}, "fp8"),
+    ("qwen3-30b-a3b", "eos-h100", 16, {"ep": 16}, {"cuda_graphs": True}, "bf16"),
+    ("qwen3-235b-a22b", "eos-h100", 256, {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1}, {"cuda_graphs": False},
+     "bf16"),
 ])
 def test_bridge_26_04_01_qwen3_presets_differ_by_model_size(model: str, cluster: str, gpus: int,
-                                                          layout: dict[str, int], expected: dict[str, bool]) -> None:
+                                                          layout: dict[str, int], expected: dict[str, bool],
+                                                          precision: str) -> None:
     job = resolve(JobRequest(model=model, cluster=cluster, gpus=gpus, layout=layout,
-                             train={"precision": "fp8"}, framework="megatron-bridge@26.04.01"))
+                             train={"precision": precision}, framework="megatron-bridge@26.04.01"))
     assert job.layout is not None
     assert {name: getattr(job.layout, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(("model", "release", "offload", "double_buffer"), [
+    # NVIDIA-NeMo/Megatron-Bridge@7af9601c scripts/performance/configs/llama3/workload_base_configs.py: only the 70B
+    # presets offload activations under FSDP (LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG cpu_offloading_num_layers 40), and
+    # llama3_llm_pretrain.py sets fsdp_double_buffer in the 70B gb300/gb200/b200 builders alone; @6725f704
+    # run_script.py L169-171 sets it for 70b/405b on every GPU and its perf_matrix offloads 40 layers of the 70B under
+    # fp8_cs (current scaling) alone.
+    ("llama3-8b", "25.11", 0, False),
+    ("llama3-70b", "25.11", 40, True),
+    ("llama3-8b", "25.09", 0, False),
+    ("llama3-70b", "25.09", 40, True),
+])
+def test_bridge_llama3_fsdp_presets_differ_by_model_size(model: str, release: str, offload: int,
+                                                         double_buffer: bool) -> None:
+    job = resolve(JobRequest(model=model, cluster="gb200-nvl72", gpus=64, layout={"zero": 3},
+                             train={"precision": "fp8", "fp8_recipe": "tensorwise"},
+                             framework=f"megatron-bridge@{release}"))
+    assert job.layout is not None
+    assert (job.layout.offload_activations, job.train.fsdp_double_buffer) == (offload, double_buffer)
 
 
 def test_a_saved_document_without_a_release_replays_without_one(tmp_path: Path) -> None:
