@@ -54,6 +54,13 @@ class LayerTimes:
     def forward_s(self) -> np.ndarray:
         return self.gemm_s + self.attention_core_s + self.elementwise_s
 
+    @property
+    def backward_s(self) -> np.ndarray:
+        """Both gradient GEMMs, the attention core's backward and the elementwise work at twice the forward's, as
+        rank_compute adds them (no recompute)."""
+        gemms = self.gemm_input_grad_s + self.gemm_weight_grad_s
+        return gemms + self.attention_core_backward_s + 2.0 * self.elementwise_s
+
 
 @dataclass(frozen=True)
 class RankCompute:

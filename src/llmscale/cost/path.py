@@ -102,10 +102,26 @@ class PathShares:
         )
 
 
+def paired_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -> np.ndarray:
+    """Exposed all-to-all time of one MoE layer and one pair of micro-batches under Megatron's 1F1B A2A overlap, which
+    runs each all-to-all of one micro-batch beside one compute chunk of the other (Megatron-Core @ core_v0.15.0
+    models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run): combine_bwd beside attn_fwd,
+    dispatch_fwd beside mlp_bwd, dispatch_bwd beside mlp_bwd_dw and mlp_fwd, combine_fwd beside attn_bwd. `one_s` is
+    one all-to-all; a chunk shorter than it leaves the rest exposed (docs/cost-model.md#path-overlap)."""
+    attention_f = dense.forward_s - dense.dense_mlp_s
+    attention_b = dense.backward_s - 2.0 * dense.dense_mlp_s
+    experts_f = np.maximum(moe.forward_s - attention_f, 0.0)
+    experts_b = np.maximum(moe.backward_s - attention_b, 0.0)
+    chunks = (attention_f, 0.5 * experts_b, 0.5 * experts_b + experts_f, attention_b)
+    exposed: np.ndarray = sum((np.maximum(one_s - chunk, 0.0) for chunk in chunks), np.zeros_like(one_s))
+    return exposed
+
+
 def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm,
-                  moe: LayerTimes, host: LayerHost) -> CriticalPath:
-    """Communication and host wait on one rank's path per micro-batch (docs/cost-model.md#path-overlap); `moe` the
-    MoE layer's times, `host` the host seconds per layer (cost.host)."""
+                  times: tuple[LayerTimes, LayerTimes], host: LayerHost) -> CriticalPath:
+    """Communication and host wait on one rank's path per micro-batch (docs/cost-model.md#path-overlap); `times` the
+    (dense, MoE) layer's times, `host` the host seconds per layer (cost.host)."""
+    dense, moe = times
     full = shares.full
     has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
     tp_layers = layers.dense * comm.tp_dense_s
@@ -122,10 +138,13 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
     ep_layer: np.ndarray | float = 0.0
     if has_moe:
         ep_all = shares.tp_ep_passes * layers.moe * comm.ep_s
-        # Overlapped (DualPipe, or Megatron's 1F1B A2A overlap): hidden behind the paired micro-batch's compute, no
-        # more than all of it; left at the overlap's exposed share otherwise.
+        # Overlapped: DualPipe hides it behind the paired micro-batch's compute, no more than all of it; Megatron's
+        # 1F1B A2A overlap leaves what each paired chunk does not cover (dispatch and combine are half of ep_s each
+        # way), no less than the fitted exposed share.
         hidden = np.maximum(0.0, ep_all - total)
-        ep = np.where(shares.dualpipe, hidden, np.maximum(shares.ep * ep_all, np.where(shares.ep < 1, hidden, 0.0)))
+        paired = 0.5 * shares.tp_ep_passes * layers.moe * paired_all_to_all_s(0.5 * comm.ep_s, dense, moe)
+        overlapped = np.maximum(shares.ep * ep_all, np.maximum(hidden, paired))
+        ep = np.where(shares.dualpipe, hidden, np.where(shares.ep < 1, overlapped, ep_all))
         # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
         # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
         ep = ep + shares.sm_share * (ep_all - ep)
@@ -153,7 +172,7 @@ def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stag
     best: tuple[CriticalPath, np.ndarray] | None = None
     for which, layers in stages.items():
         compute = rank_compute(lay, layers, times, const.launch_overhead_us)
-        path = critical_path(shares, layers, compute, comm, times[1], host)
+        path = critical_path(shares, layers, compute, comm, (times[0], times[1]), host)
         if best is None:
             best = (path, np.full(lay.size, int(which)))
             continue
