@@ -89,11 +89,11 @@ def test_an_overlapped_all_to_all_hides_behind_no_more_than_the_paired_compute()
     assert on.ep_exposed_s[0] >= off.ep_exposed_s[0] - on.compute_s[0] - on.recompute_s[0] - 1e-9
 
 
-def test_each_all_to_all_is_covered_by_one_chunk_of_the_paired_micro_batch() -> None:
-    # Megatron-Core @ core_v0.15.0 models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run pairs
-    # combine_bwd with attn_fwd, dispatch_fwd with mlp_bwd, dispatch_bwd with mlp_bwd_dw + mlp_fwd and combine_fwd with
-    # attn_bwd. Here (ms): attention 2 forward, 4 backward; experts 4 forward, 8 backward (half data, half weight
-    # gradient): the chunks are 2, 4, 4 + 4 and 4.
+def test_each_all_to_all_runs_beside_the_paired_micro_batchs_chunks() -> None:
+    # Megatron-Core @ core_v0.15.0 models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run, with
+    # delayed weight gradients: comm combine_bwd | comp attn_fwd; comm dispatch_fwd, then dispatch_bwd once mlp_bwd is
+    # done | comp mlp_bwd, mlp_bwd_dw, then mlp_fwd once dispatch_fwd is done; comm combine_fwd | comp attn_bwd. Here
+    # (ms): attention 2 forward, 4 backward; experts 4 forward, 8 backward (4 data, 4 weight gradient): 18 of compute.
     from dataclasses import fields
 
     from llmscale.cost.compute import LayerTimes
@@ -105,9 +105,11 @@ def test_each_all_to_all_is_covered_by_one_chunk_of_the_paired_micro_batch() -> 
     dense = times(gemm_s=3, attention_core_s=1, dense_mlp_s=2, gemm_input_grad_s=3, gemm_weight_grad_s=3,
                   attention_core_backward_s=2)
     moe = times(gemm_s=5, attention_core_s=1, gemm_input_grad_s=5, gemm_weight_grad_s=5, attention_core_backward_s=2)
-    assert paired_all_to_all_s(np.array([3.0]), dense, moe)[0] == pytest.approx(1.0)  # only attn_fwd is short
-    assert paired_all_to_all_s(np.array([5.0]), dense, moe)[0] == pytest.approx(3.0 + 1.0 + 0.0 + 1.0)
-    assert paired_all_to_all_s(np.array([1.0]), dense, moe)[0] == 0.0
+    exposed = paired_all_to_all_s(np.array([1.0, 3.0, 5.0]), dense, moe)
+    # a = 1: every all-to-all under its chunk. a = 3: only combine_bwd outlasts attn_fwd (3 + 12 + 4 = 19).
+    # a = 5: 5 + max(max(5, 4) + 5, max(8, 5) + 4) + 5 = 22; pairing each all-to-all with one chunk alone would
+    # give 3 + 1 + 0 + 1 = 5, as dispatch_fwd also runs beside mlp_bwd_dw.
+    assert exposed == pytest.approx([0.0, 1.0, 4.0])
 
 
 def test_explain_lists_the_moe_layer_parts() -> None:

@@ -103,17 +103,20 @@ class PathShares:
 
 
 def paired_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -> np.ndarray:
-    """Exposed all-to-all time of one MoE layer and one pair of micro-batches under Megatron's 1F1B A2A overlap, which
-    runs each all-to-all of one micro-batch beside one compute chunk of the other (Megatron-Core @ core_v0.15.0
-    models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run): combine_bwd beside attn_fwd,
-    dispatch_fwd beside mlp_bwd, dispatch_bwd beside mlp_bwd_dw and mlp_fwd, combine_fwd beside attn_bwd. `one_s` is
-    one all-to-all; a chunk shorter than it leaves the rest exposed (docs/cost-model.md#path-overlap)."""
+    """Exposed all-to-all time of one MoE layer and one pair of micro-batches under Megatron's 1F1B A2A overlap with
+    delayed weight gradients (Megatron-Core @ core_v0.15.0 models/common/model_chunk_schedule_plan.py
+    TransformerLayerSchedulePlan.run; Bridge sets delay_wgrad_compute with it): three segments, each waiting for both
+    streams of the one before (docs/cost-model.md#path-overlap). `one_s` is one all-to-all."""
+    a = one_s
     attention_f = dense.forward_s - dense.dense_mlp_s
     attention_b = dense.backward_s - 2.0 * dense.dense_mlp_s
     experts_f = np.maximum(moe.forward_s - attention_f, 0.0)
-    experts_b = np.maximum(moe.backward_s - attention_b, 0.0)
-    chunks = (attention_f, 0.5 * experts_b, 0.5 * experts_b + experts_f, attention_b)
-    exposed: np.ndarray = sum((np.maximum(one_s - chunk, 0.0) for chunk in chunks), np.zeros_like(one_s))
+    dgrad = wgrad = 0.5 * np.maximum(moe.backward_s - attention_b, 0.0)
+    # combine_bwd | attn_fwd; dispatch_fwd then dispatch_bwd (after mlp_bwd) | mlp_bwd, mlp_bwd_dw, mlp_fwd (after
+    # dispatch_fwd); combine_fwd | attn_bwd
+    middle = np.maximum(np.maximum(a, dgrad) + a, np.maximum(dgrad + wgrad, a) + experts_f)
+    span = np.maximum(a, attention_f) + middle + np.maximum(a, attention_b)
+    exposed: np.ndarray = span - (attention_f + dgrad + wgrad + experts_f + attention_b)
     return exposed
 
 
