@@ -27,14 +27,14 @@ LLAMA = load_model("llama3-8b")
 
 def _calls(train: TrainSpec, ep: int = 8, model=QWEN30):  # type: ignore[no-untyped-def]
     lay = Layouts.from_columns(ep=ep, dp=8)
-    return layer_calls(model, train, lay, train.fp8_recipe_on(True))
+    return layer_calls(model, train, lay)
 
 
 def test_quantize_calls_per_recipe() -> None:
-    assert quantize_calls(TrainSpec(), Fp8Recipe.MXFP8) == 0  # 16-bit: nothing to quantize
+    assert quantize_calls(TrainSpec(fp8_recipe=Fp8Recipe.MXFP8)) == 0  # 16-bit: nothing to quantize
     # amax, scale and cast of current scaling come from one quantizer call (TE v2.9 csrc/quantizer.cpp quantize_impl)
-    assert quantize_calls(TrainSpec(precision=Precision.FP8), Fp8Recipe.TENSORWISE) == 1
-    assert quantize_calls(TrainSpec(precision=Precision.FP8), Fp8Recipe.MXFP8) == 1
+    assert quantize_calls(TrainSpec(precision=Precision.FP8, fp8_recipe=Fp8Recipe.TENSORWISE)) == 1
+    assert quantize_calls(TrainSpec(precision=Precision.FP8, fp8_recipe=Fp8Recipe.MXFP8)) == 1
 
 
 def test_te_grouped_gemm_launches_per_local_expert() -> None:

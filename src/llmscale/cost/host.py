@@ -14,7 +14,7 @@ import numpy as np
 from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import StageLayers
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import CudaGraphScope, Fp8Recipe, GroupedGemm, MoeDispatcher, Precision, Routing, TrainSpec
+from llmscale.specs.train import CudaGraphScope, GroupedGemm, MoeDispatcher, Precision, Routing, TrainSpec
 
 TE_STREAMS = 4
 """Streams TE's grouped GEMM spreads the local experts' GEMMs over (NVIDIA/TransformerEngine@70f53666 (v2.9)
@@ -42,12 +42,11 @@ class HostCalls:
     """The MoE forward waits on the host for the token counts (`host_synced`)."""
 
 
-def quantize_calls(train: TrainSpec, recipe: Fp8Recipe) -> int:
+def quantize_calls(train: TrainSpec) -> int:
     """q: host calls that quantize one GEMM input: none at 16-bit, one under every FP8 and FP4 recipe. Current
     scaling's amax, scale and cast are three kernels of one call (NVIDIA/TransformerEngine@v2.9 pytorch/csrc/
     quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl), as MXFP8's one cast is; the host pays per call
     (StepConstants.host_call_us), not per kernel (docs/cost-model.md#host-calls)."""
-    del recipe
     return 1 if train.precision in (Precision.FP8, Precision.FP4) else 0
 
 
@@ -111,11 +110,11 @@ def moe_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, q: int) -> dict[
 
 
 @reads("tp", "cp", "mbs", "sp", "etp", "ep")
-def layer_calls(model: ModelSpec, train: TrainSpec, lay: Layouts, recipe: Fp8Recipe) -> HostCalls:
+def layer_calls(model: ModelSpec, train: TrainSpec, lay: Layouts) -> HostCalls:
     """Host calls of a dense layer's blocks and an MoE layer's, per pass (docs/cost-model.md#host-calls); `router`
     holds an MoE layer's parts before its token counts reach the host (MOE_BEFORE_SYNC), `experts` the rest. Reads
     lay.ep, lay.tp."""
-    q = quantize_calls(train, recipe)
+    q = quantize_calls(train)
     collectives = np.where(lay.tp > 1, 2.0, 0.0)
     attention = _block(5.0 + collectives + (6.0 if model.mla else 0.0), 4.0 if model.mla else 2.0, q)
     mlp = _block(3.0 + collectives, 2.0, q)

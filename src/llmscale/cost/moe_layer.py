@@ -59,11 +59,10 @@ def moe_layer_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, la
     """The parts of layout i's MoE layer (docs/cost-model.md#moe-layer); the model must be MoE."""
     assert model.is_moe, "moe_layer_parts of a dense model"
     block = moe_block_of(model, cluster, train, lay, constants)
-    recipe = cluster.gpu.fp8_recipe(train)
-    calls = moe_calls(model, train, lay, quantize_calls(train, recipe))
+    calls = moe_calls(model, train, lay, quantize_calls(train))
     comm = microbatch_comm(model, cluster, train, lay, constants)
     call_s = constants.step.host_call_us * US
-    host = LayerHost.of(layer_calls(model, train, lay, recipe), train.cuda_graph_scope, lay.cuda_graphs, call_s)
+    host = LayerHost.of(layer_calls(model, train, lay), train.cuda_graph_scope, lay.cuda_graphs, call_s)
     tokens = float(train.seq_len / lay.cp[i] * lay.mbs[i])
     sigma = float(lay.tp[i] if lay.sp[i] else 1)
     h = model.hidden

@@ -179,7 +179,7 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     stages = {which: take_fields(stage.layers, stage_of_row) for which, stage in derived.distinct_stages.items()}
     dense, moe, output = (take_fields(kind, layer_of_row) for kind in times)
     # Host seconds per layer row with graphs off, then on (cost.host), taken for each row's cuda_graphs.
-    calls = layer_calls(model, train, layer_view, cluster.gpu.fp8_recipe(train))
+    calls = layer_calls(model, train, layer_view)
     host = take_fields(LayerHost.both(calls, train.cuda_graph_scope, constants.step.host_call_us * US),
                        layer_of_row + layer_rows.first.size * few.cuda_graphs)
     path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, host)
