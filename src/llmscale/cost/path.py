@@ -72,6 +72,8 @@ class PathShares:
     any_recompute: np.ndarray
     tp: np.ndarray
     ep: np.ndarray
+    ep_overlap: np.ndarray
+    """Megatron's 1F1B all-to-all overlap is on (ep_comm_overlap)."""
     dualpipe: np.ndarray
     sm_share: np.ndarray
     """Share of the SMs the overlapped all-to-all kernels hold (0 where nothing overlaps them)."""
@@ -97,6 +99,7 @@ class PathShares:
             any_recompute=(lay.recompute != Recompute.NONE.code).astype(float),
             tp=np.where(lay.tp_comm_overlap, const.tp_comm_exposed_fraction, 1.0),
             ep=np.where(lay.ep_comm_overlap, const.ep_comm_exposed_fraction, 1.0),
+            ep_overlap=np.asarray(lay.ep_comm_overlap, dtype=bool),
             dualpipe=dualpipe,
             sm_share=np.where(overlapped, overlap_sm_share, 0.0),
         )
@@ -147,7 +150,7 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
         hidden = np.maximum(0.0, ep_all - total)
         paired = 0.5 * shares.tp_ep_passes * layers.moe * paired_all_to_all_s(0.5 * comm.ep_s, dense, moe)
         overlapped = np.maximum(shares.ep * ep_all, np.maximum(hidden, paired))
-        ep = np.where(shares.dualpipe, hidden, np.where(shares.ep < 1, overlapped, ep_all))
+        ep = np.where(shares.dualpipe, hidden, np.where(shares.ep_overlap, overlapped, ep_all))
         # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
         # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
         ep = ep + shares.sm_share * (ep_all - ep)
@@ -175,7 +178,7 @@ def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stag
     best: tuple[CriticalPath, np.ndarray] | None = None
     for which, layers in stages.items():
         compute = rank_compute(lay, layers, times, const.launch_overhead_us)
-        path = critical_path(shares, layers, compute, comm, (times[0], times[1]), host)
+        path = critical_path(shares, layers, compute, comm, times[:2], host)
         if best is None:
             best = (path, np.full(lay.size, int(which)))
             continue
