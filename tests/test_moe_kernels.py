@@ -70,6 +70,27 @@ def test_expert_biases_move_the_fc2_output_through_apply_bias() -> None:
     assert moe_block(gpt_oss, GroupedGemm.TE_FUSED, lay, RATES, RATES, tokens, np.ones(1), 0.0).expert_bias_s[0] == 0
 
 
+def test_a_clamped_glu_moves_its_inputs_through_eager_clamps() -> None:
+    """Megatron-Core's weighted_bias_quick_geglu_impl clamps the GLU's two halves and concatenates them eagerly, before
+    the jit-fused activation (fused_bias_geglu.py @0d8e0714 and core_v0.17.0): clamp x_glu (read 2, write 2 B per
+    element of f_e), clamp x_linear (2 + 2), cat (read 4, write 4) = 16 B per element of the activation's f_e output
+    per routed copy, beside the activation's own 6 (read 2·f_e, write f_e, 16-bit). GPT-OSS: swiglu_limit 7.0."""
+    gpt_oss = load_model("gpt-oss-120b")
+    assert gpt_oss.glu_clamp == 7.0
+    lay = Layouts.from_columns(ep=8, dp=8)
+    tokens = np.array([16384.0])
+    hbm = B200.gpu.memory_bandwidth_bytes_per_s * B200.gpu.efficiency.hbm
+    clamped = moe_block(gpt_oss, GroupedGemm.TE, lay, RATES, RATES, tokens, np.ones(1), cast=0.0)
+    assert clamped.activation_s[0] == pytest.approx(16384 * 4 * 2880 * (6 + 16) / hbm, rel=1e-12)
+    free = gpt_oss.model_copy(update={"glu_clamp": None})
+    unclamped = moe_block(free, GroupedGemm.TE, lay, RATES, RATES, tokens, np.ones(1), cast=0.0)
+    assert unclamped.activation_s[0] == pytest.approx(16384 * 4 * 2880 * 6 / hbm, rel=1e-12)
+    # the fused grouped MLP runs its activation in the GEMM's epilogue; other kernels were not read for the clamp
+    assert moe_block(gpt_oss, GroupedGemm.TE_FUSED, lay, RATES, RATES, tokens, np.ones(1), 0.0).activation_s[0] == 0
+    legacy = moe_block(gpt_oss, GroupedGemm.LEGACY, lay, RATES, RATES, tokens, np.ones(1), 0.0)
+    assert legacy.activation_s[0] == pytest.approx(unclamped.activation_s[0], rel=1e-12)
+
+
 def _job(overlap: bool):  # type: ignore[no-untyped-def]
     # Qwen3-235B on 256 H100 as the 26.04.01 table ran it (tp 2, pp 8, vp 4, ep 32): its EP all-to-all leaves the node,
     # under Megatron's alltoall dispatcher every expert copy of a token (cost.traffic.DEDUPLICATING).

@@ -114,6 +114,8 @@ def test_megatron_flags_carry_the_window_both_ways(capsys: pytest.CaptureFixture
     text = capsys.readouterr().out
     assert info.value.code == 0
     assert "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text
+    # Megatron-LM has no flag for the clamp (arguments.py at MEGATRON_SOURCE): a note says so instead of dropping it
+    assert "# note: glu_clamp 7: " in text
     model = parse_megatron_args(text).model
     assert (model.sliding_window, model.full_attention_every) == (128, 2)
 

@@ -72,16 +72,16 @@ def test_shipped_set_regression_guard() -> None:
     # A regression pin, not the issues' targets (dense median ≤ 5 %, p90 ≤ 15 %; MoE median ≤ 10 %, p90 ≤ 25 %),
     # which `--facts profile` does not all meet: on the shipped 150 published runs (142 evaluated), each under its
     # framework release's profile and nothing filed under its name, the model reached dense median 4.8 % / p90 12.0 %
-    # and MoE median 7.7 % / p90 36.4 % |error| in tokens/s per GPU (GPT-OSS 28 %: its 26.04.01 BF16 runs are slower
-    # than the same model ran under 26.06; see docs/published-runs.md), fit recall 140 / 142, when this pin was last
-    # updated (one host call per quantized input under every FP8 recipe, host_call_us refitted to 58.3 us);
-    # `--facts recipe` (the rows' own recipe facts too): dense 4.8 / 11.8, MoE 7.7 / 35.8.
+    # and MoE median 7.7 % / p90 31.0 % |error| in tokens/s per GPU (GPT-OSS 21 %: its Blackwell rows 12-34 % too
+    # fast in 25.11, 26.04.01 and against 26.06; see docs/published-runs.md#gpt-oss-releases), fit recall 140 / 142,
+    # when this pin was last updated (the experts' eager GLU clamp priced); `--facts recipe` (the rows' own recipe
+    # facts too): dense 4.8 / 11.8, MoE 7.7 / 31.0.
     report = validate_rows(*load_rows())
     assert report.summary()["evaluated"] >= 140
     groups = report.by_group()
     dense, moe = groups[("all", "dense")], groups[("all", "moe")]
     assert dense.median_abs_error_pct <= 5.5 and dense.p90_abs_error_pct <= 14.0
-    assert moe.median_abs_error_pct <= 9.0 and moe.p90_abs_error_pct <= 39.0
+    assert moe.median_abs_error_pct <= 9.0 and moe.p90_abs_error_pct <= 34.0
     assert report.fit_recall is not None and report.fit_recall >= 0.95
 
 

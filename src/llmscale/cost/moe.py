@@ -61,7 +61,8 @@ class MoeBlock:
     cast_s: np.ndarray
     """Quantizing the routed copies and the experts' fc2 inputs (0 at 16-bit; fc2's is fused under te-fused)."""
     activation_s: np.ndarray
-    """The experts' activation function (0 under te-fused: in the GEMM's epilogue)."""
+    """The experts' activation function, with the eager clamp of its inputs where one runs (GLU_CLAMP_BYTES; 0 under
+    te-fused: in the GEMM's epilogue)."""
     expert_bias_s: np.ndarray
     """The experts' fc2 bias, weighted by the routing probabilities outside the GEMM (`EXPERT_BIAS_BYTES`)."""
     tokens_per_expert: np.ndarray
@@ -83,6 +84,20 @@ EXPERT_BIAS_BYTES = 28.0
 """Forward bytes per element of the experts' fc2 output that Megatron-Core's TEGroupedMLP._apply_bias moves for
 experts with biases: `t + b * p` with fp32 probabilities, cat, cast back (NVIDIA/Megatron-LM@2edffadb
 megatron/core/transformer/moe/experts.py); the count: docs/cost-model.md#moe-copies."""
+
+
+GLU_CLAMP_BYTES = 16.0
+"""Forward bytes per element of one expert's activation output (f_e per routed copy) that Megatron-Core moves to clamp
+the GLU's inputs before its fused activation: weighted_bias_quick_geglu_impl runs `x_glu.clamp(max=c)`,
+`x_linear.clamp(-c, c)` and `torch.cat` eagerly, outside the jit-fused function (NVIDIA/Megatron-LM@0d8e0714 and
+core_v0.17.0 megatron/core/fusions/fused_bias_geglu.py, called from TEGroupedMLP.bias_act_func); the count:
+docs/cost-model.md#moe-copies."""
+
+
+def expert_clamp_outside_fusion(model: ModelSpec, impl: GroupedGemm) -> bool:
+    """Whether the experts' GLU inputs are clamped by eager kernels (GLU_CLAMP_BYTES): a clamped gated MLP under TE's
+    grouped GEMM, the kernel it was read in."""
+    return model.glu_clamp is not None and model.gated_mlp and impl is GroupedGemm.TE
 
 
 def expert_bias_outside_gemm(model: ModelSpec, impl: GroupedGemm) -> bool:
@@ -109,7 +124,8 @@ def moe_block(model: ModelSpec, impl: GroupedGemm, lay: Layouts, rates: KernelRa
     shared = mlp_linears(model, rates, tokens, shared_ffn / tp) if shared_ffn else LinearTimes(zero, zero, zero)
     router = linear_s(rates16, tokens / sigma, h, model.experts)
     fused = impl is GroupedGemm.TE_FUSED
-    activation = 0.0 if fused else (6.0 if model.gated_mlp else 4.0) * f_e * k / tp
+    clamp = GLU_CLAMP_BYTES if expert_clamp_outside_fusion(model, impl) else 0.0
+    activation = 0.0 if fused else ((6.0 if model.gated_mlp else 4.0) + clamp) * f_e * k / tp
     bias = EXPERT_BIAS_BYTES if expert_bias_outside_gemm(model, impl) else 0.0
     return MoeBlock(
         router=router, experts=experts, shared=shared,

@@ -216,13 +216,15 @@ def _moe_fields(cfg: _Config, spec: dict[str, Any]) -> None:
 
 def _gpt_oss_fields(cfg: _Config, spec: dict[str, Any]) -> None:
     """GPT-OSS (transformers models/gpt_oss/configuration_gpt_oss.py): every layer MoE, experts as wide as
-    intermediate_size, biases on attention and experts, learned sinks (no cost modelled), and `layer_types`
-    alternating sliding-window and full attention."""
+    intermediate_size, biases on attention and experts, learned sinks (no cost modelled), the experts' inputs
+    clamped at `swiglu_limit`, and `layer_types` alternating sliding-window and full attention."""
     experts = cfg.need("num_local_experts")
     cfg.put(spec, "experts", "num_local_experts", experts)
     cfg.put(spec, "top_k", "num_experts_per_tok", cfg.need("num_experts_per_tok"))
     cfg.put(spec, "expert_ffn_hidden", "intermediate_size", cfg.need("intermediate_size"))
     cfg.put(spec, "linear_bias", "attention_bias", bool(cfg.data.get("attention_bias", True)))
+    if cfg.data.get("swiglu_limit") is not None:
+        cfg.put(spec, "glu_clamp", "swiglu_limit", cfg.data["swiglu_limit"])
     _sliding_window(cfg, spec)
 
 

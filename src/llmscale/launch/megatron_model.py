@@ -192,6 +192,9 @@ def model_notes(job: Job) -> list[str]:
         differs = _fixed_differs(scaling, fixed)
         if differs:
             notes.append(f"rope_scaling {scaling.kind.value}: " + ", ".join(differs) + ": no flag carries it")
+    if m.glu_clamp is not None:
+        notes.append(f"glu_clamp {m.glu_clamp:g}: Megatron-Core's TransformerConfig.activation_func_clamp_value has no "
+                     "flag: set it in the model provider (Megatron-Bridge's GPT-OSS provider does)")
     lay = job.resolved_layout
     if m.is_moe and m.moe_max_nodes is not None and not router_groups(m, lay, job.cluster.tiers[0].ranks):
         notes.append(f"moe_max_nodes {m.moe_max_nodes}: the EP group (ep {job.resolved_layout.ep}) spans no more "

@@ -119,6 +119,10 @@ class ModelSpec(Spec):
     full_attention_every: PositiveInt | None = Field(
         None, le=MAX_LAYERS, description="with sliding_window: one layer in every N attends to the whole sequence, "
         "the others to the window (Megatron --window-attn-skip-freq N; GPT-OSS: 2); None = every layer is windowed")
+    glu_clamp: float | None = Field(
+        None, gt=0, le=1e4, description="the gated MLP's inputs clamped to this limit before the activation (HF "
+        "swiglu_limit; Megatron-Core TransformerConfig.activation_func_clamp_value, no command-line flag; GPT-OSS: "
+        "7.0); None = no clamp")
     learned_position_embeddings: int = Field(
         0, ge=0, le=MAX_POSITIONS, description="rows of a learned position table; 0 = RoPE"
     )

@@ -285,8 +285,8 @@ def family_of(run: PublishedRun) -> str | None:
 
 def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
     """The run's ModelSpec from its architecture keys (schema: docs/published-runs.md): MLA rows get DeepSeek's
-    dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1, GPT-OSS rows their sliding window and YaRN
-    (`family_attention`). `overrides` sets ModelSpec fields the row leaves null or states differently (e.g. a key
+    dimensions (`DEEPSEEK_MLA`), DeepSeek-V3 rows MTP depth 1, GPT-OSS rows their sliding window, YaRN and
+    MLP clamp (`family_fields`). `overrides` sets ModelSpec fields the row leaves null or states differently (e.g. a key
     the caller's formula does not read)."""
     given = dict(overrides or {})
     fields: dict[str, Any] = {"name": run.name, "source": run.source, "mtp_layers": _mtp_layers(run),
@@ -309,24 +309,25 @@ def model_from_run(run: PublishedRun, overrides: Mapping[str, Any] | None = None
     if _is_deepseek_v3(run):
         fields["moe_max_nodes"] = DEEPSEEK_V3_MAX_NODES
         fields["moe_router_groups"] = DEEPSEEK_V3_ROUTER_GROUPS
-    if fields["family"] in FAMILY_ATTENTION:
-        fields |= family_attention(fields["family"])
+    if fields["family"] in FAMILY_MODEL:
+        fields |= family_fields(fields["family"])
     return parse_spec(ModelSpec, {**fields, **given}, where=f"published run {run.name!r}")
 
 
-FAMILY_ATTENTION = {"gpt-oss": "gpt-oss-120b"}
-"""Families whose attention the published tables do not print, and the catalog model that holds it (GPT-OSS: a
-128-token window on every other layer and YaRN RoPE, from its config.json; catalog/models.yaml cites it)."""
-ATTENTION_FIELDS = ("sliding_window", "full_attention_every", "rope_theta", "rope_scaling")
+FAMILY_MODEL = {"gpt-oss": "gpt-oss-120b"}
+"""Families whose architecture the published tables print only in part, and the catalog model that holds the rest
+(GPT-OSS: a 128-token window on every other layer, YaRN RoPE and the MLP's input clamp, from its config.json;
+catalog/models.yaml cites it)."""
+FAMILY_FIELDS = ("sliding_window", "full_attention_every", "rope_theta", "rope_scaling", "glu_clamp")
 
 
 @cache
-def family_attention(family: str) -> dict[str, Any]:
-    """The attention fields (ATTENTION_FIELDS) of the catalog model FAMILY_ATTENTION names for `family`."""
+def family_fields(family: str) -> dict[str, Any]:
+    """The fields (FAMILY_FIELDS) of the catalog model FAMILY_MODEL names for `family`."""
     from llmscale.io.catalog import load_model
 
-    model = load_model(FAMILY_ATTENTION[family])
-    return {key: getattr(model, key) for key in ATTENTION_FIELDS}
+    model = load_model(FAMILY_MODEL[family])
+    return {key: getattr(model, key) for key in FAMILY_FIELDS}
 
 
 def _block_facts(run: PublishedRun) -> dict[str, Any]:
