@@ -133,6 +133,26 @@ def test_each_all_to_all_runs_beside_the_paired_micro_batchs_chunks() -> None:
     assert exposed == pytest.approx([0.0, 1.0, 4.0])
 
 
+def test_the_chunks_that_run_alone_leave_their_all_to_all_unhidden() -> None:
+    # Megatron-Core @ core_v0.15.0: without pipelining, combined_1f1b_schedule_for_no_pipelining runs the first
+    # micro-batch's forward and the last one's backward alone ("no a2a overlapping"); interleaved, the warm-up forwards
+    # (schedules.py get_pp_rank_microbatches: (pp − rank − 1)·2 + (vpp − 1)·group + 1 with the overlap, group = pp by
+    # default) and as many cool-down backwards.
+    from llmscale.cost.path import unpaired_share
+
+    lay = Layouts.from_columns(pp=[1, 8, 8, 8], vpp=[1, 4, 4, 4], dp=1)
+    rank = np.array([0, 0, 7, 0])
+    nmb = np.array([5, 512, 512, 4])
+    assert unpaired_share(lay, rank, nmb) == pytest.approx([1 / 5, (14 + 24 + 1) / 2048, (0 + 24 + 1) / 2048, 1.0])
+    # the Qwen3-235B job above: more of the all-to-all exposed than the paired form alone leaves
+    from llmscale.cost.step import estimate_step
+
+    job = _job(True)
+    step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
+    off = estimate_step(*(getattr(_job(False), k) for k in ("model", "cluster", "train", "layouts", "constants")))
+    assert 0.0 < step.ep_exposed_s[0] < off.ep_exposed_s[0]
+
+
 def test_explain_lists_the_moe_layer_parts() -> None:
     job = resolve(JobRequest(model="qwen3-30b-a3b", cluster="b200:8", gpus=8,
                              train={"global_batch": 512, "seq_len": 4096, "precision": "fp8", "fp8_recipe": "mxfp8"},

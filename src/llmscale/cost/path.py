@@ -123,10 +123,22 @@ def paired_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -
     return exposed
 
 
+def unpaired_share(lay: Layouts, rank: np.ndarray, num_microbatches: np.ndarray) -> np.ndarray:
+    """Share of a pipeline `rank`'s forward chunks, and of as many backward ones, that Megatron's 1F1B A2A overlap
+    runs alone, their all-to-all unhidden: the first forward and last backward without pipelining, the warm-up
+    forwards and cool-down backwards when interleaved (Megatron-Core @ core_v0.15.0 combined_1f1b.py,
+    schedules.py get_pp_rank_microbatches; docs/cost-model.md#path-overlap)."""
+    chunks = num_microbatches * lay.vpp
+    warmup = np.where(lay.pp > 1, (lay.pp - rank - 1) * 2 + (lay.vpp - 1) * lay.pp + 1, 1)
+    share: np.ndarray = np.minimum(warmup, chunks) / chunks
+    return share
+
+
 def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm,
-                  times: tuple[LayerTimes, LayerTimes], host: LayerHost) -> CriticalPath:
+                  times: tuple[LayerTimes, LayerTimes], host: LayerHost, unpaired: np.ndarray) -> CriticalPath:
     """Communication and host wait on one rank's path per micro-batch (docs/cost-model.md#path-overlap); `times` the
-    (dense, MoE) layer's times, `host` the host seconds per layer (cost.host)."""
+    (dense, MoE) layer's times, `host` the host seconds per layer (cost.host), `unpaired` the rank's share of chunks
+    whose all-to-all no other micro-batch hides under Megatron's 1F1B overlap (`unpaired_share`)."""
     dense, moe = times
     full = shares.full
     has_moe = bool(layers.moe.any())  # else every expert term is 0: skipped, with the same sums
@@ -146,10 +158,12 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
         ep_all = shares.tp_ep_passes * layers.moe * comm.ep_s
         # Overlapped: DualPipe hides it behind the paired micro-batch's compute, no more than all of it; Megatron's
         # 1F1B A2A overlap leaves what each paired chunk does not cover (dispatch and combine are half of ep_s each
-        # way), no less than the fitted exposed share.
+        # way), no less than the fitted exposed share, and all of it on the chunks that run alone (per micro-batch
+        # on average: the pipeline model spreads it).
         hidden = np.maximum(0.0, ep_all - total)
         paired = 0.5 * shares.tp_ep_passes * layers.moe * paired_all_to_all_s(0.5 * comm.ep_s, dense, moe)
         overlapped = np.maximum(shares.ep * ep_all, np.maximum(hidden, paired))
+        overlapped = (1.0 - unpaired) * overlapped + unpaired * ep_all
         ep = np.where(shares.dualpipe, hidden, np.where(shares.ep_overlap, overlapped, ep_all))
         # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
         # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
@@ -168,17 +182,19 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
        "recompute_moe_act", "recompute_mlp", "ep", "tp_comm_overlap", "ep_comm_overlap")
 def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stages: dict[RankOf, StageLayers],
                   times: tuple[LayerTimes, LayerTimes, LayerTimes], comm: MicrobatchComm,
-                  host: LayerHost) -> tuple[CriticalPath, np.ndarray]:
+                  host: LayerHost, num_microbatches: np.ndarray) -> tuple[CriticalPath, np.ndarray]:
     """The critical path of the slowest of the representative ranks `stages` (the first of equals) and its RankOf
     code, for layouts `lay` (a view of cost.step.PATH_VIEW; one per distinct row, so the rank's compute is evaluated
-    on them directly) with layer times `times` and host seconds `host` per layout (cost.host.LayerHost)."""
+    on them directly) with layer times `times`, host seconds `host` per layout (cost.host.LayerHost) and
+    `num_microbatches` per layout (the unpaired chunks of Megatron's 1F1B A2A overlap, `unpaired_share`)."""
     const = constants.step
     sms = cluster.gpu.sm_count
     shares = PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
     best: tuple[CriticalPath, np.ndarray] | None = None
     for which, layers in stages.items():
         compute = rank_compute(lay, layers, times, const.launch_overhead_us)
-        path = critical_path(shares, layers, compute, comm, times[:2], host)
+        unpaired = unpaired_share(lay, layers.rank, num_microbatches)
+        path = critical_path(shares, layers, compute, comm, times[:2], host, unpaired)
         if best is None:
             best = (path, np.full(lay.size, int(which)))
             continue

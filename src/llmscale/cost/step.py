@@ -182,8 +182,8 @@ def _path_parts(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: L
     calls = layer_calls(model, train, layer_view)
     host = take_fields(LayerHost.both(calls, train.cuda_graph_scope, constants.step.host_call_us * US),
                        layer_of_row + layer_rows.first.size * few.cuda_graphs)
-    path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, host)
     num_micro = derived.num_microbatches.take(rows.first)
+    path, critical = critical_rank(cluster, constants, few, stages, (dense, moe, output), comm, host, num_micro)
     fwd = path.forward_s
     bwd_in = path.per_microbatch_s - fwd - path.compute.backward_weight_s
     pipe = pipeline_times(few, num_micro, fwd, bwd_in, path.compute.backward_weight_s, comm.pp_s)
