@@ -57,7 +57,7 @@ VERIFIED_MEGATRON_FLAGS = frozenset({
     "--use-precision-aware-optimizer", "--use-rope-scaling", "--use-tp-pp-dp-mapping", "--v-head-dim", "--vocab-size",
     "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
     "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--use-transformer-engine-op-fuser",
-    "--cuda-graph-modules", "--window-size", "--window-attn-skip-freq",
+    "--cuda-graph-modules", "--window-size", "--window-attn-skip-freq", "--activation-func-clamp-value",
 })  # fmt: skip
 
 # GPT-3 175B on Selene as Narayanan et al. 2021 (arXiv:2104.04473) ran it: tp 8, pp 8, batch 1536 × 2048.

@@ -84,6 +84,12 @@ CASES: dict[str, Any] = {
         train={"global_batch": 128, "seq_len": 8192, "precision": "fp8", "fp8_recipe": "tensorwise",
                "fp8_params": True, "fsdp_double_buffer": True},
         layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3})),
+    # GPT-OSS on H100 as the Bridge 26.04.01 table ran it (ep 8, pp 4): a sliding window on every other layer and the
+    # experts' GLU clamp travel as --window-size, --window-attn-skip-freq and --activation-func-clamp-value.
+    "g-gpt-oss-window-clamp": lambda tmp, cap: resolve(JobRequest(
+        model="gpt-oss-120b", cluster="h100-sxm:64", gpus=64,
+        train={"global_batch": 1280, "seq_len": 4096},
+        layout={"pp": 4, "dp": 16, "ep": 8, "mbs": 1})),
 }
 
 
@@ -139,6 +145,7 @@ _NOT_EXPORTED = {"total_tokens", "fused_cross_entropy", "pipeline_splits"}
     ("d-fp8", "--rotary-base"), ("d-fp8", "--fp8-format"), ("d-fp8", "--use-distributed-optimizer"),
     ("e-moe-ep-uneven-pp", "--expert-model-parallel-size"), ("e-moe-ep-uneven-pp", "--moe-layer-freq"),
     ("e-moe-ep-uneven-pp", "--recompute-modules"), ("e-moe-ep-uneven-pp", "--moe-router-enable-expert-bias"),
+    ("g-gpt-oss-window-clamp", "--activation-func-clamp-value"), ("g-gpt-oss-window-clamp", "--window-size"),
 ])  # fmt: skip
 def test_a_dropped_flag_fails_the_round_trip(case: str, flag: str) -> None:
     # The round trip can fail: without one of these flags the parsed job is another job.

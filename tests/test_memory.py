@@ -156,6 +156,23 @@ def test_deepseek_v3_moe_layer_matches_nvidias_estimator(flags: dict[str, bool],
     assert acts.moe_bytes[0] / MIB == pytest.approx(expected_mib + ROUTER_FP32_MIB, rel=1e-12)
 
 
+@pytest.mark.parametrize("impl", ["te", "te-fused"])
+def test_a_clamped_glu_keeps_its_concatenated_copy_unless_recomputed(impl: str) -> None:
+    # Megatron-Core's weighted_bias_quick_geglu_impl (fused_bias_geglu.py @0d8e0714 and core_v0.17.0) hands the fused
+    # activation torch.cat of the two clamped halves, a new [copies, 2·f_e] 16-bit tensor it saves for backward, while
+    # the clamps keep fc1's output (already counted). Under moe_act recompute the activation runs without grad and
+    # nothing is saved; the fused grouped MLP clamps in its epilogue. GPT-OSS: 4 copies per token, f_e = 2880.
+    gpt_oss = load_model("gpt-oss-120b")
+    train = TrainSpec(seq_len=4096, global_batch=1024, moe_grouped_gemm_impl=impl, routing=Routing.FORCED)
+    unclamped = gpt_oss.model_copy(update={"glu_clamp": None})
+    for keep in (False, True):
+        lay = Layouts.from_columns(dp=8, ep=8, recompute_moe_act=keep)
+        extra = (layer_activations(gpt_oss, train, lay).moe_bytes[0]
+                 - layer_activations(unclamped, train, lay).moe_bytes[0])
+        saved = 4096 * 4 * 2 * 2880 * 2 if impl == "te" and not keep else 0.0
+        assert extra == pytest.approx(saved, rel=1e-9)
+
+
 def test_deepseek_v3_own_layout_fits_an_h800() -> None:
     # DeepSeek-V3 (arXiv:2412.19437) trained on 2048 H800 of 80 GB with PP16 DualPipe, EP64, no TP (§3.2), recomputing
     # every RMSNorm and MLA up-projection (§3.2.3), caching SwiGLU inputs in FP8 and recomputing their outputs, Adam

@@ -85,7 +85,11 @@ def test_a_clamped_glu_moves_its_inputs_through_eager_clamps() -> None:
     free = gpt_oss.model_copy(update={"glu_clamp": None})
     unclamped = moe_block(free, GroupedGemm.TE, lay, RATES, RATES, tokens, np.ones(1), cast=0.0)
     assert unclamped.activation_s[0] == pytest.approx(16384 * 4 * 2880 * 6 / hbm, rel=1e-12)
-    # the fused grouped MLP runs its activation in the GEMM's epilogue; other kernels were not read for the clamp
+    # SequentialMLP's per-expert MLP.forward calls the same function (mlp.py, core_v0.17.0 and 0d8e0714)
+    loop = moe_block(gpt_oss, GroupedGemm.CUBLAS_LOOP, lay, RATES, RATES, tokens, np.ones(1), 0.0)
+    assert loop.activation_s[0] == pytest.approx(clamped.activation_s[0], rel=1e-12)
+    # the fused grouped MLP clamps in its epilogue (te.ops.ScaledClampedQGeGLU); Megatron's legacy GroupedMLP refuses
+    # biases and quick-GELU (0d8e0714 experts.py), so GPT-OSS never runs there: no clamp is claimed for either
     assert moe_block(gpt_oss, GroupedGemm.TE_FUSED, lay, RATES, RATES, tokens, np.ones(1), 0.0).activation_s[0] == 0
     legacy = moe_block(gpt_oss, GroupedGemm.LEGACY, lay, RATES, RATES, tokens, np.ones(1), 0.0)
     assert legacy.activation_s[0] == pytest.approx(unclamped.activation_s[0], rel=1e-12)

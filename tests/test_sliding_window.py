@@ -114,10 +114,11 @@ def test_megatron_flags_carry_the_window_both_ways(capsys: pytest.CaptureFixture
     text = capsys.readouterr().out
     assert info.value.code == 0
     assert "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text
-    # Megatron-LM has no flag for the clamp (arguments.py at MEGATRON_SOURCE): a note says so instead of dropping it
-    assert "# note: glu_clamp 7: " in text
+    # the clamp travels as --activation-func-clamp-value (TransformerConfig.activation_func_clamp_value, a flag
+    # through ArgumentGroupFactory at MEGATRON_SOURCE; explicit in arguments.py at 0d8e0714) and reads back
+    assert "--activation-func-clamp-value 7" in text
     model = parse_megatron_args(text).model
-    assert (model.sliding_window, model.full_attention_every) == (128, 2)
+    assert (model.sliding_window, model.full_attention_every, model.glu_clamp) == (128, 2, 7.0)
 
 
 @pytest.mark.parametrize("value", ["127", "127,5", "-2,0", "a,0"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmscale.cost.moe import expert_clamp_outside_fusion
 from llmscale.cost.routing import routed_copies_per_token
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
@@ -103,9 +104,10 @@ def _dense_mlp(model: ModelSpec, lay: Layouts, w: _Widths) -> np.ndarray:
     return replicated / w.sigma + keep * _mlp(model, model.ffn_hidden, w.tp, w, 1.0)
 
 
-def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.ndarray) -> np.ndarray:
+def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.ndarray, clamped: bool) -> np.ndarray:
     """Bytes per token (of the micro-batch on this GPU) the MoE block keeps: replicated-or-SP terms, the routed
-    copies this GPU's experts process (`routed_per_token` copies per token), and the shared experts."""
+    copies this GPU's experts process (`routed_per_token` copies per token), and the shared experts. `clamped`: the
+    eager clamp's concatenated copy of fc1's output, which the fused activation saves (cost.moe.GLU_CLAMP_BYTES)."""
     h = model.hidden
     e = model.experts
     shared_ffn = model.shared_ffn * model.shared_experts
@@ -115,6 +117,8 @@ def _moe_mlp(model: ModelSpec, lay: Layouts, w: _Widths, routed_per_token: np.nd
     expert_fc1 = 1.0 if w.fine_grained else float(BYTES_16BIT)  # fine-grained: FP8 SwiGLU input, output recomputed
     expert_act = 0.0 if w.fine_grained else keep_act
     per_copy = w.gemm_in * h + _mlp(model, model.expert_ffn_hidden or 0, lay.etp, w, expert_act, expert_fc1)
+    if clamped:
+        per_copy = per_copy + keep_act * BYTES_16BIT * 2 * (model.expert_ffn_hidden or 0) / lay.etp
     shared = _mlp(model, shared_ffn, w.tp, w, keep_act)
     return replicated / w.sigma + routed_per_token * per_copy + shared
 
@@ -131,7 +135,8 @@ def layer_activations(model: ModelSpec, train: TrainSpec, lay: Layouts,
     if model.is_moe:
         per_token = routed_copies_per_token(model, lay) * load
         routed = w.tokens * per_token
-        moe = w.tokens * (attention + _moe_mlp(model, lay, w, per_token))
+        clamped = expert_clamp_outside_fusion(model, train.moe_grouped_gemm_impl)
+        moe = w.tokens * (attention + _moe_mlp(model, lay, w, per_token, clamped))
     full_input = BYTES_16BIT * w.tokens * model.hidden / w.sigma
     return LayerActivations(dense_bytes=dense, moe_bytes=moe, input_bytes=full_input, routed_tokens_per_gpu=routed)
 

@@ -88,16 +88,17 @@ megatron/core/transformer/moe/experts.py); the count: docs/cost-model.md#moe-cop
 
 GLU_CLAMP_BYTES = 16.0
 """Forward bytes per element of one expert's activation output (f_e per routed copy) that Megatron-Core moves to clamp
-the GLU's inputs before its fused activation: weighted_bias_quick_geglu_impl runs `x_glu.clamp(max=c)`,
+the GLU's inputs before its fused quick-GEGLU: weighted_bias_quick_geglu_impl runs `x_glu.clamp(max=c)`,
 `x_linear.clamp(-c, c)` and `torch.cat` eagerly, outside the jit-fused function (NVIDIA/Megatron-LM@0d8e0714 and
-core_v0.17.0 megatron/core/fusions/fused_bias_geglu.py, called from TEGroupedMLP.bias_act_func); the count:
-docs/cost-model.md#moe-copies."""
+core_v0.17.0 megatron/core/fusions/fused_bias_geglu.py; called by TEGroupedMLP's bias_act_func and, per expert, by
+SequentialMLP's MLP.forward, mlp.py); the count: docs/cost-model.md#moe-copies."""
 
 
 def expert_clamp_outside_fusion(model: ModelSpec, impl: GroupedGemm) -> bool:
     """Whether the experts' GLU inputs are clamped by eager kernels (GLU_CLAMP_BYTES): a clamped gated MLP under TE's
-    grouped GEMM, the kernel it was read in."""
-    return model.glu_clamp is not None and model.gated_mlp and impl is GroupedGemm.TE
+    grouped GEMM or the per-expert loop, the kernels it was read in (the fused grouped MLP clamps in its epilogue)."""
+    return (model.glu_clamp is not None and model.gated_mlp
+            and impl in (GroupedGemm.TE, GroupedGemm.CUBLAS_LOOP))
 
 
 def expert_bias_outside_gemm(model: ModelSpec, impl: GroupedGemm) -> bool:

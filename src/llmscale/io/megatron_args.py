@@ -36,6 +36,7 @@ _VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--ffn-hidden-size": ("model", "ffn_hidden", _INT), "--num-attention-heads": ("model", "heads", _INT),
     "--num-query-groups": ("model", "kv_heads", _INT), "--kv-channels": ("model", "head_dim", _INT),
     "--vocab-size": ("model", "vocab", _INT), "--norm-epsilon": ("model", "norm_eps", _FLOAT),
+    "--activation-func-clamp-value": ("model", "glu_clamp", _FLOAT),
     "--rotary-base": ("model", "rope_theta", _FLOAT), "--num-experts": ("model", "experts", _INT),
     "--moe-router-topk": ("model", "top_k", _INT), "--moe-ffn-hidden-size": ("model", "expert_ffn_hidden", _INT),
     "--moe-expert-capacity-factor": ("model", "capacity_factor", _FLOAT),

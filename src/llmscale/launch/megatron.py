@@ -51,7 +51,7 @@ MEGATRON_FLAGS = (
     "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-enable-expert-bias",
     "--moe-router-score-function", "--moe-router-force-load-balancing", "--train-samples",
     "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion", "--use-transformer-engine-op-fuser",
-    "--cuda-graph-modules", "--window-size", "--window-attn-skip-freq",
+    "--cuda-graph-modules", "--window-size", "--window-attn-skip-freq", "--activation-func-clamp-value",
 )
 
 LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {

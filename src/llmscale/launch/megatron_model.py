@@ -45,6 +45,8 @@ def model_args(job: Job) -> list[str]:
              "--norm-epsilon", number(m.norm_eps)]
     if m.gated_mlp:
         args.append("--swiglu")
+    if m.glu_clamp is not None:
+        args += ["--activation-func-clamp-value", number(m.glu_clamp)]
     if not m.linear_bias:
         args.append("--disable-bias-linear")
     if not m.tied_embeddings:
@@ -193,8 +195,9 @@ def model_notes(job: Job) -> list[str]:
         if differs:
             notes.append(f"rope_scaling {scaling.kind.value}: " + ", ".join(differs) + ": no flag carries it")
     if m.glu_clamp is not None:
-        notes.append(f"glu_clamp {m.glu_clamp:g}: Megatron-Core's TransformerConfig.activation_func_clamp_value has no "
-                     "flag: set it in the model provider (Megatron-Bridge's GPT-OSS provider does)")
+        notes.append("glu_clamp: llmscale prices the eager clamp of Megatron's quick-GEGLU experts (GPT-OSS: "
+                     "--quick-geglu --glu-linear-offset 1.0, which ModelSpec does not carry); under the --swiglu "
+                     "written here Megatron-Core fuses the clamp into its SwiGLU kernel")
     lay = job.resolved_layout
     if m.is_moe and m.moe_max_nodes is not None and not router_groups(m, lay, job.cluster.tiers[0].ranks):
         notes.append(f"moe_max_nodes {m.moe_max_nodes}: the EP group (ep {job.resolved_layout.ep}) spans no more "

@@ -121,8 +121,8 @@ class ModelSpec(Spec):
         "the others to the window (Megatron --window-attn-skip-freq N; GPT-OSS: 2); None = every layer is windowed")
     glu_clamp: float | None = Field(
         None, gt=0, le=1e4, description="the gated MLP's inputs clamped to this limit before the activation (HF "
-        "swiglu_limit; Megatron-Core TransformerConfig.activation_func_clamp_value, no command-line flag; GPT-OSS: "
-        "7.0); None = no clamp")
+        "swiglu_limit; Megatron --activation-func-clamp-value; GPT-OSS: 7.0), priced as Megatron's quick-GEGLU "
+        "experts clamp it; None = no clamp")
     learned_position_embeddings: int = Field(
         0, ge=0, le=MAX_POSITIONS, description="rows of a learned position table; 0 = RoPE"
     )

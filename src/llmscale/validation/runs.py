@@ -353,7 +353,7 @@ def run_flops_per_token(run: PublishedRun, model: ModelSpec | None = None) -> fl
     where = f"published run {run.name!r}"
     model = model if model is not None else model_from_run(run)
     if run.flops_formula is FlopsFormula.BRIDGE2025 and model.family == "gpt-oss":
-        # Bridge counts 3/2 for a gated MLP only when its activation is SiLU; GPT-OSS's clamped SwiGLU is not
+        # Bridge counts 3/2 for a gated MLP only when its activation is SiLU; GPT-OSS's clamped quick-GEGLU is not
         # (NVIDIA-NeMo/Megatron-Bridge@c810129341a8 src/megatron/bridge/training/utils/flop_utils.py L296-297).
         model = model.model_copy(update={"gated_mlp": False})
     if run.flops_formula is None or run.flops_formula is FlopsFormula.UNSPECIFIED:
