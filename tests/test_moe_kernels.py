@@ -137,24 +137,93 @@ def test_each_all_to_all_runs_beside_the_paired_micro_batchs_chunks() -> None:
     assert exposed == pytest.approx([0.0, 1.0, 4.0])
 
 
-def test_the_chunks_that_run_alone_leave_their_all_to_all_unhidden() -> None:
-    # Megatron-Core @ core_v0.15.0: without pipelining, combined_1f1b_schedule_for_no_pipelining runs the first
-    # micro-batch's forward and the last one's backward alone ("no a2a overlapping"); interleaved, the warm-up forwards
-    # (schedules.py get_pp_rank_microbatches: (pp − rank − 1)·2 + (vpp − 1)·group + 1 with the overlap, group = pp by
-    # default) and as many cool-down backwards.
+def _combined_1f1b_span(p: int, v: int, m: int, f: float, b: float, alone_f: float, alone_b: float) -> float:
+    """The step of Megatron-Core's combined 1F1B order with chunk forward f, backward b, a paired step f + b, and the
+    chunks run alone alone_f, alone_b longer (core_v0.15.0 schedules.py: get_schedule_table's micro-batch groups of
+    pp, get_pp_rank_microbatches' warm-up (p − rank − 1)·2 + (v − 1)·p + 1 under the overlap, then forward k + W
+    with backward k, then W backwards; combined_1f1b.py: one forward and one backward alone without pipelining)."""
+    table = [(mb, c) for lo in range(0, m, p) for c in range(v) for mb in range(lo, min(lo + p, m))]
+    total, last = m * v, p * v - 1
+    warm = [min((p - r - 1) * 2 + (v - 1) * p + 1, total) if p > 1 else 1 for r in range(p)]
+    todo = [[("F", k) for k in range(w)] + [("P", k) for k in range(total - w)]
+            + [("B", k) for k in range(total - w, total)] for w in warm]
+    fwd: dict[tuple[int, int], float] = {}
+    bwd: dict[tuple[int, int], float] = {}
+    clock = [0.0] * p
+
+    def f_stage(r: int, k: int) -> tuple[int, int]:
+        return table[k][0], table[k][1] * p + r
+
+    def b_stage(r: int, k: int) -> tuple[int, int]:
+        return table[k][0], (v - 1 - table[k][1]) * p + r
+
+    def f_ready(r: int, k: int) -> float | None:
+        mb, stage = f_stage(r, k)
+        return 0.0 if stage == 0 else fwd.get((mb, stage - 1))
+
+    def b_ready(r: int, k: int) -> float | None:
+        mb, stage = b_stage(r, k)
+        return fwd.get((mb, stage)) if stage == last else bwd.get((mb, stage + 1))
+
+    while any(todo):
+        for r in range(p):
+            while todo[r]:
+                kind, k = todo[r][0]
+                ready = [f_ready(r, k)] if kind == "F" else [b_ready(r, k)] if kind == "B" else \
+                    [f_ready(r, k + warm[r]), b_ready(r, k)]
+                if None in ready:
+                    break
+                clock[r] = max([clock[r], *ready]) + {"F": f + alone_f, "B": b + alone_b, "P": f + b}[kind]
+                if kind == "F":
+                    fwd[f_stage(r, k)] = clock[r]
+                elif kind == "B":
+                    bwd[b_stage(r, k)] = clock[r]
+                else:
+                    fwd[f_stage(r, k + warm[r])] = bwd[b_stage(r, k)] = clock[r]
+                todo[r].pop(0)
+    return max(clock)
+
+
+@pytest.mark.parametrize(("pp", "vpp", "nmb"), [(1, 1, 5), (2, 2, 8), (4, 2, 16), (8, 4, 64), (8, 4, 8)])
+def test_the_chunks_that_run_alone_lengthen_the_step_by_pp_times_vpp(pp: int, vpp: int, nmb: int) -> None:
+    # Whatever the rank, the chunks Megatron's combined 1F1B runs alone add pp·vpp of their extra time each way to the
+    # step (an event simulation of its order, above); the pipeline model's step is (nmb + (pp − 1)/vpp) micro-batches
+    # of vpp chunks, so a per-micro-batch share u with u·(nmb + (pp − 1)/vpp) = pp carries the same.
     from llmscale.cost.path import unpaired_share
 
-    lay = Layouts.from_columns(pp=[1, 8, 8, 8], vpp=[1, 4, 4, 4], dp=1)
-    rank = np.array([0, 0, 7, 0])
-    nmb = np.array([5, 512, 512, 4])
-    assert unpaired_share(lay, rank, nmb) == pytest.approx([1 / 5, (14 + 24 + 1) / 2048, (0 + 24 + 1) / 2048, 1.0])
-    # the Qwen3-235B job above: more of the all-to-all exposed than the paired form alone leaves
+    f, b, extra_f, extra_b = 1.0, 2.0, 0.25, 0.5
+    paired = _combined_1f1b_span(pp, vpp, nmb, f, b, 0.0, 0.0)
+    assert paired == pytest.approx((nmb + (pp - 1) / vpp) * vpp * (f + b))  # the pipeline model's interleaved step
+    alone = _combined_1f1b_span(pp, vpp, nmb, f, b, extra_f, extra_b)
+    assert alone - paired == pytest.approx(pp * vpp * (extra_f + extra_b))
+    u = unpaired_share(Layouts.from_columns(pp=pp, vpp=vpp, dp=1), np.array([nmb]))[0]
+    assert u * (nmb + (pp - 1) / vpp) * vpp * (extra_f + extra_b) == pytest.approx(alone - paired)
+
+
+def test_a_micro_batch_run_alone_hides_its_backward_dispatch_behind_the_weight_gradients(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GPT-OSS on 64 GB200 as the 26.04.01 table ran it (pp 1, ep 64, mbs 4, GBS 1280: 5 micro-batches, the first
+    # forward and the last backward alone): the step's exposed all-to-all is the paired one plus a fifth of what a
+    # micro-batch run alone adds, and a micro-batch run alone exposes less than the all-to-all without the overlap (its
+    # backward dispatch runs beside the experts' delayed weight gradients).
+    import llmscale.cost.path as path
     from llmscale.cost.step import estimate_step
 
-    job = _job(True)
-    step = estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants)
-    off = estimate_step(*(getattr(_job(False), k) for k in ("model", "cluster", "train", "layouts", "constants")))
-    assert 0.0 < step.ep_exposed_s[0] < off.ep_exposed_s[0]
+    def ep_exposed(overlap: bool) -> float:
+        job = resolve(JobRequest(model="gpt-oss-120b", cluster="gb200-nvl72", gpus=64,
+                                 train={"global_batch": 1280, "seq_len": 4096},
+                                 layout={"ep": 64, "dp": 64, "mbs": 4, "ep_comm_overlap": overlap},
+                                 framework="megatron-bridge@26.04.01"))
+        return float(estimate_step(job.model, job.cluster, job.train, job.layouts, job.constants).ep_exposed_s[0])
+
+    priced, unhidden = ep_exposed(True), ep_exposed(False)
+    shared: dict[float, float] = {}
+    for share in (0.0, 1.0):
+        monkeypatch.setattr(path, "unpaired_share", lambda lay, nmb, share=share: np.full(lay.size, share))
+        shared[share] = ep_exposed(True)
+    paired, alone = shared[0.0], shared[1.0]
+    assert paired < alone < unhidden
+    assert priced == pytest.approx(paired + (alone - paired) / 5, rel=1e-9)
 
 
 def test_explain_lists_the_moe_layer_parts() -> None:

@@ -123,21 +123,30 @@ def paired_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -
     return exposed
 
 
-def unpaired_share(lay: Layouts, rank: np.ndarray, num_microbatches: np.ndarray) -> np.ndarray:
-    """Share of a pipeline `rank`'s forward chunks, and of as many backward ones, that Megatron's 1F1B A2A overlap
-    runs alone, their all-to-all unhidden: the first forward and last backward without pipelining, the warm-up
-    forwards and cool-down backwards when interleaved (Megatron-Core @ core_v0.15.0 combined_1f1b.py,
-    schedules.py get_pp_rank_microbatches; docs/cost-model.md#path-overlap)."""
-    chunks = num_microbatches * lay.vpp
-    warmup = np.where(lay.pp > 1, (lay.pp - rank - 1) * 2 + (lay.vpp - 1) * lay.pp + 1, 1)
-    share: np.ndarray = np.minimum(warmup, chunks) / chunks
+def unpaired_share(lay: Layouts, num_microbatches: np.ndarray) -> np.ndarray:
+    """Share u of the micro-batches whose all-to-all Megatron's 1F1B A2A overlap leaves unpaired, as the pipeline
+    model counts them: chunks run alone (the first forward and last backward without pipelining; interleaved, each
+    rank's warm-up forwards and cool-down backwards) lengthen the step by pp·vpp chunks each way, whatever the rank,
+    so u·(nmb + (pp − 1)/vpp) = pp (docs/cost-model.md#path-overlap; tests/test_moe_kernels.py simulates the order)."""
+    share: np.ndarray = np.minimum(lay.pp / (num_microbatches + (lay.pp - 1) / lay.vpp), 1.0)
     return share
+
+
+def alone_backward_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -> np.ndarray:
+    """Exposed all-to-all time of one MoE layer's backward run alone under Megatron's 1F1B A2A overlap with delayed
+    weight gradients (Megatron-Core @ core_v0.15.0 models/common/model_chunk_schedule_plan.py; the weight gradients
+    run outside the stream-event chain): the dispatch beside the experts' weight gradient W, the combine beside the
+    attention's (half its backward), with W as `paired_all_to_all_s` splits it. `one_s` is one all-to-all."""
+    attention_b = dense.backward_s - 2.0 * dense.dense_mlp_s
+    wgrad = 0.5 * np.maximum(moe.backward_s - attention_b, 0.0)
+    exposed: np.ndarray = np.maximum(one_s - wgrad, 0.0) + np.maximum(one_s - 0.5 * attention_b, 0.0)
+    return exposed
 
 
 def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute, comm: MicrobatchComm,
                   times: tuple[LayerTimes, LayerTimes], host: LayerHost, unpaired: np.ndarray) -> CriticalPath:
     """Communication and host wait on one rank's path per micro-batch (docs/cost-model.md#path-overlap); `times` the
-    (dense, MoE) layer's times, `host` the host seconds per layer (cost.host), `unpaired` the rank's share of chunks
+    (dense, MoE) layer's times, `host` the host seconds per layer (cost.host), `unpaired` the share of micro-batches
     whose all-to-all no other micro-batch hides under Megatron's 1F1B overlap (`unpaired_share`)."""
     dense, moe = times
     full = shares.full
@@ -158,12 +167,14 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
         ep_all = shares.tp_ep_passes * layers.moe * comm.ep_s
         # Overlapped: DualPipe hides it behind the paired micro-batch's compute, no more than all of it; Megatron's
         # 1F1B A2A overlap leaves what each paired chunk does not cover (dispatch and combine are half of ep_s each
-        # way), no less than the fitted exposed share, and all of it on the chunks that run alone (per micro-batch
-        # on average: the pipeline model spreads it).
+        # way), no less than the fitted exposed share; a chunk run alone exposes its forward all-to-all and the part
+        # of its backward one the delayed weight gradients do not cover, never less than paired (per micro-batch on
+        # average: unpaired_share).
         hidden = np.maximum(0.0, ep_all - total)
         paired = 0.5 * shares.tp_ep_passes * layers.moe * paired_all_to_all_s(0.5 * comm.ep_s, dense, moe)
         overlapped = np.maximum(shares.ep * ep_all, np.maximum(hidden, paired))
-        overlapped = (1.0 - unpaired) * overlapped + unpaired * ep_all
+        alone = ep_all - layers.moe * (comm.ep_s - alone_backward_all_to_all_s(0.5 * comm.ep_s, dense, moe))
+        overlapped = (1.0 - unpaired) * overlapped + unpaired * np.maximum(overlapped, alone)
         ep = np.where(shares.dualpipe, hidden, np.where(shares.ep_overlap, overlapped, ep_all))
         # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
         # A advances at (1 - f), so the rank loses f·A (DeepSeek-V3 §3.2.2: 20 SMs for dispatch and combine).
@@ -191,9 +202,9 @@ def critical_rank(cluster: ClusterSpec, constants: Constants, lay: Layouts, stag
     sms = cluster.gpu.sm_count
     shares = PathShares.of(lay, const, min(constants.moe.overlap_sms / sms, 0.5) if sms else 0.0)
     best: tuple[CriticalPath, np.ndarray] | None = None
+    unpaired = unpaired_share(lay, num_microbatches)
     for which, layers in stages.items():
         compute = rank_compute(lay, layers, times, const.launch_overhead_us)
-        unpaired = unpaired_share(lay, layers.rank, num_microbatches)
         path = critical_path(shares, layers, compute, comm, times[:2], host, unpaired)
         if best is None:
             best = (path, np.full(lay.size, int(which)))
