@@ -122,7 +122,7 @@ def test_each_all_to_all_runs_beside_the_paired_micro_batchs_chunks() -> None:
     from dataclasses import fields
 
     from llmscale.cost.compute import LayerTimes
-    from llmscale.cost.path import paired_all_to_all_s
+    from llmscale.cost.path import OverlapChunks, paired_all_to_all_s
 
     def times(**given: float) -> LayerTimes:
         return LayerTimes(**{f.name: np.array([given.get(f.name, 0.0)]) for f in fields(LayerTimes)})
@@ -130,7 +130,7 @@ def test_each_all_to_all_runs_beside_the_paired_micro_batchs_chunks() -> None:
     dense = times(gemm_s=3, attention_core_s=1, dense_mlp_s=2, gemm_input_grad_s=3, gemm_weight_grad_s=3,
                   attention_core_backward_s=2)
     moe = times(gemm_s=5, attention_core_s=1, gemm_input_grad_s=5, gemm_weight_grad_s=5, attention_core_backward_s=2)
-    exposed = paired_all_to_all_s(np.array([1.0, 3.0, 5.0]), dense, moe)
+    exposed = paired_all_to_all_s(np.array([1.0, 3.0, 5.0]), OverlapChunks.of(dense, moe))
     # a = 1: every all-to-all under its chunk. a = 3: only combine_bwd outlasts attn_fwd (3 + 12 + 4 = 19).
     # a = 5: 5 + max(max(5, 4) + 5, max(8, 5) + 4) + 5 = 22; pairing each all-to-all with one chunk alone would
     # give 3 + 1 + 0 + 1 = 5, as dispatch_fwd also runs beside mlp_bwd_dw.

@@ -105,21 +105,38 @@ class PathShares:
         )
 
 
-def paired_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -> np.ndarray:
+@dataclass(frozen=True)
+class OverlapChunks:
+    """One MoE layer's compute as Megatron's 1F1B A2A overlap schedules it beside the all-to-alls: the attention
+    forward and backward (a dense layer's time less its MLP; backward less twice it, which overstates it a little
+    where the backward GEMMs run slower than the forward's), the experts' forward, and their backward split evenly
+    into data and weight gradients."""
+
+    attention_f: np.ndarray
+    attention_b: np.ndarray
+    experts_f: np.ndarray
+    dgrad: np.ndarray
+    wgrad: np.ndarray
+
+    @classmethod
+    def of(cls, dense: LayerTimes, moe: LayerTimes) -> OverlapChunks:
+        attention_f = dense.forward_s - dense.dense_mlp_s
+        attention_b = dense.backward_s - 2.0 * dense.dense_mlp_s
+        half = 0.5 * np.maximum(moe.backward_s - attention_b, 0.0)
+        return cls(attention_f, attention_b, np.maximum(moe.forward_s - attention_f, 0.0), half, half)
+
+
+def paired_all_to_all_s(one_s: np.ndarray, c: OverlapChunks) -> np.ndarray:
     """Exposed all-to-all time of one MoE layer and one pair of micro-batches under Megatron's 1F1B A2A overlap with
     delayed weight gradients (Megatron-Core @ core_v0.15.0 models/common/model_chunk_schedule_plan.py
     TransformerLayerSchedulePlan.run; Bridge sets delay_wgrad_compute with it): three segments, each waiting for both
     streams of the one before (docs/cost-model.md#path-overlap). `one_s` is one all-to-all."""
     a = one_s
-    attention_f = dense.forward_s - dense.dense_mlp_s
-    attention_b = dense.backward_s - 2.0 * dense.dense_mlp_s
-    experts_f = np.maximum(moe.forward_s - attention_f, 0.0)
-    dgrad = wgrad = 0.5 * np.maximum(moe.backward_s - attention_b, 0.0)
     # combine_bwd | attn_fwd; dispatch_fwd then dispatch_bwd (after mlp_bwd) | mlp_bwd, mlp_bwd_dw, mlp_fwd (after
     # dispatch_fwd); combine_fwd | attn_bwd
-    middle = np.maximum(np.maximum(a, dgrad) + a, np.maximum(dgrad + wgrad, a) + experts_f)
-    span = np.maximum(a, attention_f) + middle + np.maximum(a, attention_b)
-    exposed: np.ndarray = span - (attention_f + dgrad + wgrad + experts_f + attention_b)
+    middle = np.maximum(np.maximum(a, c.dgrad) + a, np.maximum(c.dgrad + c.wgrad, a) + c.experts_f)
+    span = np.maximum(a, c.attention_f) + middle + np.maximum(a, c.attention_b)
+    exposed: np.ndarray = span - (c.attention_f + c.dgrad + c.wgrad + c.experts_f + c.attention_b)
     return exposed
 
 
@@ -132,14 +149,12 @@ def unpaired_share(lay: Layouts, num_microbatches: np.ndarray) -> np.ndarray:
     return share
 
 
-def alone_backward_all_to_all_s(one_s: np.ndarray, dense: LayerTimes, moe: LayerTimes) -> np.ndarray:
+def alone_backward_all_to_all_s(one_s: np.ndarray, c: OverlapChunks) -> np.ndarray:
     """Exposed all-to-all time of one MoE layer's backward run alone under Megatron's 1F1B A2A overlap with delayed
     weight gradients (Megatron-Core @ core_v0.15.0 models/common/model_chunk_schedule_plan.py; the weight gradients
-    run outside the stream-event chain): the dispatch beside the experts' weight gradient W, the combine beside the
-    attention's (half its backward), with W as `paired_all_to_all_s` splits it. `one_s` is one all-to-all."""
-    attention_b = dense.backward_s - 2.0 * dense.dense_mlp_s
-    wgrad = 0.5 * np.maximum(moe.backward_s - attention_b, 0.0)
-    exposed: np.ndarray = np.maximum(one_s - wgrad, 0.0) + np.maximum(one_s - 0.5 * attention_b, 0.0)
+    run outside the stream-event chain): the dispatch beside the experts' weight gradient, the combine beside the
+    attention's (half its backward). `one_s` is one all-to-all."""
+    exposed: np.ndarray = np.maximum(one_s - c.wgrad, 0.0) + np.maximum(one_s - 0.5 * c.attention_b, 0.0)
     return exposed
 
 
@@ -171,9 +186,10 @@ def critical_path(shares: PathShares, layers: StageLayers, compute: RankCompute,
         # of its backward one the delayed weight gradients do not cover, never less than paired (per micro-batch on
         # average: unpaired_share).
         hidden = np.maximum(0.0, ep_all - total)
-        paired = 0.5 * shares.tp_ep_passes * layers.moe * paired_all_to_all_s(0.5 * comm.ep_s, dense, moe)
+        chunks = OverlapChunks.of(dense, moe)
+        paired = 0.5 * shares.tp_ep_passes * layers.moe * paired_all_to_all_s(0.5 * comm.ep_s, chunks)
         overlapped = np.maximum(shares.ep * ep_all, np.maximum(hidden, paired))
-        alone = ep_all - layers.moe * (comm.ep_s - alone_backward_all_to_all_s(0.5 * comm.ep_s, dense, moe))
+        alone = ep_all - layers.moe * (comm.ep_s - alone_backward_all_to_all_s(0.5 * comm.ep_s, chunks))
         overlapped = (1.0 - unpaired) * overlapped + unpaired * np.maximum(overlapped, alone)
         ep = np.where(shares.dualpipe, hidden, np.where(shares.ep_overlap, overlapped, ep_all))
         # Overlapped all-to-all kernels hold a share f of the SMs while they run: compute overlapping them for time
