@@ -27,6 +27,15 @@
    Fig. 5 (forward, causal, head dim 128) and Fig. 6 (backward, head dim 128, the paper's one backward series of
    that head dim; whether it is causal was not verified, and a non-causal series flatters short chunks), BF16.
 
+3b. FP8 attention (catalog/efficiency.yaml fp8_attention, EfficiencySpec.fp8_attention): the time cuDNN's FP8 fused
+   attention takes over its 16-bit time, measured side by side in the same tables (causal `top_left`,
+   non-deterministic backward): `fp8` (per-tensor scales) and `mxfp8` rows over `bfloat16` rows, at head dim 128
+   (llama3.1: 64 query and 8 key/value heads, batch 2) and at MLA's 192/128 (dsv3: 128 heads, batch 1), GB200 and
+   GB300 cuDNN 9.22.0 (llama3.1/{gb200,gb300}, dsv3/{gb200,gb300}), H200 cuDNN 9.19.1 (h200_919_only_cudnn
+   llama3.1: per-tensor FP8 at head dim 128 only; its head-dim-64 and -192 FP8 graphs are refused). Ratios, not
+   curves: the 16-bit model keeps one head-dim-128 curve, and the FP8 gain differs by head dim (MLA's backward
+   is 0.75-0.77x in MXFP8 at 4096, Llama's 1.09x).
+
 4. The MXFP8 main-loop fraction (gemm_mxfp8) of the Blackwell GPUs: their FP8 η times the ratio of per-tensor to MXFP8
    GEMM kernel time that Transformer Engine's GEMM tutorial measured pre-quantized (kernels only) on a B300 for one
    layer of a 5B config, 6.812 / 7.161 ms (NVIDIA/TransformerEngine@1609c89
@@ -102,6 +111,29 @@ ATTENTION_CAUSAL_D128 = {
     "h100 FA2 bwd": (989, {512: 214, 1024: 260, 2048: 291, 4096: 310, 8192: 318, 16384: 322}),
     "a100 FA2 fwd+bwd": (312, {512: 99, 1024: 133, 2048: 155, 4096: 173, 8192: 182, 16384: 189}),
 }
+FP8_ATTENTION_MS = {
+    # table: {pass: {sequence length: (bfloat16, fp8, mxfp8) milliseconds}} (module docstring, 3b; None: not run)
+    "gb200 d128": {"fwd": {2048: (0.125, 0.097, 0.103), 4096: (0.391, 0.305, 0.326), 8192: (1.397, 1.074, 1.156),
+                           16384: (5.150, 4.084, 4.400), 32768: (21.692, 16.012, 17.201)},
+                   "bwd": {2048: (0.389, 0.414, 0.461), 4096: (1.198, 1.167, 1.305), 8192: (4.127, 3.781, 4.272),
+                           16384: (16.554, 13.476, 15.315), 32768: (71.756, 52.155, 61.716)}},
+    "gb200 d192": {"fwd": {2048: (0.321, 0.207, 0.224), 4096: (0.977, 0.656, 0.714), 8192: (3.470, 2.294, 2.478),
+                           16384: (13.103, 8.845, 9.337), 32768: (50.456, 35.942, 37.773)},
+                   "bwd": {2048: (1.056, 0.681, 0.854), 4096: (3.383, 2.112, 2.620), 8192: (11.984, 7.296, 9.567),
+                           16384: (50.424, 29.050, 36.835), 32768: (212.546, 123.181, 149.238)}},
+    "gb300 d128": {"fwd": {2048: (0.100, 0.070, 0.079), 4096: (0.323, 0.217, 0.242), 8192: (1.185, 0.759, 0.856),
+                           16384: (4.593, 2.880, 3.225), 32768: (18.014, 11.319, 12.632)},
+                   "bwd": {2048: (0.356, 0.364, 0.424), 4096: (1.101, 0.985, 1.203), 8192: (3.832, 3.087, 3.917),
+                           16384: (14.593, 10.805, 14.072), 32768: (59.024, 41.328, 55.340)}},
+    "gb300 d192": {"fwd": {2048: (0.268, 0.150, 0.166), 4096: (0.864, 0.493, 0.546), 8192: (3.013, 1.758, 1.944),
+                           16384: (11.178, 6.653, 7.336), 32768: (44.189, 26.146, 29.731)},
+                   "bwd": {2048: (0.977, 0.591, 0.772), 4096: (3.127, 1.803, 2.348), 8192: (11.074, 6.188, 8.030),
+                           16384: (43.911, 23.257, 31.002), 32768: (177.494, 95.057, 122.768)}},
+    "h200 d128": {"fwd": {2048: (0.142, 0.098, None), 4096: (0.465, 0.322, None), 8192: (1.708, 1.141, None),
+                          16384: (6.531, 4.357, None), 32768: (25.566, 16.884, None)},
+                  "bwd": {2048: (0.464, 0.437, None), 4096: (1.450, 1.459, None), 8192: (5.083, 6.392, None),
+                          16384: (19.002, 29.422, None), 32768: (75.688, 118.729, None)}},
+}
 A100_FORWARD_OVER_BACKWARD = 0.73 / 0.63
 """FlashAttention-2's stated best forward and backward fractions on A100 (arXiv:2307.08691 §4 and §1)."""
 
@@ -128,6 +160,17 @@ def attention_curves() -> None:
                   f"backward {b / peak:.3f} of the peak, s0 {s0:.0f} for both")
         else:
             print(f"{name:<18} T_inf {t_inf:.0f} ({t_inf / peak:.3f} of {peak}) s0 {s0:.0f}")
+
+
+def fp8_attention_ratios() -> None:
+    for table, passes in FP8_ATTENTION_MS.items():
+        for column, scaling in ((1, "per-tensor"), (2, "mxfp8")):
+            ratios = {name: [None if ms[column] is None else round(ms[column] / ms[0], 3) for ms in points.values()]
+                      for name, points in passes.items()}
+            if None in ratios["fwd"]:
+                continue
+            print(f"{table} {scaling:<10} seq {list(passes['fwd'])}: forward {ratios['fwd']}, "
+                  f"backward {ratios['bwd']}")
 
 
 def wave_overhead_us() -> tuple[float, float]:
@@ -220,6 +263,7 @@ def main() -> None:
         print(f"{gpu:<10}{precision.value:<6} measured {tflops:>7.1f} of {peak:>6.0f} ({tflops / peak:.3f})"
               f" at {'x'.join(map(str, shape)):<17} -> eta {eta:.3f}   [{source}]")
     attention_curves()
+    fp8_attention_ratios()
     mxfp8_fractions()
     fast_accum_fractions()
     gb300_fractions()

@@ -19,6 +19,7 @@ from llmscale.specs.cluster import (
     AttentionCurve,
     ClusterSpec,
     EfficiencySpec,
+    Fp8AttentionRatio,
     GPUSpec,
     NetworkTier,
     NodeSpec,
@@ -32,6 +33,7 @@ SCHEMAS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("cluster file (`--cluster FILE`)", ClusterSpec), ("cluster: `gpu` (or a gpus.yaml name)", GPUSpec),
     ("cluster: `gpu.efficiency` (default: catalog/efficiency.yaml)", EfficiencySpec),
     ("cluster: `gpu.efficiency.attention_flash2`", AttentionCurve),
+    ("cluster: `gpu.efficiency.fp8_attention[]` (or a catalog/efficiency.yaml set name)", Fp8AttentionRatio),
     ("cluster: `node`", NodeSpec), ("cluster: `tiers[]` (innermost first)", NetworkTier),
     ("cluster: `storage`", StorageSpec), ("cluster: `power`", PowerSpec),
 )

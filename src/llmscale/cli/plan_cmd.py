@@ -71,6 +71,7 @@ def plan_cmd(
     fp8_dispatch: o.Fp8DispatchOpt = None,
     fp8_recipe: o.Fp8RecipeOpt = None,
     attention_kernel: o.AttentionKernelOpt = None,
+    fp8_attention: o.Fp8AttentionOpt = None,
     as_json: o.JsonOpt = False,
     html: HtmlOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
@@ -86,15 +87,13 @@ def plan_cmd(
     """Search every layout (and job size) for the model on the cluster; recommend the best."""
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
                            bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
-                           fp8_dispatch=fp8_dispatch, fp8_recipe=fp8_recipe, attention_kernel=attention_kernel)
+                           fp8_dispatch=fp8_dispatch, fp8_recipe=fp8_recipe, attention_kernel=attention_kernel,
+                           fp8_attention=fp8_attention)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256, framework=framework)
     target = SearchTarget(rules=parse_rules(rules), max_memory_fraction=max_memory_fraction)
-    if placement_out is not None:
-        if placements == 0:
-            raise SpecError("placement_out", str(placement_out), "needs --placements ≥ 1 (a placement to write)")
-        check_out_dir(placement_out)
+    _check_placement_out(placement_out, placements)
     fabric = FabricRequest(hostfile, exclude_from)
     result = _search(request, objective, top, target, quiet=as_json, force=force, deadline_days=deadline,
                      placing=(fabric, placements))
@@ -110,6 +109,14 @@ def plan_cmd(
     if placement_out is not None and result.placements:
         for path in write_host_order(result.placements[0], placement_out):
             o.wrote(path)
+
+
+def _check_placement_out(placement_out: Path | None, placements: int) -> None:
+    """--placement-out needs a placement to write and a folder it may write into."""
+    if placement_out is not None:
+        if placements == 0:
+            raise SpecError("placement_out", str(placement_out), "needs --placements ≥ 1 (a placement to write)")
+        check_out_dir(placement_out)
 
 
 def _batch(gbs: int | None, cap_tokens: float | None, seq_len: int | None) -> int | None:

@@ -15,7 +15,7 @@ from llmscale.cost.routing import routed_copies_per_token
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Cache, Precision, TrainSpec
+from llmscale.specs.train import Fp8Cache, Fp8Recipe, Precision, TrainSpec
 from llmscale.units import BYTES_16BIT, BYTES_FP32
 
 ROW_MAP_BYTES = 8
@@ -61,6 +61,15 @@ class _Widths:
         )
 
 
+def _fp8_attention_saves(train: TrainSpec) -> tuple[float, float]:
+    """(bytes per element of Q, K, V; of O) the attention core saves for its backward: 16-bit, but FP8 Q, K, V
+    under FP8 attention with per-tensor scales, and FP8 O under the delayed recipe; MXFP8 keeps row- and column-wise
+    copies, the 16-bit bytes (recipe named by memory.memory_breakdown; docs/cost-model.md#fp8-attention)."""
+    if not train.fp8_attention or train.fp8_recipe not in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE):
+        return float(BYTES_16BIT), float(BYTES_16BIT)
+    return 1.0, 1.0 if train.fp8_recipe is Fp8Recipe.DELAYED else float(BYTES_16BIT)
+
+
 def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> np.ndarray:
     """Bytes per token the attention block keeps (docs/cost-model.md#activations-tensors), already divided by t or σ."""
     h = model.hidden
@@ -79,8 +88,9 @@ def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> 
         keep_qkv = np.ones(lay.size)
     if model.dropout:
         replicated = replicated + h  # attention-output dropout mask (1 byte)
-    qkv = keep_qkv * BYTES_16BIT * (n * d_q + g * d_k + g * d_v)
-    output_bytes = E5M6_BYTES if w.fine_grained else BYTES_16BIT + (w.gemm_in if w.gemm_in < BYTES_16BIT else 0.0)
+    qkv_bytes, core_output = _fp8_attention_saves(train)
+    qkv = keep_qkv * qkv_bytes * (n * d_q + g * d_k + g * d_v)
+    output_bytes = E5M6_BYTES if w.fine_grained else core_output + (w.gemm_in if w.gemm_in < BYTES_16BIT else 0.0)
     sharded = qkv + output_bytes * n * d_v
     if train.flash_attention:
         core = BYTES_FP32 * n * np.ones(lay.size)

@@ -16,7 +16,7 @@ from llmscale.cost.moe import MoeBlock, mlp_linears, moe_block
 from llmscale.cost.routing import busiest_rank_load
 from llmscale.layout.arrays import Layouts, reads
 from llmscale.layout.stages import StageLayers
-from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.cluster import ClusterSpec, Fp8AttentionRatio
 from llmscale.specs.constants import Constants
 from llmscale.specs.layout import Recompute
 from llmscale.specs.model import ModelSpec
@@ -157,6 +157,8 @@ class _Shapes:
     rates: KernelRates
     rates16: KernelRates
     """The same GPU at 16-bit: the attention core, router and output layer."""
+    fp8_attention: Fp8AttentionRatio | None
+    """FP8 attention's measured time over the 16-bit core's (TrainSpec.fp8_attention; None: 16-bit attention)."""
     load: np.ndarray
     """The busiest EP rank's routed load over the mean (cost.routing; 1 for dense models)."""
 
@@ -199,10 +201,20 @@ def _attention_core(model: ModelSpec, train: TrainSpec, x: _Shapes) -> _Attentio
 
 def _fused_core(model: ModelSpec, train: TrainSpec, x: _Shapes, window: int | None) -> tuple[np.ndarray, np.ndarray]:
     """A fused kernel's (forward, backward) seconds over a causal or a sliding `window` mask: the kernel visits only
-    the key blocks the mask reaches, so a window of W runs at the measured curve's rate for chunks of W keys."""
+    the key blocks the mask reaches, so a window of W runs at the measured curve's rate for chunks of W keys. FP8
+    attention (x.fp8_attention) scales each pass by its measured ratio to 16-bit at that length, and its backward
+    visits every causal block, whatever the window (docs/cost-model.md#fp8-attention)."""
     flops = attention_core_flops_per_layer(model, train.seq_len, causal=True, window=window) * x.tokens / x.tp
     chunk = train.seq_len / x.lay.cp
-    return attention_core_s(x.rates16, flops, np.minimum(chunk, window) if window is not None else chunk)
+    keys = np.minimum(chunk, window) if window is not None else chunk
+    forward, backward = attention_core_s(x.rates16, flops, keys)
+    if x.fp8_attention is None:
+        return forward, backward
+    forward = forward * x.fp8_attention.at(keys)[0]
+    if window is not None:  # FP8's backward visits every causal block, whatever the window
+        causal = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp
+        backward, keys = attention_core_s(x.rates16, causal, chunk)[1], chunk
+    return forward, backward * x.fp8_attention.at(keys)[1]
 
 
 def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, LinearTimes]:
@@ -226,6 +238,11 @@ def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | flo
     return mlp_linears(model, x.rates, tokens, ffn)
 
 
+def _qk_head_dim(model: ModelSpec) -> int:
+    """The query/key head dim the attention kernel computes over (MLA: the no-rotary and rotary parts together)."""
+    return model.dim_per_head if model.mla is None else model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+
+
 def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
             constants: Constants) -> tuple[_Shapes, float]:
     """The per-layer shapes and rates of one micro-batch, and the recipe's bytes per quantized element."""
@@ -237,6 +254,8 @@ def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layou
     return _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
                    rates=KernelRates.of(gpu, train.precision, sustained, recipe, train.attention_kernel),
                    rates16=KernelRates.of(gpu, Precision.BF16, sustained, attention=train.attention_kernel),
+                   fp8_attention=gpu.efficiency.fp8_attention_ratio(recipe, _qk_head_dim(model))
+                   if train.fp8_attention else None,
                    load=busiest_rank_load(model, train, lay, tokens, constants.moe)), cast
 
 

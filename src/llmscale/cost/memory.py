@@ -231,6 +231,8 @@ def memory_breakdown(
     micro-batch count and per-rank layers, parameters and in-flight micro-batches (`cost.derived.derive`) when the
     caller has them."""
     const = constants.memory
+    if train.fp8_attention and train.fp8_recipe is None:  # what FP8 attention saves depends on the recipe it runs
+        train = train.model_copy(update={"fp8_recipe": cluster.gpu.fp8_recipe(train)})
     derived = derived if derived is not None else derive(model, train, lay)
     assert derived.num_microbatches.shape == (lay.size,), "derived quantities of another batch of layouts"
     tables = _distinct_tables(model, train, lay, constants, derived)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from llmscale.errors import CatalogError, InputFileError
+from llmscale.errors import CatalogError, InputFileError, SpecError
 from llmscale.io.files import parse_spec, read_document
 from llmscale.io.standard import is_standard_ref, standard_entry
 from llmscale.specs.cluster import ClusterSpec, GPUSpec
@@ -111,11 +111,20 @@ def _default_efficiency() -> dict[str, Any]:
 
 
 def _with_efficiency(gpu: dict[str, Any]) -> dict[str, Any]:
-    """Fill the GPU's `efficiency` from catalog/efficiency.yaml, keeping any fields the entry gives."""
+    """Fill the GPU's `efficiency` from catalog/efficiency.yaml, keeping any fields the entry gives; an
+    `fp8_attention` that names a measured set of that file (its `fp8_attention` key) becomes the set's tables."""
     given = gpu.get("efficiency")
     if given is not None and not isinstance(given, dict):
         return gpu  # let validation report the wrong type
-    return {**gpu, "efficiency": {**_default_efficiency(), **(given or {})}}
+    efficiency = {**_default_efficiency(), **(given or {})}
+    named = efficiency.get("fp8_attention")
+    if isinstance(named, str):
+        sets: dict[str, Any] = catalog_file("efficiency.yaml")["fp8_attention"]
+        if named not in sets:
+            raise SpecError("efficiency.fp8_attention", named, f"a measured set of catalog/efficiency.yaml: "
+                            f"{', '.join(sets)}, or a list of tables")
+        efficiency["fp8_attention"] = sets[named]["tables"]
+    return {**gpu, "efficiency": efficiency}
 
 
 def _failures_catalog() -> dict[str, Any]:

@@ -4,7 +4,7 @@ lack, one SpecError naming the field."""
 from __future__ import annotations
 
 from llmscale.errors import SpecError
-from llmscale.specs.cluster import ClusterSpec
+from llmscale.specs.cluster import ClusterSpec, Generation
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision, TrainSpec
 
@@ -49,3 +49,35 @@ def check_attention(cluster: ClusterSpec, train: TrainSpec) -> None:
                         f"gpu {cluster.gpu.name} has no {kernel.value} curve (efficiency.attention_{kernel.value}: "
                         "the catalog has one for Ampere and Hopper); give the GPU one, or use fastest (Megatron "
                         "--attention-backend fused or auto)")
+
+
+HOPPER_FP8_ATTENTION_HEAD_DIM = 128
+"""The one head dim cuDNN's FP8 attention backward takes on Hopper: cuDNN 9.19.1 on H200 refuses the head-dim-64
+and -192 graphs ('hidden_dim shoud be equal to 128', NVIDIA/cudnn-frontend@3929da2ef4c1
+benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv and
+dsv3_20260227_034744.csv); on Blackwell cuDNN 9.22 runs head dims 64, 128 and 192 (the gb200/gb300 tables)."""
+
+
+def check_fp8_attention(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
+    """FP8 attention needs an FP8 run, the fused core (FlashAttention-2 has no FP8 kernel), a recipe Transformer
+    Engine scales attention under, a measurement of it on the GPU and, on Hopper, head dim 128."""
+    if not train.fp8_attention:
+        return
+    allowed = "precision fp8 with the delayed, tensorwise or mxfp8 recipe, and fused attention"
+    if train.precision is not Precision.FP8:
+        raise SpecError("fp8_attention", True, f"needs {allowed}; this run's precision is {train.precision.value}")
+    if not train.flash_attention or train.attention_kernel is AttentionKernel.FLASH2:
+        raise SpecError("fp8_attention", True, f"needs {allowed}; this run computes attention "
+                        + ("unfused" if not train.flash_attention else "with FlashAttention-2, which has no FP8 "
+                           "kernel"))
+    gpu = cluster.gpu
+    recipe = gpu.fp8_recipe(train)
+    dims = {model.dim_per_head} if model.mla is None else {model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim,
+                                                            model.mla.v_head_dim}
+    if gpu.efficiency.fp8_attention_ratio(recipe, max(dims)) is None:
+        raise SpecError("fp8_attention", True, f"needs {allowed}, measured on the GPU; gpu {gpu.name} has no "
+                        f"{recipe.value} FP8 attention measurement (efficiency.fp8_attention; Transformer Engine has "
+                        "no FP8 attention under blockwise)")
+    if gpu.generation is Generation.HOPPER and dims != {HOPPER_FP8_ATTENTION_HEAD_DIM}:
+        raise SpecError("fp8_attention", True, f"on Hopper cuDNN's FP8 attention backward takes head dim "
+                        f"{HOPPER_FP8_ATTENTION_HEAD_DIM} only; this model's are {sorted(dims)}")

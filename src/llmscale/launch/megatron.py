@@ -290,6 +290,11 @@ def buffer_notes(job: Job) -> list[str]:
                      "16-bit weight, +2 B per parameter this GPU holds, which the plan did not price (it assumes FP8 "
                      "primary weights: catalog/memory.yaml fp8_weight_cache_bytes_per_param); fp8_params writes "
                      "the flag where Megatron-LM accepts it")
+    if train.fp8_attention:
+        notes.append("fp8_attention has no Megatron-LM flag (arguments.py:2333 @d98e8a64 keeps TransformerConfig."
+                     "fp8_dot_product_attention off the command line; Megatron-Bridge sets it as mixed_precision."
+                     "fp8_dot_product_attention): these flags run attention in 16-bit, which the plan priced on "
+                     "cuDNN's FP8 curve")
     if train.flash_attention and train.attention_kernel is AttentionKernel.FLASH2:
         notes.append("--attention-backend flash runs Transformer Engine's FlashAttention backend: FlashAttention-2, "
                      "as planned, unless FlashAttention-3 (flash_attn_3) is installed on Hopper, which runs faster")

@@ -163,4 +163,7 @@ def _run_notes(job: Job) -> list[str]:
                      "load_balance_coeff); read back it is loss-free")
     if job.model.is_moe and train.fp8_dispatch:
         notes.append("fp8_dispatch has no torchtitan field: tokens are dispatched in bfloat16")
+    if train.fp8_attention:
+        notes.append("fp8_attention has no field in the torchtitan config written here: attention runs in bfloat16, "
+                     "which the plan priced on cuDNN's FP8 curve")
     return notes

@@ -97,6 +97,8 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
     kernel = train.attention_kernel
     attention = (" · unfused attention" if not train.flash_attention else
                  "" if kernel is AttentionKernel.FASTEST else f" · {kernel.value} attention")
+    if train.fp8_attention:
+        attention += f" · {job.cluster.gpu.fp8_recipe(train).value} attention"
     console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}{attention}")
     for line in profile_lines(job):
         console.print(escape(line))

@@ -7,7 +7,9 @@ GB/s = 1e9 B/s, Gbit/s = 1e9 bit/s, GiB = 2^30 B. Bandwidths are one direction, 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated
 
+import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from llmscale.specs.base import FieldProblem, Spec
@@ -15,6 +17,7 @@ from llmscale.specs.bounds import (
     MAX_GB_PER_S,
     MAX_GBIT_PER_S,
     MAX_GPUS,
+    MAX_HIDDEN,
     MAX_LATENCY_US,
     MAX_MEMORY_GIB,
     MAX_NODE_GPUS,
@@ -47,6 +50,51 @@ class AttentionCurve(Spec):
     backward_half_seq: float = Field(ge=0, le=MAX_POSITIONS, description="tokens at which backward reaches half T∞")
 
 
+class Fp8AttentionScaling(str, Enum):
+    """How Transformer Engine scales FP8 attention's tensors: as the run's linears are scaled, per tensor under the
+    delayed and current-scaling recipes and MXFP8 under MXFP8 (NVIDIA/TransformerEngine@v2.18
+    attention/dot_product_attention/dot_product_attention.py, the recipe table above _dpa_fp8_recipe)."""
+
+    PER_TENSOR = "per-tensor"
+    MXFP8 = "mxfp8"
+
+    @classmethod
+    def of(cls, recipe: Fp8Recipe) -> Fp8AttentionScaling | None:
+        """The scaling FP8 attention runs with under `recipe` (None: block scaling has none)."""
+        if recipe in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE):
+            return cls.PER_TENSOR
+        return cls.MXFP8 if recipe is Fp8Recipe.MXFP8 else None
+
+
+class Fp8AttentionRatio(Spec):
+    """cuDNN's FP8 attention time over its 16-bit time on one GPU, pass by pass, at one head dim.
+
+    Measured side by side at a few chunk lengths (causal); between them interpolated in log length, beyond held."""
+
+    scaling: Fp8AttentionScaling = Field(description="per-tensor (delayed and current-scaling recipes) or mxfp8")
+    head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="query/key head dim of the measured shapes")
+    seq: tuple[Annotated[int, Field(gt=0, le=MAX_POSITIONS)], ...] = Field(
+        min_length=2, description="chunk lengths measured, ascending")
+    forward: tuple[Annotated[float, Field(gt=0, le=MAX_RATIO)], ...] = Field(
+        description="FP8 forward time over 16-bit forward time, per length")
+    backward: tuple[Annotated[float, Field(gt=0, le=MAX_RATIO)], ...] = Field(
+        description="FP8 backward time over 16-bit backward, per length")
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Fp8AttentionRatio:
+        if list(self.seq) != sorted(set(self.seq)):
+            raise FieldProblem("seq", list(self.seq), "ascending distinct lengths")
+        if not len(self.forward) == len(self.backward) == len(self.seq):
+            raise FieldProblem("forward", list(self.forward), f"one ratio per length ({len(self.seq)}), as backward")
+        return self
+
+    def at(self, seq: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, backward) ratios at chunk lengths `seq`."""
+        x = np.log(np.asarray(seq, dtype=float))
+        points = np.log(np.asarray(self.seq, dtype=float))
+        return np.interp(x, points, self.forward), np.interp(x, points, self.backward)
+
+
 class EfficiencySpec(Spec):
     """Achieved fractions of a GPU's datasheet peaks and the kernel model's shape constants (cost/kernels.py), each a
     published measurement or derived from one (catalog/gpus.yaml names it; catalog/efficiency.yaml holds the values
@@ -76,6 +124,16 @@ class EfficiencySpec(Spec):
     attention_flash2: AttentionCurve | None = Field(
         None, description="FlashAttention-2's curve on this GPU (TrainSpec.attention_kernel flash2); None: no "
         "published measurement of it here")
+    fp8_attention: tuple[Fp8AttentionRatio, ...] = Field(
+        (), description="cuDNN's FP8 attention over its 16-bit time (TrainSpec.fp8_attention), by scaling and head "
+        "dim; empty: no published measurement here (catalog/efficiency.yaml fp8_attention names the tables)")
+
+    def fp8_attention_ratio(self, recipe: Fp8Recipe, head_dim: int) -> Fp8AttentionRatio | None:
+        """The measured table FP8 attention under `recipe` runs at for a model of `head_dim` (query/key): the
+        scaling's table of the nearest head dim measured, the larger on a tie (None: none of that scaling)."""
+        scaling = Fp8AttentionScaling.of(recipe)
+        tables = [t for t in self.fp8_attention if t.scaling is scaling]
+        return min(tables, key=lambda t: (abs(t.head_dim - head_dim), -t.head_dim)) if tables else None
 
     def attention_curve(self, kernel: AttentionKernel) -> AttentionCurve | None:
         """The measured curve of `kernel` on this GPU (None: the catalog has no measurement of it)."""

@@ -195,7 +195,8 @@ class CudaGraphScope(str, Enum):
 TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "--seq-len", "precision": "--precision",
                "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache",
                "routing": "--routing", "fp8_dispatch": "--fp8-dispatch",
-               "fp8_recipe": "--fp8-recipe", "attention_kernel": "--attention-kernel"}
+               "fp8_recipe": "--fp8-recipe", "attention_kernel": "--attention-kernel",
+               "fp8_attention": "--fp8-attention"}
 """The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
 
 
@@ -216,6 +217,11 @@ class TrainSpec(Spec):
     flash_attention: bool = Field(True, description="fused attention: no s×s score matrix is stored")
     attention_kernel: AttentionKernel = Field(
         AttentionKernel.FASTEST, description="which fused attention kernel runs (with flash_attention only)")
+    fp8_attention: bool = Field(
+        False, description="the fused attention core in FP8 under the run's FP8 recipe (Megatron "
+        "--fp8-dot-product-attention, Transformer Engine fp8_dpa): Q, K, V and the gradients in FP8, priced on "
+        "cuDNN's measured FP8 curve (EfficiencySpec.attention_fp8 / attention_mxfp8); with precision fp8 and "
+        "flash_attention only")
     bf16_moments: bool = Field(
         False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
