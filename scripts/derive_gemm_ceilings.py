@@ -30,11 +30,12 @@
 3b. FP8 attention (catalog/efficiency.yaml fp8_attention, EfficiencySpec.fp8_attention): the time cuDNN's FP8 fused
    attention takes over its 16-bit time, measured side by side in the same tables (causal `top_left`,
    non-deterministic backward): `fp8` (per-tensor scales) and `mxfp8` rows over `bfloat16` rows, at head dim 128
-   (llama3.1: 64 query and 8 key/value heads, batch 2) and at MLA's 192/128 (dsv3: 128 heads, batch 1), GB200 and
-   GB300 cuDNN 9.22.0 (llama3.1/{gb200,gb300}, dsv3/{gb200,gb300}), H200 cuDNN 9.19.1 (h200_919_only_cudnn
-   llama3.1: per-tensor FP8 at head dim 128 only; its head-dim-64 and -192 FP8 graphs are refused). Ratios, not
-   curves: the 16-bit model keeps one head-dim-128 curve, and the FP8 gain differs by head dim (MLA's backward
-   is 0.75-0.77x in MXFP8 at 4096, Llama's 1.09x).
+   (llama3.1: 64 query and 8 key/value heads, batch 2), at MLA's 192/128 (dsv3: 128 heads, batch 2) and over
+   GPT-OSS's 128-token window at head dim 64 (gpt_oss: 128 heads, batch 2), GB200 and GB300 cuDNN 9.22.0
+   (llama3.1, dsv3 and gpt_oss under {gb200,gb300}), H200 cuDNN 9.19.1 (h200_919_only_cudnn llama3.1: per-tensor
+   FP8 at head dim 128 only; its gpt_oss FP8 rows fail, head dim 64 refused). Ratios, not curves: the 16-bit model
+   keeps one head-dim-128 curve, and the FP8 gain differs by head dim (MLA's backward is 0.75-0.77x in MXFP8 at
+   4096, Llama's 1.09x) and by mask (the windowed backward 4.5x).
 
 4. The MXFP8 main-loop fraction (gemm_mxfp8) of the Blackwell GPUs: their FP8 η times the ratio of per-tensor to MXFP8
    GEMM kernel time that Transformer Engine's GEMM tutorial measured pre-quantized (kernels only) on a B300 for one
@@ -129,6 +130,14 @@ FP8_ATTENTION_MS = {
                            16384: (11.178, 6.653, 7.336), 32768: (44.189, 26.146, 29.731)},
                    "bwd": {2048: (0.977, 0.591, 0.772), 4096: (3.127, 1.803, 2.348), 8192: (11.074, 6.188, 8.030),
                            16384: (43.911, 23.257, 31.002), 32768: (177.494, 95.057, 122.768)}},
+    "gb200 d64 w128": {"fwd": {2048: (0.109, 0.101, 0.109), 4096: (0.210, 0.195, 0.210), 8192: (0.414, 0.385, 0.417),
+                               16384: (0.822, 0.766, 0.826), 32768: (2.634, 1.529, 1.637)},
+                       "bwd": {2048: (0.237, 0.536, 0.642), 4096: (0.465, 1.731, 2.080), 8192: (0.911, 6.176, 7.427),
+                               16384: (1.818, 23.231, 27.940), 32768: (3.692, 90.348, 108.370)}},
+    "gb300 d64 w128": {"fwd": {2048: (0.104, 0.086, 0.092), 4096: (0.202, 0.167, 0.175), 8192: (0.397, 0.327, 0.342),
+                               16384: (0.790, 0.650, 0.676), 32768: (2.530, 1.296, 1.345)},
+                       "bwd": {2048: (0.227, 0.467, 0.581), 4096: (0.442, 1.480, 1.871), 8192: (0.862, 5.189, 6.648),
+                               16384: (1.712, 19.354, 24.996), 32768: (3.450, 74.763, 96.913)}},
     "h200 d128": {"fwd": {2048: (0.142, 0.098, None), 4096: (0.465, 0.322, None), 8192: (1.708, 1.141, None),
                           16384: (6.531, 4.357, None), 32768: (25.566, 16.884, None)},
                   "bwd": {2048: (0.464, 0.437, None), 4096: (1.450, 1.459, None), 8192: (5.083, 6.392, None),

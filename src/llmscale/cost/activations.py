@@ -20,6 +20,8 @@ from llmscale.units import BYTES_16BIT, BYTES_FP32
 
 ROW_MAP_BYTES = 8
 """Bytes per token and expert of the fused permutation's row map (int64; the estimator's permute_row_id_map)."""
+MXFP8_BOTH_COPIES_BYTES = 2.0 * (1.0 + 1.0 / 32.0)
+"""An MXFP8 tensor kept row- and column-wise: two 1-byte copies, each with an E8M0 scale per 32 elements."""
 E5M6_BYTES = 1.5
 """DeepSeek-V3's attention-output format (§3.3.3: a 12-bit E5M6 with 1×128 tile scales)."""
 
@@ -63,10 +65,12 @@ class _Widths:
 
 def _fp8_attention_saves(train: TrainSpec) -> tuple[float, float]:
     """(bytes per element of Q, K, V; of O) the attention core saves for its backward: 16-bit, but FP8 Q, K, V
-    under FP8 attention with per-tensor scales, and FP8 O under the delayed recipe; MXFP8 keeps row- and column-wise
-    copies, the 16-bit bytes (recipe named by memory.memory_breakdown; docs/cost-model.md#fp8-attention)."""
-    if not train.fp8_attention or train.fp8_recipe not in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE):
+    under FP8 attention (per-tensor scales: 1 B; MXFP8: row- and column-wise copies with their scales), and FP8 O
+    under the delayed recipe (recipe named by memory.memory_breakdown; docs/cost-model.md#fp8-attention)."""
+    if not train.fp8_attention or train.fp8_recipe not in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE, Fp8Recipe.MXFP8):
         return float(BYTES_16BIT), float(BYTES_16BIT)
+    if train.fp8_recipe is Fp8Recipe.MXFP8:
+        return MXFP8_BOTH_COPIES_BYTES, float(BYTES_16BIT)
     return 1.0, 1.0 if train.fp8_recipe is Fp8Recipe.DELAYED else float(BYTES_16BIT)
 
 

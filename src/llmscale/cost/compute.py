@@ -158,7 +158,9 @@ class _Shapes:
     rates16: KernelRates
     """The same GPU at 16-bit: the attention core, router and output layer."""
     fp8_attention: Fp8AttentionRatio | None
-    """FP8 attention's measured time over the 16-bit core's (TrainSpec.fp8_attention; None: 16-bit attention)."""
+    """FP8 attention's measured time over the 16-bit core's, causal (TrainSpec.fp8_attention; None: 16-bit)."""
+    fp8_window: Fp8AttentionRatio | None
+    """The same over the model's sliding window, where measured at that window (None: the causal rule applies)."""
     load: np.ndarray
     """The busiest EP rank's routed load over the mean (cost.routing; 1 for dense models)."""
 
@@ -210,6 +212,9 @@ def _fused_core(model: ModelSpec, train: TrainSpec, x: _Shapes, window: int | No
     forward, backward = attention_core_s(x.rates16, flops, keys)
     if x.fp8_attention is None:
         return forward, backward
+    if window is not None and x.fp8_window is not None:  # measured over this window, by sequence length
+        forward_ratio, backward_ratio = x.fp8_window.at(chunk)
+        return forward * forward_ratio, backward * backward_ratio
     forward = forward * x.fp8_attention.at(keys)[0]
     if window is not None:  # FP8's backward visits every causal block, whatever the window
         causal = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp
@@ -238,11 +243,6 @@ def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | flo
     return mlp_linears(model, x.rates, tokens, ffn)
 
 
-def _qk_head_dim(model: ModelSpec) -> int:
-    """The query/key head dim the attention kernel computes over (MLA: the no-rotary and rotary parts together)."""
-    return model.dim_per_head if model.mla is None else model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-
-
 def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layouts,
             constants: Constants) -> tuple[_Shapes, float]:
     """The per-layer shapes and rates of one micro-batch, and the recipe's bytes per quantized element."""
@@ -254,8 +254,10 @@ def _shapes(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, lay: Layou
     return _Shapes(tokens=tokens, tp=lay.tp.astype(float), sigma=np.where(lay.sp, lay.tp, 1).astype(float), lay=lay,
                    rates=KernelRates.of(gpu, train.precision, sustained, recipe, train.attention_kernel),
                    rates16=KernelRates.of(gpu, Precision.BF16, sustained, attention=train.attention_kernel),
-                   fp8_attention=gpu.efficiency.fp8_attention_ratio(recipe, _qk_head_dim(model))
+                   fp8_attention=gpu.efficiency.fp8_attention_ratio(recipe, model.qk_head_dim)
                    if train.fp8_attention else None,
+                   fp8_window=gpu.efficiency.fp8_attention_ratio(recipe, model.qk_head_dim, model.sliding_window)
+                   if train.fp8_attention and model.sliding_window is not None else None,
                    load=busiest_rank_load(model, train, lay, tokens, constants.moe)), cast
 
 

@@ -39,7 +39,7 @@ from llmscale.specs.framework import (
 )
 from llmscale.specs.layout import Layout, Recompute
 from llmscale.specs.model import ModelSpec
-from llmscale.specs.train import Fp8Recipe, Precision, TrainSpec
+from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision, TrainSpec
 
 DEFAULT_FRAMEWORK = "megatron-bridge"
 """The framework a job runs under when it names none: its newest release (NVIDIA's recommended Megatron-Core trainer;
@@ -168,8 +168,9 @@ class ProfileApplication:
     recorded: bool = False
     """The job came whole from a saved document made under this release: nothing was filled."""
     dropped: tuple[str, ...] = ()
-    """Overlaps it would have turned on that cannot run in this layout (as the release drops them: TP overlap
-    without sequence parallelism, EP overlap outside what Megatron's combined 1F1B takes; layout.rules)."""
+    """Settings it would have turned on that the job cannot run: overlaps outside this layout (as the release drops
+    them: TP overlap without sequence parallelism, EP overlap outside what Megatron's combined 1F1B takes;
+    layout.rules), and FP8 attention beside the unfused or FlashAttention-2 attention the user asked for."""
 
     @property
     def release(self) -> str:
@@ -269,16 +270,37 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
             continue
         groups[group] |= fields
         applied.append(AppliedSetting(name, value, rule.source, rule.read))
-    dropped = _unrunnable(groups["layout"], user["layout"]) if layout is not None else []
-    if layout is not None and not groups["layout"].get("cuda_graphs") and "cuda_graph_scope" not in user["train"]:
-        groups["train"].pop("cuda_graph_scope", None)  # moot without graphs: the job keeps the spec's default
-        applied = [s for s in applied if s.name != "cuda_graph_scope"]
-    groups["layout"] = {k: v for k, v in groups["layout"].items() if k not in dropped}
-    applied = [s for s in applied if s.name not in dropped]
+    applied, dropped = _without_unrunnable(groups, user, applied, layout is not None)
     new_model = model if not groups["model"] else parse_spec(
         ModelSpec, model.model_dump() | groups["model"], where=f"model {model.name} under {release.label}")
     return Filled(new_model, groups["train"], groups["layout"] if layout is not None else None,
                   ProfileApplication(release, facts, tuple(applied), tuple(kept), dropped=tuple(dropped)))
+
+
+def _without_unrunnable(groups: dict[str, dict[str, Any]], user: dict[str, dict[str, Any]],
+                        applied: list[AppliedSetting], has_layout: bool) -> tuple[list[AppliedSetting], list[str]]:
+    """`groups` (in place) and `applied` without what the job cannot run or does not read, and the names dropped:
+    overlaps its layout cannot take, FP8 attention beside attention that has no FP8 kernel, and a CUDA-graph scope
+    without graphs (moot: the job keeps the spec's default, not a drop)."""
+    dropped = _unrunnable(groups["layout"], user["layout"]) if has_layout else []
+    if _fp8_attention_unrunnable(groups["train"], user["train"]):
+        dropped.append("fp8_attention")
+        groups["train"].pop("fp8_attention")
+    moot = has_layout and not groups["layout"].get("cuda_graphs") and "cuda_graph_scope" not in user["train"]
+    if moot:
+        groups["train"].pop("cuda_graph_scope", None)
+    groups["layout"] = {k: v for k, v in groups["layout"].items() if k not in dropped}
+    gone = set(dropped) | ({"cuda_graph_scope"} if moot else set())
+    return [s for s in applied if s.name not in gone], dropped
+
+
+def _fp8_attention_unrunnable(train: Mapping[str, Any], user: Mapping[str, Any]) -> bool:
+    """FP8 attention the profile turned on where the user asked for unfused or FlashAttention-2 attention, which
+    have no FP8 kernel (io.run_checks.check_fp8_attention): the release's setting yields to the user's."""
+    if not train.get("fp8_attention") or "fp8_attention" in user:
+        return False
+    kernel = _member(AttentionKernel, train.get("attention_kernel"), None)
+    return train.get("flash_attention") is False or kernel is AttentionKernel.FLASH2
 
 
 def _unrunnable(layout: Mapping[str, Any], user: Mapping[str, Any]) -> list[str]:

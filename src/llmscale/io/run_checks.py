@@ -4,7 +4,7 @@ lack, one SpecError naming the field."""
 from __future__ import annotations
 
 from llmscale.errors import SpecError
-from llmscale.specs.cluster import ClusterSpec, Generation
+from llmscale.specs.cluster import ClusterSpec, Fp8AttentionScaling, Generation
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import AttentionKernel, Fp8Recipe, Precision, TrainSpec
 
@@ -53,17 +53,19 @@ def check_attention(cluster: ClusterSpec, train: TrainSpec) -> None:
 
 HOPPER_FP8_ATTENTION_HEAD_DIM = 128
 """The one head dim cuDNN's FP8 attention backward takes on Hopper: cuDNN 9.19.1 on H200 refuses the head-dim-64
-and -192 graphs ('hidden_dim shoud be equal to 128', NVIDIA/cudnn-frontend@3929da2ef4c1
-benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv and
-dsv3_20260227_034744.csv); on Blackwell cuDNN 9.22 runs head dims 64, 128 and 192 (the gb200/gb300 tables)."""
+graphs ('hidden_dim shoud be equal to 128', NVIDIA/cudnn-frontend@3929da2ef4c1
+benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv) and the head-dim-192 ones
+(dsv3_20260227_034744.csv); on Blackwell cuDNN 9.22 runs head dims 64, 128 and 192 (the gb200/gb300 tables)."""
+TE_BACKENDS = "NVIDIA/TransformerEngine@v2.18 pytorch/attention/dot_product_attention/utils.py get_attention_backend"
+"""Where Transformer Engine turns its attention backends off for FP8 (the line numbers below are this file's)."""
 
 
 def check_fp8_attention(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
     """FP8 attention needs an FP8 run, the fused core (FlashAttention-2 has no FP8 kernel), a recipe Transformer
-    Engine scales attention under, a measurement of it on the GPU and, on Hopper, head dim 128."""
+    Engine scales attention under, what Hopper's fused kernel takes, and a measurement of it on the GPU."""
     if not train.fp8_attention:
         return
-    allowed = "precision fp8 with the delayed, tensorwise or mxfp8 recipe, and fused attention"
+    allowed = "precision fp8 (delayed, tensorwise or mxfp8) and fused attention; --bf16-attention runs it in 16-bit"
     if train.precision is not Precision.FP8:
         raise SpecError("fp8_attention", True, f"needs {allowed}; this run's precision is {train.precision.value}")
     if not train.flash_attention or train.attention_kernel is AttentionKernel.FLASH2:
@@ -72,12 +74,27 @@ def check_fp8_attention(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
                            "kernel"))
     gpu = cluster.gpu
     recipe = gpu.fp8_recipe(train)
-    dims = {model.dim_per_head} if model.mla is None else {model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim,
-                                                            model.mla.v_head_dim}
-    if gpu.efficiency.fp8_attention_ratio(recipe, max(dims)) is None:
+    if Fp8AttentionScaling.of(recipe) is None:
+        raise SpecError("fp8_attention", True, f"needs {allowed}; Transformer Engine disables fused attention under "
+                        f"{recipe.value} ({TE_BACKENDS}:639-641, Float8BlockScaling)")
+    if gpu.generation is Generation.HOPPER:
+        _check_hopper_fp8_attention(model, recipe)
+    if gpu.efficiency.fp8_attention_ratio(recipe, model.qk_head_dim) is None:
         raise SpecError("fp8_attention", True, f"needs {allowed}, measured on the GPU; gpu {gpu.name} has no "
-                        f"{recipe.value} FP8 attention measurement (efficiency.fp8_attention; Transformer Engine has "
-                        "no FP8 attention under blockwise)")
-    if gpu.generation is Generation.HOPPER and dims != {HOPPER_FP8_ATTENTION_HEAD_DIM}:
+                        f"{recipe.value} FP8 attention measurement (efficiency.fp8_attention)")
+
+
+def _check_hopper_fp8_attention(model: ModelSpec, recipe: Fp8Recipe) -> None:
+    """Below sm100 Transformer Engine's fused FP8 attention runs under delayed scaling only (current scaling
+    :604-607, MXFP8 :621-624), over no sliding window (:1256-1264), and cuDNN's backward at head dim 128 only."""
+    if recipe is not Fp8Recipe.DELAYED:
+        raise SpecError("fp8_attention", True, f"on Hopper Transformer Engine runs FP8 attention under the delayed "
+                        f"recipe only (it disables fused attention for {recipe.value} below sm100, {TE_BACKENDS}"
+                        ":604-607); give --fp8-recipe delayed or --bf16-attention")
+    if model.sliding_window is not None:
+        raise SpecError("fp8_attention", True, "on Hopper Transformer Engine has no FP8 sliding-window attention "
+                        f"({TE_BACKENDS}:1256-1264); this model has a {model.sliding_window}-token window")
+    dims = {model.qk_head_dim, model.dim_per_head if model.mla is None else model.mla.v_head_dim}
+    if dims != {HOPPER_FP8_ATTENTION_HEAD_DIM}:
         raise SpecError("fp8_attention", True, f"on Hopper cuDNN's FP8 attention backward takes head dim "
                         f"{HOPPER_FP8_ATTENTION_HEAD_DIM} only; this model's are {sorted(dims)}")

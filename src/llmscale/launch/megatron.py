@@ -291,10 +291,9 @@ def buffer_notes(job: Job) -> list[str]:
                      "primary weights: catalog/memory.yaml fp8_weight_cache_bytes_per_param); fp8_params writes "
                      "the flag where Megatron-LM accepts it")
     if train.fp8_attention:
-        notes.append("fp8_attention has no Megatron-LM flag (arguments.py:2333 @d98e8a64 keeps TransformerConfig."
-                     "fp8_dot_product_attention off the command line; Megatron-Bridge sets it as mixed_precision."
-                     "fp8_dot_product_attention): these flags run attention in 16-bit, which the plan priced on "
-                     "cuDNN's FP8 curve")
+        notes.append("fp8_attention has no Megatron-LM command-line flag (arguments.py:2333 @d98e8a64 keeps "
+                     "TransformerConfig.fp8_dot_product_attention off it; Megatron-Bridge sets it as mixed_precision."
+                     "fp8_dot_product_attention): these flags run attention in 16-bit, which the plan priced in FP8")
     if train.flash_attention and train.attention_kernel is AttentionKernel.FLASH2:
         notes.append("--attention-backend flash runs Transformer Engine's FlashAttention backend: FlashAttention-2, "
                      "as planned, unless FlashAttention-3 (flash_attn_3) is installed on Hopper, which runs faster")

@@ -165,5 +165,5 @@ def _run_notes(job: Job) -> list[str]:
         notes.append("fp8_dispatch has no torchtitan field: tokens are dispatched in bfloat16")
     if train.fp8_attention:
         notes.append("fp8_attention has no field in the torchtitan config written here: attention runs in bfloat16, "
-                     "which the plan priced on cuDNN's FP8 curve")
+                     "which the plan priced in FP8")
     return notes

@@ -20,6 +20,7 @@ from llmscale.io.resolve import Job
 from llmscale.report.mfu_conventions import mfu_conventions
 from llmscale.report.moe_table import moe_layer_table
 from llmscale.report.text import layout_line
+from llmscale.specs.cluster import Fp8AttentionScaling
 from llmscale.specs.framework import CHOICE_SETTINGS
 from llmscale.specs.train import AttentionKernel, Precision
 from llmscale.units import GIB
@@ -98,7 +99,8 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
     attention = (" · unfused attention" if not train.flash_attention else
                  "" if kernel is AttentionKernel.FASTEST else f" · {kernel.value} attention")
     if train.fp8_attention:
-        attention += f" · {job.cluster.gpu.fp8_recipe(train).value} attention"
+        scaling = Fp8AttentionScaling.of(job.cluster.gpu.fp8_recipe(train))
+        attention += f" · FP8 attention ({scaling.value if scaling else '-'})"
     console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}{attention}")
     for line in profile_lines(job):
         console.print(escape(line))
@@ -159,8 +161,8 @@ def profile_lines(job: Job) -> list[str]:
     if application.kept:
         lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
     if application.dropped:
-        lines.append(f"# not turned on (this layout cannot run them, as the release drops them): "
-                     f"{', '.join(application.dropped)}")
+        lines.append(f"# not turned on (this job cannot run them: the release drops such overlaps, and FP8 "
+                     f"attention yields to the attention asked for): {', '.join(application.dropped)}")
     return lines
 
 

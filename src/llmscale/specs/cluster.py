@@ -73,6 +73,8 @@ class Fp8AttentionRatio(Spec):
 
     scaling: Fp8AttentionScaling = Field(description="per-tensor (delayed and current-scaling recipes) or mxfp8")
     head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="query/key head dim of the measured shapes")
+    window: PositiveInt | None = Field(None, le=MAX_POSITIONS, description="the sliding window of the measured shapes "
+                                       "(None: causal); a windowed table prices the layers of that window")
     seq: tuple[Annotated[int, Field(gt=0, le=MAX_POSITIONS)], ...] = Field(
         min_length=2, description="chunk lengths measured, ascending")
     forward: tuple[Annotated[float, Field(gt=0, le=MAX_RATIO)], ...] = Field(
@@ -128,11 +130,13 @@ class EfficiencySpec(Spec):
         (), description="cuDNN's FP8 attention over its 16-bit time (TrainSpec.fp8_attention), by scaling and head "
         "dim; empty: no published measurement here (catalog/efficiency.yaml fp8_attention names the tables)")
 
-    def fp8_attention_ratio(self, recipe: Fp8Recipe, head_dim: int) -> Fp8AttentionRatio | None:
-        """The measured table FP8 attention under `recipe` runs at for a model of `head_dim` (query/key): the
-        scaling's table of the nearest head dim measured, the larger on a tie (None: none of that scaling)."""
+    def fp8_attention_ratio(self, recipe: Fp8Recipe, head_dim: int,
+                            window: int | None = None) -> Fp8AttentionRatio | None:
+        """The measured table FP8 attention under `recipe` runs at for a model of `head_dim` (query/key), causal or
+        over a sliding `window`: the scaling's table of that mask (a window's exactly) and the nearest head dim
+        measured, the larger on a tie (None: none measured)."""
         scaling = Fp8AttentionScaling.of(recipe)
-        tables = [t for t in self.fp8_attention if t.scaling is scaling]
+        tables = [t for t in self.fp8_attention if t.scaling is scaling and t.window == window]
         return min(tables, key=lambda t: (abs(t.head_dim - head_dim), -t.head_dim)) if tables else None
 
     def attention_curve(self, kernel: AttentionKernel) -> AttentionCurve | None:

@@ -200,6 +200,11 @@ class ModelSpec(Spec):
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
 
     @property
+    def qk_head_dim(self) -> int:
+        """The query/key head dim the attention kernel computes over (MLA: no-rotary and rotary parts together)."""
+        return self.dim_per_head if self.mla is None else self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+
+    @property
     def windowed_layers(self) -> int:
         """Layers whose attention sees only the last sliding_window tokens: all but every full_attention_every-th
         (Megatron-Core transformer/utils.py is_layer_window_attention: layer_number % N != 0, 1-based)."""

@@ -218,9 +218,9 @@ class TrainSpec(Spec):
     attention_kernel: AttentionKernel = Field(
         AttentionKernel.FASTEST, description="which fused attention kernel runs (with flash_attention only)")
     fp8_attention: bool = Field(
-        False, description="the fused attention core in FP8 under the run's FP8 recipe (Megatron "
-        "--fp8-dot-product-attention, Transformer Engine fp8_dpa): Q, K, V and the gradients in FP8, priced on "
-        "cuDNN's measured FP8 curve (EfficiencySpec.attention_fp8 / attention_mxfp8); with precision fp8 and "
+        False, description="the fused attention core in FP8 under the run's FP8 recipe (Megatron-Bridge "
+        "mixed_precision.fp8_dot_product_attention, Transformer Engine fp8_dpa): Q, K, V and the gradients in FP8, "
+        "priced at cuDNN's measured FP8-over-16-bit time (EfficiencySpec.fp8_attention); with precision fp8 and "
         "flash_attention only")
     bf16_moments: bool = Field(
         False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
