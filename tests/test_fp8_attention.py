@@ -13,7 +13,8 @@ from llmscale.cost.activations import MXFP8_BOTH_COPIES_BYTES, layer_activations
 from llmscale.cost.compute import layer_times
 from llmscale.cost.memory import memory_breakdown
 from llmscale.errors import LlmscaleError, SpecError
-from llmscale.io.catalog import load_cluster, load_gpu
+from llmscale.io.catalog import load_cluster, load_gpu, load_model
+from llmscale.io.releases import fill, find_release
 from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.launch.megatron import megatron_notes
 from llmscale.layout.arrays import Layouts
@@ -77,11 +78,22 @@ def test_gpt_oss_windowed_layers_take_the_table_measured_over_their_window(
         cluster: str, forward_ms: tuple[float, float], backward_ms: tuple[float, float]) -> None:
     # cudnn-frontend@3929da2 gpt_oss/{gb200,gb300}/gpt_oss_*.csv: head dim 64, window 128, seq 4096, (BF16, MXFP8)
     # time_ms. The MXFP8 backward visits every causal block: 4.5x the windowed BF16 one (it grows as the square of
-    # the length, 7.427 against 0.911 ms at 8192 on GB200).
+    # the length, 7.427 against 0.911 ms at 8192 on GB200). Each FP8 pass is priced over the model's windowed BF16
+    # forward + backward, the sum the 16-bit window model claims.
     bf16 = _window_ms(_job("gpt-oss-120b", cluster, False, ep=64, dp=64))
     fp8 = _window_ms(_job("gpt-oss-120b", cluster, True, ep=64, dp=64))
-    assert fp8[0] / bf16[0] == pytest.approx(forward_ms[1] / forward_ms[0], abs=0.001)
-    assert fp8[1] / bf16[1] == pytest.approx(backward_ms[1] / backward_ms[0], abs=0.001)
+    measured_sum = forward_ms[0] + backward_ms[0]
+    assert fp8[0] / (bf16[0] + bf16[1]) == pytest.approx(forward_ms[1] / measured_sum, abs=0.001)
+    assert fp8[1] / (bf16[0] + bf16[1]) == pytest.approx(backward_ms[1] / measured_sum, abs=0.001)
+
+
+def test_past_the_longest_length_measured_the_windowed_backward_grows_with_the_length() -> None:
+    # FP8's windowed backward visits every causal block (time ∝ s², cudnn-frontend@3929da2 gpt_oss/gb200: 2.080,
+    # 7.427, 27.940 ms at 4k, 8k, 16k) where the 16-bit one visits the window's (∝ s: 0.465, 0.911, 1.818)
+    table = load_gpu("gb200").efficiency.fp8_attention_ratio(Fp8Recipe.MXFP8, 64, 128)
+    assert table is not None
+    forward, backward = table.at(np.array([16384.0, 65536.0]))
+    assert backward[1] == pytest.approx(4 * backward[0], rel=1e-12) and forward[1] == forward[0]
 
 
 def test_without_a_table_at_its_window_a_layer_pays_the_causal_backward() -> None:
@@ -122,17 +134,16 @@ def test_fp8_attention_saves_q_k_v_by_scaling() -> None:
 
 
 def test_memory_names_the_native_recipe_before_counting_what_attention_saves() -> None:
-    # A run that names no recipe runs the GPU's native one (per-tensor current scaling on Hopper): FP8 attention
-    # saves what it saves under that recipe named.
-    job = _job("llama3-70b", "h200:8", False, "delayed", tp=8)
+    # A run that names no recipe runs the GPU's native one (MXFP8 on Blackwell): FP8 attention keeps what it keeps
+    # under that recipe named, Q, K and V row- and column-wise, a little more than 16-bit.
+    job = _job("llama3-70b", "b200:8", False, "mxfp8", tp=8)
     native = job.train.model_copy(update={"fp8_attention": True, "fp8_recipe": None})
-    named = native.model_copy(update={"fp8_recipe": Fp8Recipe.TENSORWISE})
+    named = native.model_copy(update={"fp8_recipe": Fp8Recipe.MXFP8})
 
     def total(train):  # type: ignore[no-untyped-def]
         return float(memory_breakdown(job.model, job.cluster, train, job.layouts, job.constants).total_bytes[0])
 
-    plain = job.train.model_copy(update={"fp8_recipe": Fp8Recipe.TENSORWISE})
-    assert total(native) == total(named) < total(plain)
+    assert total(native) == total(named) > total(job.train)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +153,7 @@ def test_memory_names_the_native_recipe_before_counting_what_attention_saves() -
         ("llama3-70b", "gb200:8", {"precision": "fp8", "flash_attention": False}, "unfused"),
         ("llama3-70b", "gb200:8", {"precision": "fp8", "fp8_recipe": "blockwise"}, "under blockwise"),
         # TE v2.18 utils.py get_attention_backend: below sm100 fused FP8 attention runs under delayed scaling only
-        # (:604-607) and over no window (:1256-1264); cuDNN 9.19's FP8 backward takes head dim 128 only (H200 tables)
+        # (:604-607) and over no window (:1256-1266); cuDNN 9.19's FP8 backward takes head dim 128 only (H200 tables)
         ("llama3-70b", "h100-sxm:8", {"precision": "fp8"}, "delayed recipe only"),
         ("llama3-70b", "h100-sxm:8", {"precision": "fp8", "fp8_recipe": "tensorwise"}, "delayed recipe only"),
         ("gpt-oss-120b", "h100-sxm:8", {"precision": "fp8", "fp8_recipe": "delayed"}, "sliding-window"),
@@ -181,14 +192,31 @@ def test_the_cli_names_the_field_and_exits_2(capsys: pytest.CaptureFixture[str])
     assert code == 2 and "fp8_attention" in err and "precision is bf16" in err and "Traceback" not in err
 
 
+QWEN_B200 = ("explain", "-m", "qwen3-30b-a3b", "-c", "b200:8", "--gpus", "8", "--ep", "8", "--precision", "fp8",
+             "--fp8-recipe", "mxfp8", "--framework", "megatron-bridge@26.08")
+
+
 def test_a_release_setting_yields_to_the_attention_the_user_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
     # Megatron-Bridge 26.08 turns FP8 attention on for Qwen3-MoE MXFP8 on B200; a user's unfused attention has no
     # FP8 kernel, so the release's setting is dropped and said so, not turned into an error the user did not cause.
-    code, out, err = run_cli(capsys, "explain", "-m", "qwen3-30b-a3b", "-c", "b200:8", "--gpus", "8", "--ep", "8",
-                             "--precision", "fp8", "--fp8-recipe", "mxfp8", "--no-flash-attention", "--framework",
-                             "megatron-bridge@26.08")
+    code, out, err = run_cli(capsys, *QWEN_B200)
     assert code == 0, err
-    assert "not turned on" in out and "fp8_attention" in out.split("not turned on")[1].splitlines()[0]
+    assert "· FP8 attention (mxfp8)" in out and "not turned on" not in out
+    code, out, err = run_cli(capsys, *QWEN_B200, "--no-flash-attention")
+    assert code == 0, err
+    assert "# not turned on: fp8_attention (yields to the unfused" in out and "FP8 attention (" not in out
+    # the user's own FP8 attention beside unfused attention is the user's contradiction: refused
+    code, _, err = run_cli(capsys, *QWEN_B200, "--no-flash-attention", "--fp8-attention")
+    assert code == 2 and "unfused" in err and "Traceback" not in err
+
+
+def test_a_release_setting_yields_to_flashattention2() -> None:
+    release = find_release("megatron-bridge@26.08")
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("b200:8")
+    train = {"precision": "fp8", "fp8_recipe": "mxfp8", "seq_len": 4096}
+    assert fill(release, model, cluster, train, {"ep": 8}, 8).train["fp8_attention"] is True
+    flash2 = fill(release, model, cluster, train | {"attention_kernel": "flash2"}, {"ep": 8}, 8)
+    assert "fp8_attention" not in flash2.train and flash2.application.dropped == ("fp8_attention",)
 
 
 def test_a_named_measurement_set_must_exist(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -196,7 +224,7 @@ def test_a_named_measurement_set_must_exist(tmp_path) -> None:  # type: ignore[n
     gpu.write_text("name: X\ngeneration: blackwell\npeak_bf16_tflops: 2000\npeak_fp8_tflops: 4000\nmemory_gib: 180\n"
                    "memory_bandwidth_gb_per_s: 8000\nscaleup_bandwidth_gb_per_s: 900\n"
                    "efficiency: {fp8_attention: cudnn-9.99-x}\n")
-    with pytest.raises(LlmscaleError, match=r"gpu\.yaml: gpu\.efficiency\.fp8_attention = 'cudnn-9\.99-x'"):
+    with pytest.raises(LlmscaleError, match=r"gpu\.yaml: efficiency\.fp8_attention = 'cudnn-9\.99-x'"):
         load_gpu(str(gpu))
 
 
@@ -222,14 +250,15 @@ def test_ratio_lookup_takes_the_nearest_head_dim_and_interpolates_in_log_length(
         ("gb200", Fp8Recipe.MXFP8, 128, None, 2048, True, 0.389, 0.461),
         ("gb200", Fp8Recipe.TENSORWISE, 192, None, 16384, True, 50.424, 29.050),
         ("gb200", Fp8Recipe.MXFP8, 192, None, 4096, True, 3.383, 2.620),
-        ("gb200", Fp8Recipe.TENSORWISE, 64, 128, 8192, True, 0.911, 6.176),
-        ("gb200", Fp8Recipe.MXFP8, 64, 128, 32768, False, 2.634, 1.637),
+        # windowed tables: over the 16-bit forward + backward (0.414 + 0.911, 0.109 + 0.237 ms)
+        ("gb200", Fp8Recipe.TENSORWISE, 64, 128, 8192, True, 0.414 + 0.911, 6.176),
+        ("gb200", Fp8Recipe.MXFP8, 64, 128, 2048, False, 0.109 + 0.237, 0.109),
         ("gb300", Fp8Recipe.TENSORWISE, 128, None, 8192, False, 1.185, 0.759),
         ("gb300", Fp8Recipe.MXFP8, 128, None, 32768, True, 59.024, 55.340),
         ("gb300", Fp8Recipe.TENSORWISE, 192, None, 2048, True, 0.977, 0.591),
         ("gb300", Fp8Recipe.MXFP8, 192, None, 32768, False, 44.189, 29.731),
-        ("gb300", Fp8Recipe.TENSORWISE, 64, 128, 4096, False, 0.202, 0.167),
-        ("gb300", Fp8Recipe.MXFP8, 64, 128, 16384, True, 1.712, 24.996),
+        ("gb300", Fp8Recipe.TENSORWISE, 64, 128, 4096, False, 0.202 + 0.442, 0.167),
+        ("gb300", Fp8Recipe.MXFP8, 64, 128, 16384, True, 0.790 + 1.712, 24.996),
         ("h200", Fp8Recipe.DELAYED, 128, None, 32768, True, 75.688, 118.729),
     ],
 )

@@ -212,9 +212,9 @@ def _fused_core(model: ModelSpec, train: TrainSpec, x: _Shapes, window: int | No
     forward, backward = attention_core_s(x.rates16, flops, keys)
     if x.fp8_attention is None:
         return forward, backward
-    if window is not None and x.fp8_window is not None:  # measured over this window, by sequence length
-        forward_ratio, backward_ratio = x.fp8_window.at(chunk)
-        return forward * forward_ratio, backward * backward_ratio
+    if window is not None and x.fp8_window is not None:  # measured over this window, by sequence length, each pass
+        forward_ratio, backward_ratio = x.fp8_window.at(chunk)  # over the 16-bit sum (the window model's claim)
+        return (forward + backward) * forward_ratio, (forward + backward) * backward_ratio
     forward = forward * x.fp8_attention.at(keys)[0]
     if window is not None:  # FP8's backward visits every causal block, whatever the window
         causal = attention_core_flops_per_layer(model, train.seq_len, causal=True) * x.tokens / x.tp

@@ -110,7 +110,7 @@ def _default_efficiency() -> dict[str, Any]:
     return defaults
 
 
-def _with_efficiency(gpu: dict[str, Any], where: str = "") -> dict[str, Any]:
+def _with_efficiency(gpu: dict[str, Any], where: str = "", field: str = "efficiency") -> dict[str, Any]:
     """Fill the GPU's `efficiency` from catalog/efficiency.yaml, keeping any fields the entry gives; an
     `fp8_attention` that names a measured set of that file (its `fp8_attention` key) becomes the set's tables."""
     given = gpu.get("efficiency")
@@ -121,7 +121,7 @@ def _with_efficiency(gpu: dict[str, Any], where: str = "") -> dict[str, Any]:
     if isinstance(named, str):
         sets: dict[str, Any] = catalog_file("efficiency.yaml")["fp8_attention"]
         if named not in sets:
-            raise SpecError("gpu.efficiency.fp8_attention", named, f"a measured set of catalog/efficiency.yaml: "
+            raise SpecError(f"{field}.fp8_attention", named, f"a measured set of catalog/efficiency.yaml: "
                             f"{', '.join(sets)}, or a list of tables", where=where)
         efficiency["fp8_attention"] = sets[named]["tables"]
     return {**gpu, "efficiency": efficiency}
@@ -241,7 +241,7 @@ def load_cluster(ref: str, num_gpus: int | None = None) -> ClusterSpec:
         except CatalogError as exc:
             raise InputFileError(f"{where}: gpu: {exc}") from None
     if isinstance(gpu, dict):
-        data = {**data, "gpu": _with_efficiency(gpu, where)}
+        data = {**data, "gpu": _with_efficiency(gpu, where, "gpu.efficiency")}
     if num_gpus is not None:
         data = {**data, "num_gpus": num_gpus}
     return parse_spec(ClusterSpec, _with_failures(data, where), where=where)

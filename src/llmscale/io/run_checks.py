@@ -56,7 +56,8 @@ HOPPER_FP8_ATTENTION_HEAD_DIM = 128
 graphs ('hidden_dim shoud be equal to 128', NVIDIA/cudnn-frontend@3929da2ef4c1
 benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv) and the head-dim-192 ones
 (dsv3_20260227_034744.csv); on Blackwell cuDNN 9.22 runs head dims 64, 128 and 192 (the gb200/gb300 tables)."""
-TE_BACKENDS = "NVIDIA/TransformerEngine@v2.18 pytorch/attention/dot_product_attention/utils.py get_attention_backend"
+TE_BACKENDS = ("NVIDIA/TransformerEngine@v2.18 transformer_engine/pytorch/attention/dot_product_attention/utils.py "
+               "get_attention_backend")
 """Where Transformer Engine turns its attention backends off for FP8 (the line numbers below are this file's)."""
 
 
@@ -65,35 +66,35 @@ def check_fp8_attention(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
     Engine scales attention under, what Hopper's fused kernel takes, and a measurement of it on the GPU."""
     if not train.fp8_attention:
         return
-    allowed = "precision fp8 (delayed, tensorwise or mxfp8) and fused attention; --bf16-attention runs it in 16-bit"
+    allowed = "precision fp8 (delayed, tensorwise or mxfp8) and fused attention"
+    off = "; --bf16-attention runs it in 16-bit"
     if train.precision is not Precision.FP8:
-        raise SpecError("fp8_attention", True, f"needs {allowed}; this run's precision is {train.precision.value}")
+        raise SpecError("fp8_attention", True, f"needs {allowed}; this run's precision is {train.precision.value}{off}")
     if not train.flash_attention or train.attention_kernel is AttentionKernel.FLASH2:
-        raise SpecError("fp8_attention", True, f"needs {allowed}; this run computes attention "
-                        + ("unfused" if not train.flash_attention else "with FlashAttention-2, which has no FP8 "
-                           "kernel"))
+        how = "unfused" if not train.flash_attention else "with FlashAttention-2, which has no FP8 kernel"
+        raise SpecError("fp8_attention", True, f"needs {allowed}; this run computes attention {how}{off}")
     gpu = cluster.gpu
     recipe = gpu.fp8_recipe(train)
     if Fp8AttentionScaling.of(recipe) is None:
         raise SpecError("fp8_attention", True, f"needs {allowed}; Transformer Engine disables fused attention under "
-                        f"{recipe.value} ({TE_BACKENDS}:639-641, Float8BlockScaling)")
+                        f"{recipe.value} ({TE_BACKENDS}:639-641, Float8BlockScaling){off}")
     if gpu.generation is Generation.HOPPER:
         _check_hopper_fp8_attention(model, recipe)
     if gpu.efficiency.fp8_attention_ratio(recipe, model.qk_head_dim) is None:
-        raise SpecError("fp8_attention", True, f"needs {allowed}, measured on the GPU; gpu {gpu.name} has no "
-                        f"{recipe.value} FP8 attention measurement (efficiency.fp8_attention)")
+        raise SpecError("fp8_attention", True, f"needs a measurement on the GPU; gpu {gpu.name} has no "
+                        f"{recipe.value} FP8 attention measurement (efficiency.fp8_attention){off}")
 
 
 def _check_hopper_fp8_attention(model: ModelSpec, recipe: Fp8Recipe) -> None:
     """Below sm100 Transformer Engine's fused FP8 attention runs under delayed scaling only (current scaling
-    :604-607, MXFP8 :621-624), over no sliding window (:1256-1264), and cuDNN's backward at head dim 128 only."""
+    :604-607, MXFP8 :621-624), over no sliding window (:1256-1266), and cuDNN's backward at head dim 128 only."""
     if recipe is not Fp8Recipe.DELAYED:
         raise SpecError("fp8_attention", True, f"on Hopper Transformer Engine runs FP8 attention under the delayed "
                         f"recipe only (it disables fused attention for {recipe.value} below sm100, {TE_BACKENDS}"
                         ":604-607); give --fp8-recipe delayed or --bf16-attention")
     if model.sliding_window is not None:
         raise SpecError("fp8_attention", True, "on Hopper Transformer Engine has no FP8 sliding-window attention "
-                        f"({TE_BACKENDS}:1256-1264); this model has a {model.sliding_window}-token window")
+                        f"({TE_BACKENDS}:1256-1266); this model has a {model.sliding_window}-token window")
     dims = {model.qk_head_dim, model.dim_per_head if model.mla is None else model.mla.v_head_dim}
     if dims != {HOPPER_FP8_ATTENTION_HEAD_DIM}:
         raise SpecError("fp8_attention", True, f"on Hopper cuDNN's FP8 attention backward takes head dim "

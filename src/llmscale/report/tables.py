@@ -161,8 +161,10 @@ def profile_lines(job: Job) -> list[str]:
     if application.kept:
         lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
     if application.dropped:
-        lines.append(f"# not turned on (this job cannot run them: the release drops such overlaps, and FP8 "
-                     f"attention yields to the attention asked for): {', '.join(application.dropped)}")
+        reasons = {"fp8_attention": "yields to the unfused or FlashAttention-2 attention asked for"}
+        lines.append("# not turned on: " + ", ".join(
+            f"{name} ({reasons.get(name, 'this layout cannot run it; the release drops it')})"
+            for name in application.dropped))
     return lines
 
 

@@ -74,7 +74,8 @@ class Fp8AttentionRatio(Spec):
     scaling: Fp8AttentionScaling = Field(description="per-tensor (delayed and current-scaling recipes) or mxfp8")
     head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="query/key head dim of the measured shapes")
     window: PositiveInt | None = Field(None, le=MAX_POSITIONS, description="the sliding window of the measured shapes "
-                                       "(None: causal); a windowed table prices the layers of that window")
+                                       "(None: causal); a windowed table prices the layers of that window, each "
+                                       "pass over the 16-bit forward + backward time")
     seq: tuple[Annotated[int, Field(gt=0, le=MAX_POSITIONS)], ...] = Field(
         min_length=2, description="chunk lengths measured, ascending")
     forward: tuple[Annotated[float, Field(gt=0, le=MAX_RATIO)], ...] = Field(
@@ -91,10 +92,16 @@ class Fp8AttentionRatio(Spec):
         return self
 
     def at(self, seq: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-        """(forward, backward) ratios at chunk lengths `seq`."""
-        x = np.log(np.asarray(seq, dtype=float))
+        """(forward, backward) ratios at chunk lengths `seq`. Beyond the longest length a windowed table's backward
+        grows with the length: FP8's windowed backward visits every causal block (time ∝ s²) where 16-bit's
+        visits the window's (∝ s)."""
+        s = np.asarray(seq, dtype=float)
         points = np.log(np.asarray(self.seq, dtype=float))
-        return np.interp(x, points, self.forward), np.interp(x, points, self.backward)
+        forward = np.interp(np.log(s), points, self.forward)
+        backward = np.interp(np.log(s), points, self.backward)
+        if self.window is not None:
+            backward = backward * np.maximum(s / self.seq[-1], 1.0)
+        return forward, backward
 
 
 class EfficiencySpec(Spec):
