@@ -67,9 +67,10 @@ class Fp8AttentionScaling(str, Enum):
 
 
 class Fp8AttentionRatio(Spec):
-    """cuDNN's FP8 attention time over its 16-bit time on one GPU, pass by pass, at one head dim.
+    """cuDNN's FP8 attention time over its 16-bit time on one GPU, pass by pass, at one head dim and mask.
 
-    Measured side by side at a few chunk lengths (causal); between them interpolated in log length, beyond held."""
+    Measured side by side at a few chunk lengths; between them interpolated in log length, beyond held (a windowed
+    table's backward grows with the length)."""
 
     scaling: Fp8AttentionScaling = Field(description="per-tensor (delayed and current-scaling recipes) or mxfp8")
     head_dim: PositiveInt = Field(le=MAX_HIDDEN, description="query/key head dim of the measured shapes")
@@ -79,9 +80,9 @@ class Fp8AttentionRatio(Spec):
     seq: tuple[Annotated[int, Field(gt=0, le=MAX_POSITIONS)], ...] = Field(
         min_length=2, description="chunk lengths measured, ascending")
     forward: tuple[Annotated[float, Field(gt=0, le=MAX_RATIO)], ...] = Field(
-        description="FP8 forward time over 16-bit forward time, per length")
+        description="FP8 forward time over the 16-bit forward (windowed: forward + backward), per length")
     backward: tuple[Annotated[float, Field(gt=0, le=MAX_RATIO)], ...] = Field(
-        description="FP8 backward time over 16-bit backward, per length")
+        description="FP8 backward time over the 16-bit backward (windowed: forward + backward), per length")
 
     @model_validator(mode="after")
     def _aligned(self) -> Fp8AttentionRatio:
