@@ -24,9 +24,11 @@ def _experts(impl: GroupedGemm, tokens: float, local: float) -> float:
     return float(times.forward_s[0])
 
 
-def test_one_local_expert_runs_the_same_on_every_kernel() -> None:
-    times = {impl: _experts(impl, 2048, 1) for impl in GroupedGemm}
+def test_one_local_expert_runs_the_same_on_every_kernel_that_picks_its_tile() -> None:
+    # the fused grouped MLP has one tile (256 x 256 over an SM pair): never faster than a library's best pick
+    times = {impl: _experts(impl, 2048, 1) for impl in GroupedGemm if impl is not GroupedGemm.TE_FUSED}
     assert max(times.values()) == pytest.approx(min(times.values()), rel=1e-12)
+    assert _experts(GroupedGemm.TE_FUSED, 2048, 1) >= min(times.values())
 
 
 def test_small_experts_pay_their_partial_waves_by_kernel() -> None:
@@ -259,3 +261,25 @@ def test_the_235b_runs_megatrons_alltoall_on_b200_and_h100_where_the_30b_runs_hy
     assert dispatcher("qwen3-235b-a22b", "b200", 256, {"pp": 8, "ep": 8}) is MoeDispatcher.ALLTOALL
     assert dispatcher("qwen3-235b-a22b", "b300", 256, {"pp": 8, "ep": 8}) is MoeDispatcher.FLEX_HYBRIDEP
     assert dispatcher("qwen3-30b-a3b", "h100-sxm", 16, {"ep": 16}) is MoeDispatcher.FLEX_HYBRIDEP
+
+
+def test_the_fused_grouped_mlp_runs_one_256_by_256_tile_over_an_sm_pair() -> None:
+    # TE v2.18 te.ops GroupedMLP calls cuDNN's CuTe-DSL grouped GEMMs with their default mma_tiler_mn (256, 256), two
+    # CTAs per tile; the kernels refuse any N tile but 256 (NVIDIA/cudnn-frontend@3929da2 grouped_gemm_glu/api.py).
+    # GPT-OSS's fc2 (N = 2880 = 11.25 x 256) pays 12 columns of tiles, as N = 3072 does, where a library GEMM's
+    # menu (64-wide tiles among them) pays 2880's own.
+    from llmscale.cost.kernels import FUSED_GROUPED_MLP_TILES, LIBRARY_TILES
+
+    fp8 = KernelRates.of(B200.gpu, Precision.FP8)
+    m, k = 4096.0 * 8, 2880.0
+
+    def t(n: float, menu) -> float:  # type: ignore[no-untyped-def]
+        return float(gemm_s(fp8, m, n, k, 4, menu=menu))
+
+    assert t(2880, FUSED_GROUPED_MLP_TILES) == pytest.approx(t(3072, FUSED_GROUPED_MLP_TILES), rel=1e-12)
+    assert t(2880, LIBRARY_TILES) < 0.96 * t(3072, LIBRARY_TILES)
+    # a tile spans two SMs: 2 x 37 tiles fill B200's 148 SMs in one wave, 2 x 38 take two (compute-bound shapes)
+    assert B200.gpu.sm_count == 148
+    one_wave = float(gemm_s(fp8, 512, 256 * 37, 8192, menu=FUSED_GROUPED_MLP_TILES))
+    two_waves = float(gemm_s(fp8, 512, 256 * 38, 8192, menu=FUSED_GROUPED_MLP_TILES))
+    assert two_waves == pytest.approx(2 * one_wave, rel=1e-12)

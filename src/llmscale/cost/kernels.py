@@ -22,6 +22,27 @@ areas per SM."""
 TILE_M = np.array([tile_m for tile_m, _ in TILES], dtype=float)
 TILE_N = np.array([tile_n for _, tile_n in TILES], dtype=float)
 """The tiles' T_m and T_n as arrays (gemm_s evaluates all tiles at once)."""
+
+
+@dataclass(frozen=True)
+class TileMenu:
+    """The output tiles a GEMM kernel may run (T_m, T_n, SMs per tile), as arrays over the choices."""
+
+    tile_m: np.ndarray
+    tile_n: np.ndarray
+    sms: np.ndarray
+    """SMs one tile spans: 1, or 2 for Blackwell's two-CTA MMA (a pair of SMs computes one T_m×T_n tile)."""
+
+
+LIBRARY_TILES = TileMenu(TILE_M, TILE_N, np.ones(len(TILES)))
+"""What a GEMM library picks from (TILES), tile by tile per SM."""
+FUSED_GROUPED_MLP_TILES = TileMenu(np.array([256.0]), np.array([256.0]), np.array([2.0]))
+"""The fused grouped MLP's one tile: Transformer Engine's te.ops GroupedMLP (NVIDIA/TransformerEngine@v2.18
+transformer_engine/pytorch/ops/fused/grouped_mlp.py) calls cuDNN's CuTe-DSL grouped GEMM kernels (glu, quant, dglu,
+wgrad) without a tiler, so each runs its default mma_tiler_mn = (256, 256) with two-CTA instructions (256 rows over an
+SM pair); the glu, quant and dglu kernels refuse any N tile but 256 (NVIDIA/cudnn-frontend@3929da2
+python/cudnn/grouped_gemm/grouped_gemm_glu/api.py 'MMA tiler N must be 256', grouped_gemm_quant and grouped_gemm_dglu
+the same). Each expert's rows and columns round up to 256."""
 OPERAND_BYTES = {Precision.FP8: 1.0, Precision.FP4: 0.5}
 """GEMM input bytes per element (16-bit formats: 2); block scales ignored."""
 
@@ -80,9 +101,9 @@ class KernelRates:
 
 
 def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
-           groups: np.ndarray | float = 1.0, forward: bool = False) -> np.ndarray:
-    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (docs/cost-model.md#kernels-gemm); a
-    `forward` GEMM runs at r.forward_gemm_fraction."""
+           groups: np.ndarray | float = 1.0, forward: bool = False, menu: TileMenu = LIBRARY_TILES) -> np.ndarray:
+    """Seconds of one (grouped) GEMM of `groups` M×K by K×N products (docs/cost-model.md#kernels-gemm) on the
+    tiles of `menu`; a `forward` GEMM runs at r.forward_gemm_fraction."""
     m, n, k, groups = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
     flops = 2.0 * groups * m * n * k
     fraction = r.forward_gemm_fraction if forward else r.gemm_fraction
@@ -92,11 +113,10 @@ def gemm_s(r: KernelRates, m: np.ndarray | float, n: np.ndarray | float, k: np.n
         per_sm = fraction * r.peak_flops_per_s / r.sm_count
         # Every tile at once along a leading axis (one numpy call per term instead of one per tile and term; the
         # minimum over a leading axis is an element-wise one, fast).
-        tiles = (len(TILES),) + (1,) * len(np.broadcast(m, n, k, groups).shape)
-        tile_m = TILE_M.reshape(tiles)
-        tile_n = TILE_N.reshape(tiles)
-        waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) / r.sm_count)
-        compute = (waves * (2.0 * tile_m * tile_n * k / per_sm + r.wave_overhead_s)).min(axis=0)
+        tiles = (menu.tile_m.size,) + (1,) * len(np.broadcast(m, n, k, groups).shape)
+        tile_m, tile_n, sms = (x.reshape(tiles) for x in (menu.tile_m, menu.tile_n, menu.sms))
+        waves = np.ceil(groups * np.ceil(m / tile_m) * np.ceil(n / tile_n) * sms / r.sm_count)
+        compute = (waves * (2.0 * tile_m * tile_n * k / (sms * per_sm) + r.wave_overhead_s)).min(axis=0)
     moved = groups * ((m * k + k * n) * r.operand_bytes + m * n * BYTES_16BIT)
     result: np.ndarray = np.maximum(compute, moved / r.hbm_bytes_per_s)
     return np.where(flops > 0, result, 0.0)
@@ -119,11 +139,12 @@ class LinearTimes:
 
 
 def linear_s(r: KernelRates, tokens: np.ndarray | float, n_in: np.ndarray | float, n_out: np.ndarray | float,
-             groups: np.ndarray | float = 1.0) -> LinearTimes:
+             groups: np.ndarray | float = 1.0, menu: TileMenu = LIBRARY_TILES) -> LinearTimes:
     """Forward, input-gradient and weight-gradient GEMMs of a linear layer of n_in → n_out per GPU over `tokens`
-    rows (per group, for `groups` experts of one grouped GEMM)."""
-    return LinearTimes(gemm_s(r, tokens, n_out, n_in, groups, forward=True), gemm_s(r, tokens, n_in, n_out, groups),
-                       gemm_s(r, n_in, n_out, tokens, groups))
+    rows (per group, for `groups` experts of one grouped GEMM), on `menu`'s tiles."""
+    return LinearTimes(gemm_s(r, tokens, n_out, n_in, groups, forward=True, menu=menu),
+                       gemm_s(r, tokens, n_in, n_out, groups, menu=menu), gemm_s(r, n_in, n_out, tokens, groups,
+                                                                               menu=menu))
 
 
 def attention_core_s(r: KernelRates, flops: np.ndarray, seq: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:

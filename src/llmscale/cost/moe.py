@@ -11,7 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmscale.cost.host import TE_STREAMS
-from llmscale.cost.kernels import KernelRates, LinearTimes, linear_s, memory_s
+from llmscale.cost.kernels import (
+    FUSED_GROUPED_MLP_TILES,
+    LIBRARY_TILES,
+    KernelRates,
+    LinearTimes,
+    TileMenu,
+    linear_s,
+    memory_s,
+)
 from llmscale.cost.routing import routed_copies_per_token
 from llmscale.layout.arrays import Layouts
 from llmscale.specs.model import ModelSpec
@@ -19,11 +27,11 @@ from llmscale.specs.train import GroupedGemm
 
 
 def mlp_linears(model: ModelSpec, rates: KernelRates, tokens: np.ndarray, ffn: np.ndarray | float,
-                groups: np.ndarray | float = 1.0) -> LinearTimes:
+                groups: np.ndarray | float = 1.0, menu: TileMenu = LIBRARY_TILES) -> LinearTimes:
     """fc1 (h → (m−1)·ffn, the gate and up projections fused) and fc2 (ffn → h) of an MLP, or of `groups` experts in
-    one grouped kernel, at ffn per GPU."""
-    fc1 = linear_s(rates, tokens, model.hidden, (model.mlp_matrices - 1) * ffn, groups)
-    return fc1 + linear_s(rates, tokens, ffn, model.hidden, groups)
+    one grouped kernel, at ffn per GPU, on `menu`'s tiles."""
+    fc1 = linear_s(rates, tokens, model.hidden, (model.mlp_matrices - 1) * ffn, groups, menu)
+    return fc1 + linear_s(rates, tokens, ffn, model.hidden, groups, menu)
 
 
 def routed_tokens_per_expert(model: ModelSpec, lay: Layouts, tokens: np.ndarray, load: np.ndarray) -> np.ndarray:
@@ -42,6 +50,8 @@ def expert_linears(model: ModelSpec, rates: KernelRates, per_expert: np.ndarray,
         return mlp_linears(model, rates, per_expert, ffn, streams).scaled(local / streams)
     if impl is GroupedGemm.CUBLAS_LOOP:
         return mlp_linears(model, rates, per_expert, ffn).scaled(local)
+    if impl is GroupedGemm.TE_FUSED:
+        return mlp_linears(model, rates, per_expert, ffn, local, FUSED_GROUPED_MLP_TILES)
     return mlp_linears(model, rates, per_expert, ffn, local)
 
 
