@@ -283,3 +283,29 @@ def test_the_fused_grouped_mlp_runs_one_256_by_256_tile_over_an_sm_pair() -> Non
     one_wave = float(gemm_s(fp8, 512, 256 * 37, 8192, menu=FUSED_GROUPED_MLP_TILES))
     two_waves = float(gemm_s(fp8, 512, 256 * 38, 8192, menu=FUSED_GROUPED_MLP_TILES))
     assert two_waves == pytest.approx(2 * one_wave, rel=1e-12)
+
+
+def test_gpt_oss_experts_pay_the_fused_tile_in_every_gemm() -> None:
+    # GPT-OSS's hidden and expert width are 2880 = 11.25 x 256: under the fused grouped MLP each of the forward, data-
+    # and weight-gradient GEMMs pays whole 256-wide tiles, so each is slower than the same grouped GEMMs on a
+    # library's menu (64-wide tiles among them)
+    gpt_oss = load_model("gpt-oss-120b")
+    fp8 = KernelRates.of(B200.gpu, Precision.FP8)
+    args = (gpt_oss, fp8, np.array([8192.0]), 2880.0, np.array([16.0]))
+    fused = expert_linears(*args, GroupedGemm.TE_FUSED)
+    library = expert_linears(*args, GroupedGemm.LEGACY)
+    for name in ("forward_s", "input_grad_s", "weight_grad_s"):
+        assert getattr(fused, name)[0] > 1.02 * getattr(library, name)[0], name
+
+
+def test_a_two_sm_tile_by_hand() -> None:
+    # M = 300 rows round up to two 256-row tiles, N = 148 x 256 to 148 columns of tiles: 296 tiles x 2 SMs over 148
+    # SMs take 4 waves, each a 256 x 256 x K tile over two SMs' share of the main-loop rate (one-SM 128 x 256 tiles
+    # would round M to 384 and take 3)
+    from llmscale.cost.kernels import FUSED_GROUPED_MLP_TILES
+
+    fp8 = KernelRates.of(B200.gpu, Precision.FP8)
+    k = 16384.0
+    per_sm = fp8.gemm_fraction * fp8.peak_flops_per_s / 148
+    assert float(gemm_s(fp8, 300, 256 * 148, k, menu=FUSED_GROUPED_MLP_TILES)) == pytest.approx(
+        4 * 2.0 * 256 * 256 * k / (2 * per_sm), rel=1e-12)

@@ -1,8 +1,8 @@
 """Kernel times from physics, vectorized over layouts: GEMMs on a roofline with tile and wave quantization, fused
 attention from published throughput curves, memory-bound kernels at the HBM roofline; seconds per call.
-
-GEMM t = max(min over tiles of ⌈C/S⌉·(2·T_m·T_n·K/(η·peak/S) + t_w), bytes/(η_hbm·B)); attention TF(s) = T∞/(1 + s₀/s).
-Derivation: docs/cost-model.md#kernels (NVIDIA, "Matrix Multiplication Background User's Guide" §3.1–3.2)."""
+GEMM t = max(min over tiles of ⌈C·s/S⌉·(2·T_m·T_n·K/(s·η·peak/S) + t_w), bytes/(η_hbm·B)), C tiles of s SMs each;
+attention TF(s) = T∞/(1 + s₀/s). Derivation: docs/cost-model.md#kernels (NVIDIA, "Matrix Multiplication Background
+User's Guide" §3.1–3.2)."""
 
 from __future__ import annotations
 
@@ -26,15 +26,20 @@ TILE_N = np.array([tile_n for _, tile_n in TILES], dtype=float)
 
 @dataclass(frozen=True)
 class TileMenu:
-    """The output tiles a GEMM kernel may run (T_m, T_n, SMs per tile), as arrays over the choices."""
+    """The output tiles a GEMM kernel may run (T_m, T_n, SMs per tile), as read-only arrays over the choices."""
 
     tile_m: np.ndarray
     tile_n: np.ndarray
     sms: np.ndarray
     """SMs one tile spans: 1, or 2 for Blackwell's two-CTA MMA (a pair of SMs computes one T_m×T_n tile)."""
 
+    def __post_init__(self) -> None:
+        assert self.tile_m.shape == self.tile_n.shape == self.sms.shape, "one T_m, T_n and SM count per tile"
+        for column in (self.tile_m, self.tile_n, self.sms):
+            column.setflags(write=False)
 
-LIBRARY_TILES = TileMenu(TILE_M, TILE_N, np.ones(len(TILES)))
+
+LIBRARY_TILES = TileMenu(TILE_M.copy(), TILE_N.copy(), np.ones(len(TILES)))
 """What a GEMM library picks from (TILES), tile by tile per SM."""
 FUSED_GROUPED_MLP_TILES = TileMenu(np.array([256.0]), np.array([256.0]), np.array([2.0]))
 """The fused grouped MLP's one tile: Transformer Engine's te.ops GroupedMLP (NVIDIA/TransformerEngine@v2.18
@@ -42,7 +47,8 @@ transformer_engine/pytorch/ops/fused/grouped_mlp.py) calls cuDNN's CuTe-DSL grou
 wgrad) without a tiler, so each runs its default mma_tiler_mn = (256, 256) with two-CTA instructions (256 rows over an
 SM pair); the glu, quant and dglu kernels refuse any N tile but 256 (NVIDIA/cudnn-frontend@3929da2
 python/cudnn/grouped_gemm/grouped_gemm_glu/api.py 'MMA tiler N must be 256', grouped_gemm_quant and grouped_gemm_dglu
-the same). Each expert's rows and columns round up to 256."""
+the same; checked at frontend 1.23.0, TE v2.18 asks for 1.25 or later). Each expert's rows and columns round up to
+256. The cuDNN kernels run under MXFP8/NVFP4 on sm100 (TE's fallback elsewhere is not priced apart)."""
 OPERAND_BYTES = {Precision.FP8: 1.0, Precision.FP4: 0.5}
 """GEMM input bytes per element (16-bit formats: 2); block scales ignored."""
 
