@@ -209,6 +209,22 @@ def test_a_switch_the_layout_cannot_run_is_dropped_not_refused() -> None:
     assert job.profile is not None and "cuda_graphs" in job.profile.dropped
 
 
+def test_a_graph_scope_without_graphs_is_moot_not_dropped() -> None:
+    # Megatron-Bridge 26.08's Qwen3-30B B200 recipes capture TE graphs over whole layers (cuda_graph_impl
+    # 'transformer_engine', qwen3_moe.py b200 8gpu configs): the scope goes with the graphs. Where the user turns the
+    # graphs off, the scope is moot: the job keeps the spec's default and the release neither applies nor drops it.
+    release = find_release("megatron-bridge@26.08")
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("b200:8")
+    train = {"precision": "bf16", "seq_len": 4096}
+    graphs = fill(release, model, cluster, train, {"ep": 8}, 8)
+    assert graphs.layout is not None and graphs.layout["cuda_graphs"] and graphs.train["cuda_graph_scope"] == "layer"
+    assert "cuda_graph_scope" in {s.name for s in graphs.application.applied}
+    off = fill(release, model, cluster, train, {"ep": 8, "cuda_graphs": False}, 8)
+    assert "cuda_graph_scope" not in off.train
+    assert "cuda_graph_scope" not in {s.name for s in off.application.applied}
+    assert "cuda_graph_scope" not in off.application.dropped and "cuda_graphs" in off.application.kept
+
+
 @pytest.mark.parametrize(("model", "cluster", "gpus", "layout", "expected", "precision"), [
     # NVIDIA-NeMo/Megatron-Bridge@c810129 scripts/performance/configs/qwen/qwen3_workload_base_configs.py:
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_*_V1 cuda_graph_impl 'transformer_engine'; the QWEN3_235B_A22B B200 presets
