@@ -13,6 +13,7 @@ import numpy as np
 from llmscale.cost.moe import expert_clamp_outside_fusion
 from llmscale.cost.routing import routed_copies_per_token
 from llmscale.layout.arrays import Layouts
+from llmscale.specs.cluster import Fp8AttentionScaling
 from llmscale.specs.layout import Recompute, Schedule
 from llmscale.specs.model import ModelSpec
 from llmscale.specs.train import Fp8Cache, Fp8Recipe, Precision, TrainSpec
@@ -67,11 +68,13 @@ def _fp8_attention_saves(train: TrainSpec) -> tuple[float, float]:
     """(bytes per element of Q, K, V; of O) the attention core saves for its backward: 16-bit, but FP8 Q, K, V
     under FP8 attention (per-tensor scales: 1 B; MXFP8: row- and column-wise copies with their scales), and FP8 O
     under the delayed recipe (recipe named by memory.memory_breakdown; docs/cost-model.md#fp8-attention)."""
-    if not train.fp8_attention or train.fp8_recipe not in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE, Fp8Recipe.MXFP8):
+    recipe = train.fp8_recipe
+    scaling = Fp8AttentionScaling.of(recipe) if train.fp8_attention and recipe is not None else None
+    if scaling is None:
         return float(BYTES_16BIT), float(BYTES_16BIT)
-    if train.fp8_recipe is Fp8Recipe.MXFP8:
+    if scaling is Fp8AttentionScaling.MXFP8:
         return MXFP8_BOTH_COPIES_BYTES, float(BYTES_16BIT)
-    return 1.0, 1.0 if train.fp8_recipe is Fp8Recipe.DELAYED else float(BYTES_16BIT)
+    return 1.0, 1.0 if recipe is Fp8Recipe.DELAYED else float(BYTES_16BIT)
 
 
 def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> np.ndarray:

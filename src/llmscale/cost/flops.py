@@ -56,12 +56,7 @@ def attention_core_flops_per_layer(model: ModelSpec, seq_len: int, causal: bool 
     `causal` (FlashAttention skips the masked blocks; Megatron-LM 2025 counts it so, PaLM does not).
     MLA: d_qk = qk_nope + qk_rope head dims, d_v = v_head_dim (DeepSeek-V2 §2.1). A sliding `window` (causal)
     sees min(i + 1, W) keys at position i: W − W(W − 1)/2s keys per token on average instead of s/2."""
-    if model.mla is not None:
-        d_qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-        d_v = model.mla.v_head_dim
-    else:
-        d_qk = d_v = model.dim_per_head
-    core = 2.0 * seq_len * model.heads * (d_qk + d_v)
+    core = 2.0 * seq_len * model.heads * (model.qk_head_dim + model.value_head_dim)
     if window is not None and window < seq_len:
         return core * (window - window * (window - 1) / (2.0 * seq_len)) / seq_len
     return core / 2 if causal else core

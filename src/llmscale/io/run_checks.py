@@ -95,7 +95,7 @@ def _check_hopper_fp8_attention(model: ModelSpec, recipe: Fp8Recipe) -> None:
     if model.sliding_window is not None:
         raise SpecError("fp8_attention", True, "on Hopper Transformer Engine has no FP8 sliding-window attention "
                         f"({TE_BACKENDS}:1256-1266); this model has a {model.sliding_window}-token window")
-    dims = {model.qk_head_dim, model.dim_per_head if model.mla is None else model.mla.v_head_dim}
+    dims = {model.qk_head_dim, model.value_head_dim}
     if dims != {HOPPER_FP8_ATTENTION_HEAD_DIM}:
         raise SpecError("fp8_attention", True, f"on Hopper cuDNN's FP8 attention backward takes head dim "
                         f"{HOPPER_FP8_ATTENTION_HEAD_DIM} only; this model's are {sorted(dims)}")

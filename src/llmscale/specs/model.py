@@ -205,6 +205,11 @@ class ModelSpec(Spec):
         return self.dim_per_head if self.mla is None else self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
 
     @property
+    def value_head_dim(self) -> int:
+        """The value (and attention output) head dim (MLA: v_head_dim, DeepSeek-V2 §2.1)."""
+        return self.dim_per_head if self.mla is None else self.mla.v_head_dim
+
+    @property
     def windowed_layers(self) -> int:
         """Layers whose attention sees only the last sliding_window tokens: all but every full_attention_every-th
         (Megatron-Core transformer/utils.py is_layer_window_attention: layer_number % N != 0, 1-based)."""
