@@ -155,7 +155,7 @@ def test_memory_flags_are_frozen() -> None:
         "--offload-optimizer", "--offload-params", "--tp-comm-overlap", "--ep-comm-overlap", "--rank-order",
         "--flash-attention", "--no-flash-attention", "--bf16-moments", "--fp32-moments", "--fp8-cache",
         "--routing", "--fp8-dispatch", "--bf16-dispatch", "--fp8-recipe", "--attention-kernel",
-        "--fp8-attention", "--bf16-attention",
+        "--fp8-attention", "--bf16-attention", "--fp8-output-proj", "--bf16-output-proj",
         "--json", "--expect-sha256", "--calibration", "--force-calibration", "--allow-unsealed", "--from-plan",
         "--framework",
     }  # fmt: skip

@@ -133,6 +133,10 @@ Fp8AttentionOpt = Annotated[bool | None, typer.Option(
     TRAIN_FLAGS["fp8_attention"] + "/--bf16-attention", metavar="",
     help="the fused attention core in FP8 under the FP8 recipe (Megatron-Bridge fp8_dot_product_attention; "
     "default: the framework release's, else 16-bit)")]
+Fp8OutputProjOpt = Annotated[bool | None, typer.Option(
+    TRAIN_FLAGS["fp8_output_proj"] + "/--bf16-output-proj", metavar="",
+    help="the output layer's logits GEMMs in MXFP8 (Megatron-Core fp8_output_proj; default: the framework "
+    "release's, else 16-bit)")]
 FrameworkOpt = Annotated[str | None, typer.Option(
     "--framework", metavar="NAME[@RELEASE]",
     help="the framework release whose default settings (TP/EP overlap, gradient dtype, CUDA graphs, FP8 recipe, "
@@ -215,7 +219,8 @@ def train_fields(**flags: Any) -> dict[str, Any]:
             "flash_attention": flags.get("flash_attention"), "bf16_moments": flags.get("bf16_moments"),
             "fp8_cache": flags.get("fp8_cache"), "routing": flags.get("routing"),
             "fp8_dispatch": flags.get("fp8_dispatch"), "fp8_recipe": flags.get("fp8_recipe"),
-            "attention_kernel": flags.get("attention_kernel"), "fp8_attention": flags.get("fp8_attention")}
+            "attention_kernel": flags.get("attention_kernel"), "fp8_attention": flags.get("fp8_attention"),
+            "fp8_output_proj": flags.get("fp8_output_proj")}
 
 
 @dataclass(frozen=True)
@@ -246,7 +251,7 @@ _RUN_FLAGS: tuple[tuple[str, Any], ...] = (
     ("precision", PrecisionOpt), ("flash_attention", FlashOpt), ("bf16_moments", MomentsOpt),
     ("fp8_cache", Fp8CacheOpt), ("routing", RoutingOpt), ("fp8_dispatch", Fp8DispatchOpt),
     ("fp8_recipe", Fp8RecipeOpt), ("attention_kernel", AttentionKernelOpt), ("fp8_attention", Fp8AttentionOpt),
-    ("framework", FrameworkOpt),
+    ("fp8_output_proj", Fp8OutputProjOpt), ("framework", FrameworkOpt),
     ("from_plan", FromPlanOpt),
     ("calibration", CalibrationOpt), ("force_calibration", ForceCalibrationOpt),
     ("allow_unsealed", AllowUnsealedOpt), ("expect_sha256", ExpectShaOpt),

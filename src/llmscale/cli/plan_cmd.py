@@ -72,6 +72,7 @@ def plan_cmd(
     fp8_recipe: o.Fp8RecipeOpt = None,
     attention_kernel: o.AttentionKernelOpt = None,
     fp8_attention: o.Fp8AttentionOpt = None,
+    fp8_output_proj: o.Fp8OutputProjOpt = None,
     as_json: o.JsonOpt = False,
     html: HtmlOpt = None,
     expect_sha256: o.ExpectShaOpt = None,
@@ -88,7 +89,7 @@ def plan_cmd(
     train = o.train_fields(gbs=_batch(gbs, max_global_batch_tokens, seq_len), seq_len=seq_len, precision=precision,
                            bf16_moments=bf16_moments, fp8_cache=fp8_cache, routing=routing,
                            fp8_dispatch=fp8_dispatch, fp8_recipe=fp8_recipe, attention_kernel=attention_kernel,
-                           fp8_attention=fp8_attention)
+                           fp8_attention=fp8_attention, fp8_output_proj=fp8_output_proj)
     request = JobRequest(model=model, cluster=cluster, gpus=gpus, train={**train, "total_tokens": tokens},
                          calibration=calibration, force_calibration=force_calibration,
                          allow_unsealed=allow_unsealed, expect_sha256=expect_sha256, framework=framework)

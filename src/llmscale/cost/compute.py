@@ -302,7 +302,8 @@ def layer_times(
                            + block.expert_bias_s)
         moe = _layer(attention + block.linears, core, core_bwd, moe_elementwise, norms, up.forward_s,
                      block.activation_s + activation(shared), zero, block.after_sync_s, attention_core)
-    return dense, moe, _output_times(model, x, moe if model.is_moe else dense)
+    head = _OutputHead.of(train, x, cast)
+    return dense, moe, _output_times(model, x, moe if model.is_moe else dense, head)
 
 
 def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, elementwise: np.ndarray,
@@ -313,13 +314,33 @@ def _layer(linears: LinearTimes, core: np.ndarray, core_bwd: np.ndarray, element
                       attention.window_gap_backward_s)
 
 
-def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes) -> LayerTimes:
-    """The output layer (16-bit logits GEMM, fp32 softmax and cross-entropy) and the MTP modules the last stage runs
-    (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the shared head again)."""
+@dataclass(frozen=True)
+class _OutputHead:
+    """How the logits GEMMs run: 16-bit, or MXFP8 with their input and output gradient quantized
+    (TrainSpec.fp8_output_proj, docs/cost-model.md#compute-output)."""
+
+    rates: KernelRates
+    cast: float
+    """Bytes per quantized element (0 at 16-bit)."""
+
+    @staticmethod
+    def of(train: TrainSpec, x: _Shapes, cast: float) -> _OutputHead:
+        return _OutputHead(x.rates, cast) if train.fp8_output_proj else _OutputHead(x.rates16, 0.0)
+
+
+def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes, head: _OutputHead) -> LayerTimes:
+    """The output layer (logits GEMM at `head`'s precision, fp32 softmax and cross-entropy) and the MTP modules the
+    last stage runs (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the
+    shared head again). An MXFP8 head quantizes its h-wide input in the forward (an elementwise input cast, as every
+    FP8 linear's) and its V/tp-wide output gradient in the backward, priced with the input-gradient GEMM that reads
+    it first."""
     h = model.hidden
     mtp = model.mtp_layers
-    logits = linear_s(x.rates16, x.tokens, h, model.vocab / x.tp)
-    loss = memory_s(x.rates16, x.tokens * 3 * 4.0 * model.vocab / x.tp)  # fp32 softmax + CE: write, read, write
+    vocab = model.vocab / x.tp
+    logits = linear_s(head.rates, x.tokens, h, vocab)
+    gradient_cast = memory_s(x.rates16, x.tokens * head.cast * vocab)
+    logits = LinearTimes(logits.forward_s, logits.input_grad_s + gradient_cast, logits.weight_grad_s)
+    loss = memory_s(x.rates16, x.tokens * (3 * 4.0 * vocab + head.cast * h))  # fp32 softmax + CE: write, read, write
     linears = logits.scaled(1 + mtp) + linear_s(x.rates, x.tokens, 2 * h, h / x.tp).scaled(mtp)
     k = last_kind
     return LayerTimes(

@@ -128,8 +128,15 @@ def layer_calls(model: ModelSpec, train: TrainSpec, lay: Layouts) -> HostCalls:
         router = (sum(f for f, _ in before) + zero, sum(b for _, b in before) + zero)
         experts = (sum(f for f, _ in after) + zero, sum(b for _, b in after) + zero)
     return HostCalls(attention[0] + zero, attention[1] + zero, mlp[0] + zero, mlp[1] + zero, router[0], router[1],
-                     experts[0], experts[1], output_forward=4.0 + zero, output_backward=5.0 + zero,
+                     experts[0], experts[1], *_output_calls(train, zero),
                      synced=host_synced(model, train))
+
+
+def _output_calls(train: TrainSpec, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The output layer's calls per pass: three other ops and the logits GEMM, whose input (and output gradient) an
+    MXFP8 head quantizes (TrainSpec.fp8_output_proj)."""
+    forward, backward = _block(3.0, 1.0, 1.0 if train.fp8_output_proj else 0.0)
+    return forward + zero, backward + zero
 
 
 GRAPHED_BLOCKS = {

@@ -63,7 +63,7 @@ _SWITCHES: dict[str, tuple[str, str, Any]] = {
     "--moe-pad-expert-input-to-capacity": ("model", "pad_to_capacity", True),
     "--multi-latent-attention": ("mla", "on", True), "--use-rope-scaling": ("rope", "llama3", True),
     "--fp16": ("train", "precision", "fp16"), "--bf16": ("train", "bf16", True),
-    "--grad-reduce-in-bf16": ("train", "fp32_grads", False),
+    "--grad-reduce-in-bf16": ("train", "fp32_grads", False), "--fp8-output-proj": ("train", "fp8_output_proj", True),
     "--fp8-param-gather": ("train", "fp8_params", True), "--fsdp-double-buffer": ("train", "fsdp_double_buffer", True),
     "--moe-router-enable-expert-bias": ("train", "routing", "loss-free"),
     "--moe-router-force-load-balancing": ("train", "routing", "forced"),

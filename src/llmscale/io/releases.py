@@ -270,7 +270,8 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
             continue
         groups[group] |= fields
         applied.append(AppliedSetting(name, value, rule.source, rule.read))
-    applied, dropped = _without_unrunnable(groups, user, applied, layout is not None)
+    tied = bool(groups["model"].get("tied_embeddings", model.tied_embeddings))
+    applied, dropped = _without_unrunnable(groups, user, applied, layout is not None, tied)
     new_model = model if not groups["model"] else parse_spec(
         ModelSpec, model.model_dump() | groups["model"], where=f"model {model.name} under {release.label}")
     return Filled(new_model, groups["train"], groups["layout"] if layout is not None else None,
@@ -278,14 +279,19 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
 
 
 def _without_unrunnable(groups: dict[str, dict[str, Any]], user: dict[str, dict[str, Any]],
-                        applied: list[AppliedSetting], has_layout: bool) -> tuple[list[AppliedSetting], list[str]]:
+                        applied: list[AppliedSetting], has_layout: bool,
+                        tied: bool) -> tuple[list[AppliedSetting], list[str]]:
     """`groups` (in place) and `applied` without what the job cannot run or does not read, and the names dropped:
-    overlaps its layout cannot take, FP8 attention beside attention that has no FP8 kernel, and a CUDA-graph scope
-    without graphs (moot: the job keeps the spec's default, not a drop)."""
+    overlaps its layout cannot take, FP8 attention beside attention that has no FP8 kernel, an MXFP8 output layer
+    beside one `tied` to the input embedding (io.run_checks.check_fp8_output_proj), and a CUDA-graph scope without
+    graphs (moot: the job keeps the spec's default, not a drop)."""
     dropped = _unrunnable(groups["layout"], user["layout"]) if has_layout else []
     if _fp8_attention_unrunnable(groups["train"], user["train"]):
         dropped.append("fp8_attention")
         groups["train"].pop("fp8_attention")
+    if tied and groups["train"].get("fp8_output_proj") and "fp8_output_proj" not in user["train"]:
+        dropped.append("fp8_output_proj")
+        groups["train"].pop("fp8_output_proj")
     moot = has_layout and not groups["layout"].get("cuda_graphs") and "cuda_graph_scope" not in user["train"]
     if moot:
         groups["train"].pop("cuda_graph_scope", None)

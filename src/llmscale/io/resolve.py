@@ -24,7 +24,13 @@ from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_gpu, load_model
 from llmscale.io.files import parse_spec
 from llmscale.io.releases import ProfileApplication, fill, find_release, given_fields
-from llmscale.io.run_checks import check_attention, check_fp8_attention, check_pipeline_splits, check_precision
+from llmscale.io.run_checks import (
+    check_attention,
+    check_fp8_attention,
+    check_fp8_output_proj,
+    check_pipeline_splits,
+    check_precision,
+)
 from llmscale.io.saved import read_saved
 from llmscale.layout.arrays import Layouts
 from llmscale.layout.rules import validate_one
@@ -160,6 +166,7 @@ def resolve(request: JobRequest) -> Job:
     setting = resolve_setting(request)
     check_pipeline_splits(model, setting.train)
     check_fp8_attention(model, setting.cluster, setting.train)
+    check_fp8_output_proj(model, setting.cluster, setting.train)
     train, from_law = setting.train, False
     if request.batch is BatchDefault.CRITICAL and not _batch_given(request.train):
         law = critical_batch_sequences(model, train, setting.constants.search)

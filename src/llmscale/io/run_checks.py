@@ -85,6 +85,29 @@ def check_fp8_attention(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec
                         f"{recipe.value} FP8 attention measurement (efficiency.fp8_attention){off}")
 
 
+MCORE_OUTPUT_PROJ = "NVIDIA/Megatron-LM@d98e8a64 megatron/core"
+"""Where Megatron-Core builds the MXFP8 output layer (TELMHeadColumnParallelLinear) and checks its settings."""
+
+
+def check_fp8_output_proj(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
+    """The MXFP8 output layer needs an FP8 run under the mxfp8 recipe (transformer_config.py:1569-1575) and its own
+    weight: on a stage that also holds the input embedding, a tied output layer skips its weight allocation, which
+    TELMHeadColumnParallelLinear refuses (extensions/transformer_engine.py:1826; gpt_model.py:289). llmscale checks
+    before it picks the layout, so it refuses tied embeddings at every pipeline depth."""
+    if not train.fp8_output_proj:
+        return
+    off = "; --bf16-output-proj keeps the output layer in 16-bit"
+    recipe = cluster.gpu.fp8_recipe(train) if train.precision is Precision.FP8 else None
+    if recipe is not Fp8Recipe.MXFP8:
+        run = f"precision {train.precision.value}" + (f" under {recipe.value}" if recipe is not None else "")
+        raise SpecError("fp8_output_proj", True, f"needs precision fp8 under the mxfp8 recipe ({MCORE_OUTPUT_PROJ}/"
+                        f"transformer/transformer_config.py:1569-1575); this run is {run}{off}")
+    if model.tied_embeddings:
+        raise SpecError("fp8_output_proj", True, f"needs an output layer with its own weight; model {model.name} "
+                        f"ties it to the input embedding, which Megatron-Core's MXFP8 output layer refuses "
+                        f"({MCORE_OUTPUT_PROJ}/extensions/transformer_engine.py:1826){off}")
+
+
 def _check_hopper_fp8_attention(model: ModelSpec, recipe: Fp8Recipe) -> None:
     """Below sm100 Transformer Engine's fused FP8 attention runs under delayed scaling only (current scaling
     :604-607, MXFP8 :621-624), over no sliding window (:1256-1266), and cuDNN's backward at head dim 128 only."""

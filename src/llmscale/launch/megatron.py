@@ -35,7 +35,8 @@ MEGATRON_FLAGS = (
     "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--exp-avg-dtype", "--exp-avg-sq-dtype",
     "--optimizer", "--cpu-offloading-num-layers", "--cuda-graph-impl",
     "--fp8-param-gather", "--fsdp-double-buffer", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
-    "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--grad-reduce-in-bf16",
+    "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-output-proj", "--fp4-format", "--fp4-recipe",
+    "--grad-reduce-in-bf16",
     "--attention-backend",
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
     "--num-query-groups", "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
@@ -190,6 +191,7 @@ def _megatron_precision(job: Job) -> list[str]:
     args = ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
     if train.precision is Precision.FP8:
         args += ["--fp8-format", "hybrid", "--fp8-recipe", job.cluster.gpu.fp8_recipe(job.train).value]
+        args += ["--fp8-output-proj"] if train.fp8_output_proj else []
     elif train.precision is Precision.FP4:
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if not train.fp32_grads and train.precision is not Precision.FP16:

@@ -166,4 +166,7 @@ def _run_notes(job: Job) -> list[str]:
     if train.fp8_attention:
         notes.append("fp8_attention has no field in the torchtitan config written here: attention runs in bfloat16, "
                      "which the plan priced in FP8")
+    if train.fp8_output_proj:
+        notes.append("fp8_output_proj has no field in the torchtitan config written here: the output layer runs in "
+                     "bfloat16, which the plan priced in MXFP8")
     return notes

@@ -101,6 +101,8 @@ def memory_table(job: Job, result: MemoryBreakdown, i: int = 0, command: str = "
     if train.fp8_attention:
         scaling = Fp8AttentionScaling.of(job.cluster.gpu.fp8_recipe(train))
         attention += f" · FP8 attention ({scaling.value if scaling else '-'})"
+    if train.fp8_output_proj:
+        attention += " · MXFP8 output layer"
     console.print(f"# seq {train.seq_len} gbs {train.global_batch} {train.precision.value}{recipe}{attention}")
     for line in profile_lines(job):
         console.print(escape(line))
@@ -161,7 +163,8 @@ def profile_lines(job: Job) -> list[str]:
     if application.kept:
         lines.append(f"# kept as given (the release would set them): {', '.join(application.kept)}")
     if application.dropped:
-        reasons = {"fp8_attention": "yields to the unfused or FlashAttention-2 attention asked for"}
+        reasons = {"fp8_attention": "yields to the unfused or FlashAttention-2 attention asked for",
+                   "fp8_output_proj": "the output layer is tied to the input embedding"}
         lines.append("# not turned on: " + ", ".join(
             f"{name} ({reasons.get(name, 'this layout cannot run it; the release drops it')})"
             for name in application.dropped))

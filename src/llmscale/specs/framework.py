@@ -174,6 +174,7 @@ class ProfileSettings(Spec):
     flash_attention: bool | None = None
     attention_kernel: AttentionKernel | None = None
     fp8_attention: bool | None = None
+    fp8_output_proj: bool | None = None
     routing: Routing | None = None
     fp8_dispatch: bool | None = None
     zero3_gather: Zero3Gather | None = None
@@ -280,10 +281,10 @@ def layout_holds(when: RuleCondition, sizes: dict[str, Any]) -> Any:
 LAYOUT_SETTINGS = frozenset({"sp", "tp_comm_overlap", "ep_comm_overlap", "cuda_graphs", "recompute",
                              "recompute_modules", "offload_activations", "schedule", "rank_order"})
 TRAIN_SETTINGS = frozenset({"fp32_grads", "bf16_moments", "fp8_recipe", "fp8_cache", "fp8_params", "fsdp_double_buffer",
-                            "fused_cross_entropy", "flash_attention", "attention_kernel", "fp8_attention", "routing",
-                            "fp8_dispatch", "zero3_gather", "zero3_synchronous", "moe_dispatcher",
-                            "moe_grouped_gemm_impl", "moe_permute_fusion", "moe_router_fusion", "cuda_graph_scope",
-                            "pipeline_splits"})
+                            "fused_cross_entropy", "flash_attention", "attention_kernel", "fp8_attention",
+                            "fp8_output_proj", "routing", "fp8_dispatch", "zero3_gather", "zero3_synchronous",
+                            "moe_dispatcher", "moe_grouped_gemm_impl", "moe_permute_fusion", "moe_router_fusion",
+                            "cuda_graph_scope", "pipeline_splits"})
 MODEL_SETTINGS = frozenset({"dropout", "tied_embeddings", "capacity_factor", "pad_to_capacity"})
 CHOICE_SETTINGS = frozenset({"interleave"})
 """Hints for what llmscale chooses where a job leaves it open (validation.jobs: the interleaving degree); recorded,

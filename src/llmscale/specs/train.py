@@ -196,7 +196,7 @@ TRAIN_FLAGS = {"total_tokens": "--tokens", "global_batch": "--gbs", "seq_len": "
                "flash_attention": "--flash-attention", "bf16_moments": "--bf16-moments", "fp8_cache": "--fp8-cache",
                "routing": "--routing", "fp8_dispatch": "--fp8-dispatch",
                "fp8_recipe": "--fp8-recipe", "attention_kernel": "--attention-kernel",
-               "fp8_attention": "--fp8-attention"}
+               "fp8_attention": "--fp8-attention", "fp8_output_proj": "--fp8-output-proj"}
 """The command-line flag of each TrainSpec field the commands take (the CLI declares its options with these)."""
 
 
@@ -222,6 +222,10 @@ class TrainSpec(Spec):
         "mixed_precision.fp8_dot_product_attention, Transformer Engine fp8_dpa): Q, K, V and the gradients in FP8, "
         "priced at cuDNN's measured FP8-over-16-bit time (EfficiencySpec.fp8_attention); with precision fp8 and "
         "flash_attention only")
+    fp8_output_proj: bool = Field(
+        False, description="the output layer's logits GEMMs in MXFP8 (Megatron-Core TransformerConfig.fp8_output_proj, "
+        "TELMHeadColumnParallelLinear) instead of 16-bit; with precision fp8 under the mxfp8 recipe and an output "
+        "layer not tied to the input embedding only")
     bf16_moments: bool = Field(
         False, description="Adam moments in bf16, 2 B each (DeepSeek-V3 §3.3.3; Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
