@@ -84,8 +84,8 @@ def _attention(model: ModelSpec, train: TrainSpec, lay: Layouts, w: _Widths) -> 
     replicated = BYTES_16BIT * h + w.keep_norm * w.gemm_in * h  # layer input, input-norm output
     if model.mla is not None:
         a = model.mla
-        d_q = d_k = a.qk_nope_head_dim + a.qk_rope_head_dim
-        d_v = a.v_head_dim
+        d_q = d_k = model.qk_head_dim
+        d_v = model.value_head_dim
         g = n
         replicated = replicated + (BYTES_16BIT + w.gemm_in) * ((a.q_lora_rank or 0) + a.kv_lora_rank)
         keep_qkv = np.where(lay.recompute_mla_up, 0.0, 1.0)

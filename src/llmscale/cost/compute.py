@@ -233,9 +233,9 @@ def _attention_linears(model: ModelSpec, x: _Shapes) -> tuple[LinearTimes, Linea
     a = model.mla
     down = linear_s(x.rates, t, h, (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
     q_in = a.q_lora_rank or h
-    up = (linear_s(x.rates, t, q_in, n * (a.qk_nope_head_dim + a.qk_rope_head_dim) / x.tp)
+    up = (linear_s(x.rates, t, q_in, n * model.qk_head_dim / x.tp)
           + linear_s(x.rates, t, a.kv_lora_rank, n * (a.qk_nope_head_dim + a.v_head_dim) / x.tp))
-    return down + up + linear_s(x.rates, t, n * a.v_head_dim / x.tp, h), up
+    return down + up + linear_s(x.rates, t, n * model.value_head_dim / x.tp, h), up
 
 
 def _mlp(model: ModelSpec, x: _Shapes, tokens: np.ndarray, ffn: np.ndarray | float) -> LinearTimes:

@@ -104,10 +104,10 @@ def attention_params(model: ModelSpec) -> int:
     n = model.heads
     if model.mla is not None:
         a = model.mla
-        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        qk = model.qk_head_dim
         q = h * n * qk if a.q_lora_rank is None else h * a.q_lora_rank + a.q_lora_rank * n * qk + a.q_lora_rank
         kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * n * (a.qk_nope_head_dim + a.v_head_dim)
-        return q + kv + a.kv_lora_rank + n * a.v_head_dim * h
+        return q + kv + a.kv_lora_rank + n * model.value_head_dim * h
     d = model.dim_per_head
     g = model.num_kv_heads
     weights = h * n * d + 2 * h * g * d + n * d * h

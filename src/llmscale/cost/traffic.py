@@ -28,8 +28,7 @@ def kv_width(model: ModelSpec) -> int:
     """Elements of K plus V per token: 2·g·d for MHA/GQA; n·(d_nope + d_rope) + n·d_v for MLA, whose K and V
     are expanded per head before attention (DeepSeek-V2 §2.1)."""
     if model.mla is not None:
-        a = model.mla
-        return model.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+        return model.heads * (model.qk_head_dim + model.value_head_dim)
     return 2 * model.num_kv_heads * model.dim_per_head
 
 

@@ -37,7 +37,7 @@ def _attention_shapes(model: ModelSpec, t: int, tp: int) -> list[GemmShape]:
         return [GemmShape("qkv", t, (n + 2 * model.num_kv_heads) * d // tp, h),
                 GemmShape("out_proj", t, h, n * d // tp)]
     a = model.mla
-    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    qk = model.qk_head_dim
     shapes = []
     if a.q_lora_rank is None:
         shapes.append(GemmShape("q_proj", t, n * qk // tp, h))
@@ -45,7 +45,7 @@ def _attention_shapes(model: ModelSpec, t: int, tp: int) -> list[GemmShape]:
         shapes += [GemmShape("q_a", t, a.q_lora_rank, h), GemmShape("q_b", t, n * qk // tp, a.q_lora_rank)]
     return [*shapes, GemmShape("kv_a", t, a.kv_lora_rank + a.qk_rope_head_dim, h),
             GemmShape("kv_b", t, n * (a.qk_nope_head_dim + a.v_head_dim) // tp, a.kv_lora_rank),
-            GemmShape("out_proj", t, h, n * a.v_head_dim // tp)]
+            GemmShape("out_proj", t, h, n * model.value_head_dim // tp)]
 
 
 def _mlp(prefix: str, model: ModelSpec, rows: int, ffn_per_gpu: int) -> list[GemmShape]:
