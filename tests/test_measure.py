@@ -239,10 +239,11 @@ def test_bench_gemm_and_memory(torch: Any, tmp_path: Path, capsys: pytest.Captur
     assert [r["size_bytes"] for r in rows] == [2**18, 2**20] and all(r["copy_bytes_per_s"] > 0 for r in rows)
 
 
-def test_collectives_match_a_plain_loop_within_10_percent(torch: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_collectives_match_a_plain_loop_within_25_percent(torch: Any, capsys: pytest.CaptureFixture[str]) -> None:
     # Same calls, blocks interleaved: a harness bug (e.g. freeing gloo send/recv handles early, which made the bench
     # 2-5x slower than the plain loop) fails every attempt; host noise fails one. Up to 4 attempts per op (only the
-    # ops still outside run again): an op fails when every attempt is outside 10%.
+    # ops still outside run again): an op fails when every attempt is outside 25%. (10% failed once in a full run on
+    # the 2-core CI host, where pytest-xdist's other worker shares the cores; the bug it guards against is 2x.)
     pending, ratios = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"], {}
     for _ in range(4):
         document = run_json(capsys, "bench", "collectives", "--nproc", "2", "--ops", ",".join(pending),
@@ -254,7 +255,7 @@ def test_collectives_match_a_plain_loop_within_10_percent(torch: Any, capsys: py
             assert row["algbw_bytes_per_s"] == pytest.approx(row["size_bytes"] / row["time_s"])
             assert row["impl"] == ("a2a+sum" if row["op"] == "reduce_scatter" else "native")  # gloo
             ratios.setdefault(row["op"], []).append(row["ratio"])
-        pending = [op for op in pending if abs(ratios[op][-1] - 1) > 0.10]
+        pending = [op for op in pending if abs(ratios[op][-1] - 1) > 0.25]
         if not pending:
             break
     assert not pending, ratios
