@@ -13,11 +13,13 @@ import pytest
 
 from llmscale.cost.step import STEP_PARTS, estimate_step
 from llmscale.io.catalog import load_constants, load_gpu, load_published_mfu
+from llmscale.io.resolve import Job, JobRequest, resolve
 from llmscale.search.plausibility import mfu_excess
 from llmscale.specs.cluster import Generation
 from llmscale.specs.record import MfuRecord, PrecisionClass
 from llmscale.specs.train import Precision
 from llmscale.validation.jobs import job_from_run
+from llmscale.validation.record import feature
 from llmscale.validation.runs import load_rows, load_runs
 from llmscale.validation.validate import ValidationRow, validate_rows
 from tests.conftest import run_cli, run_cli_json
@@ -101,3 +103,19 @@ def test_the_terminal_prints_the_note_beside_the_mfu(capsys: pytest.CaptureFixtu
                              "--schedule", "zbv", "--gbs", "20480")
     assert code == 0, err
     assert "above the best published 56.3%" in " ".join(out.split()) and "Korthikanti" in out
+
+
+def test_features_name_recomputed_modules_and_the_shapes_behind_tp_exposure() -> None:
+    # Same TP degree and overlap on both sides: the exposed share still differs with the GEMMs the collectives hide
+    # behind (hidden size, tokens per micro-batch), so the feature names those; a module recompute counts as one.
+    def job(model: str, **layout: object) -> Job:
+        return resolve(JobRequest(model=model, cluster="h100-sxm:64", gpus=64, framework="any",
+                                  layout={"tp": 8, "sp": True, "tp_comm_overlap": True, "mbs": 1, **layout}))
+
+    mine, record = job("llama3-70b"), job("llama3-8b", recompute_norm=True, recompute_mlp=True)
+    sides = (mine, mine.resolved_layout, 1.0), (record, record.resolved_layout, 1.0)
+    assert feature("tp_exposed_s", *sides) == (
+        "tp 8, TP overlap on, hidden 8192, 4,096 tokens per micro-batch vs the record's tp 8, TP overlap on, "
+        "hidden 4096, 4,096 tokens per micro-batch")
+    assert feature("recompute_s", *sides) == "recompute none vs the record's recompute none and the norms, MLPs"
+    assert feature("recompute_s", sides[0], sides[0]) == ""

@@ -67,12 +67,13 @@ def feature(term: str, mine: Side, record: Side) -> str:
                                    "per GPU",
         KERNELS: lambda j, x: f"hidden {j.model.hidden}, {x.mbs * j.train.seq_len // x.cp:,} tokens per micro-batch, "
                               f"tp {x.tp}",
-        "tp_exposed_s": lambda j, x: f"tp {x.tp}, TP overlap {'on' if x.tp_comm_overlap else 'off'}",
+        "tp_exposed_s": lambda j, x: f"tp {x.tp}, TP overlap {'on' if x.tp_comm_overlap else 'off'}, hidden "
+                                     f"{j.model.hidden}, {x.mbs * j.train.seq_len // x.cp:,} tokens per micro-batch",
         "ep_exposed_s": lambda j, x: f"ep {x.ep}, EP overlap {'on' if x.ep_comm_overlap else 'off'}",
         "dp_exposed_s": lambda j, x: f"ZeRO-{x.zero} over dp {x.dp}",
         "pp_exposed_s": lambda j, x: f"pp {x.pp}",
         "cp_exposed_s": lambda j, x: f"cp {x.cp}",
-        "recompute_s": lambda j, x: f"recompute {x.recompute.value}",
+        "recompute_s": lambda j, x: f"recompute {x.recompute.value}{_modules(x)}",
         "optimizer_s": lambda j, x: f"{steps[id(j)]:.2f} s steps per optimizer pass (ZeRO-{x.zero}, dp {x.dp})",
         "offload_s": lambda j, x: f"offload: optimizer {x.offload_optimizer}, {x.offload_activations} layers",
     }.get(term)
@@ -80,6 +81,17 @@ def feature(term: str, mine: Side, record: Side) -> str:
         return ""
     mine_text, record_text = describe(job, lay), describe(ref, rlay)
     return "" if mine_text == record_text else f"{mine_text} vs the record's {record_text}"
+
+
+RECOMPUTE_MODULES = {"recompute_norm": "norms", "recompute_mla_up": "MLA up-projections",
+                     "recompute_moe_act": "MoE activations", "recompute_mlp": "MLPs"}
+"""The layout's module recompute switches and how a feature names them (Megatron --recompute-modules)."""
+
+
+def _modules(lay: Layout) -> str:
+    """` and the norms, MoE activations`: the modules the layout recomputes beside its granularity ('' for none)."""
+    on = [name for flag, name in RECOMPUTE_MODULES.items() if getattr(lay, flag)]
+    return f" and the {', '.join(on)}" if on else ""
 
 
 def _gpus(lay: Layout) -> int:
