@@ -59,6 +59,9 @@ def test_each_rule_reads_only_the_columns_it_declares(model_name: str) -> None:
         if reason is Reason.RANK_ORDER and not model.is_moe:
             assert not failed.any()  # a rule of MoE models: their expert and dense pipeline groups must agree
             continue
+        if reason is Reason.TIED_OUTPUT:
+            assert not failed.any()  # a rule of tied MXFP8 output layers (tests/test_fp8_output_proj.py)
+            continue
         assert failed.any() and not failed.all(), reason  # the draw exercises the rule both ways
     for name in lay.names:
         shuffled = dict(conditions(model, train, 512, lay.replace(**{name: rng.permutation(lay.column(name))})))

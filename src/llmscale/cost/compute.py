@@ -332,15 +332,16 @@ def _output_times(model: ModelSpec, x: _Shapes, last_kind: LayerTimes, head: _Ou
     """The output layer (logits GEMM at `head`'s precision, fp32 softmax and cross-entropy) and the MTP modules the
     last stage runs (DeepSeek-V3 §2.2: per module a 2h→h projection, one layer of the last layer's kind and the
     shared head again). An MXFP8 head quantizes its h-wide input in the forward (an elementwise input cast, as every
-    FP8 linear's) and its V/tp-wide output gradient in the backward, priced with the input-gradient GEMM that reads
-    it first."""
+    FP8 linear's, on the sequence-parallel shard before the gather) and its V/tp-wide output gradient in the
+    backward, priced with the input-gradient GEMM that reads it first."""
     h = model.hidden
     mtp = model.mtp_layers
     vocab = model.vocab / x.tp
     logits = linear_s(head.rates, x.tokens, h, vocab)
     gradient_cast = memory_s(x.rates16, x.tokens * head.cast * vocab)
     logits = LinearTimes(logits.forward_s, logits.input_grad_s + gradient_cast, logits.weight_grad_s)
-    loss = memory_s(x.rates16, x.tokens * (3 * 4.0 * vocab + head.cast * h))  # fp32 softmax + CE: write, read, write
+    # fp32 softmax + CE: write, read, write; an MXFP8 head's input is quantized on its sequence-parallel shard
+    loss = memory_s(x.rates16, x.tokens * (3 * 4.0 * vocab + head.cast * h / x.sigma))
     linears = logits.scaled(1 + mtp) + linear_s(x.rates, x.tokens, 2 * h, h / x.tp).scaled(mtp)
     k = last_kind
     return LayerTimes(

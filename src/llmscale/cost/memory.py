@@ -13,6 +13,7 @@ import numpy as np
 
 from llmscale.cost.activations import (
     BYTES_16BIT,
+    MXFP8_BOTH_COPIES_BYTES,
     LayerActivations,
     layer_activations,
     stage_activation_bytes,
@@ -100,6 +101,16 @@ def logits_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray
     return tokens * (vocab_bytes * model.vocab + 4.0 * model.hidden) / lay.tp
 
 
+def mxfp8_head_bytes(model: ModelSpec, train: TrainSpec, lay: Layouts) -> np.ndarray:
+    """Last stage, what an MXFP8 output layer (TrainSpec.fp8_output_proj) adds once: its output gradient quantized
+    row- and column-wise at the start of the backward, s·b·V/t elements, and the cached row- and column-wise MXFP8
+    copies of its weight beside the 16-bit one, V/t·h (docs/cost-model.md#memory-logits)."""
+    if not train.fp8_output_proj:
+        return np.zeros(lay.size)
+    tokens = train.seq_len / lay.cp * lay.mbs
+    return MXFP8_BOTH_COPIES_BYTES * (tokens + model.hidden) * model.vocab / lay.tp
+
+
 def _offloaded_activations(lay: Layouts, activations: np.ndarray,
                            layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes kept on the GPU, bytes of the one offloaded layer in transit, bytes sent to the host and back per
@@ -152,13 +163,14 @@ def _rank_activations(model: ModelSpec, train: TrainSpec, lay: Layouts, stages: 
     tokens = (train.seq_len / lay.cp * lay.mbs).astype(float)
     acts = layer_activations(model, train, lay, busiest_rank_load(model, train, lay, tokens, constants.moe))
     logits = logits_bytes(model, train, lay)
+    mxfp8_head = mxfp8_head_bytes(model, train, lay)
     held, traffic, ranks = [], [], []
     for stage in stages:
         dense_layers, moe_layers = _with_mtp(model, stage.layers.dense, stage.layers.moe, stage.layers.last)
         activations = stage_activation_bytes(model, acts, lay, dense_layers, moe_layers, stage.held)
         activations, in_transit, offload_traffic = _offloaded_activations(lay, activations, dense_layers + moe_layers)
         activations = activations + _graph_buffers(lay, acts, stage.held)
-        head = np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits, 0.0)
+        head = np.where(stage.layers.last > 0, (1 + model.mtp_layers) * logits + mxfp8_head, 0.0)
         held.append(activations + np.maximum(head, in_transit))
         traffic.append(offload_traffic)
         ranks.append(stage.layers.rank)

@@ -90,22 +90,26 @@ MCORE_OUTPUT_PROJ = "NVIDIA/Megatron-LM@d98e8a64 megatron/core"
 
 
 def check_fp8_output_proj(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec) -> None:
-    """The MXFP8 output layer needs an FP8 run under the mxfp8 recipe (transformer_config.py:1569-1575) and its own
-    weight: on a stage that also holds the input embedding, a tied output layer skips its weight allocation, which
-    TELMHeadColumnParallelLinear refuses (extensions/transformer_engine.py:1826; gpt_model.py:289). llmscale checks
-    before it picks the layout, so it refuses tied embeddings at every pipeline depth."""
+    """The MXFP8 output layer needs an FP8 run under the mxfp8 recipe (transformer_config.py:1569-1575) and a weight
+    of its own where it runs. A tied output layer gets the embedding's weight on the stage that holds the embedding
+    (gpt_model.py:289: pp = 1, a layout rule, layout.rules Reason.TIED_OUTPUT) and on the stage that runs the MTP
+    modules (language_module.py:352-360: every pp), which TELMHeadColumnParallelLinear refuses
+    (extensions/transformer_engine.py:1826, :1889)."""
     if not train.fp8_output_proj:
         return
     off = "; --bf16-output-proj keeps the output layer in 16-bit"
     recipe = cluster.gpu.fp8_recipe(train) if train.precision is Precision.FP8 else None
     if recipe is not Fp8Recipe.MXFP8:
         run = f"precision {train.precision.value}" + (f" under {recipe.value}" if recipe is not None else "")
-        raise SpecError("fp8_output_proj", True, f"needs precision fp8 under the mxfp8 recipe ({MCORE_OUTPUT_PROJ}/"
-                        f"transformer/transformer_config.py:1569-1575); this run is {run}{off}")
-    if model.tied_embeddings:
-        raise SpecError("fp8_output_proj", True, f"needs an output layer with its own weight; model {model.name} "
-                        f"ties it to the input embedding, which Megatron-Core's MXFP8 output layer refuses "
-                        f"({MCORE_OUTPUT_PROJ}/extensions/transformer_engine.py:1826){off}")
+        raise SpecError("fp8_output_proj", True, f"needs precision fp8 under the mxfp8 recipe (--precision fp8 "
+                        f"--fp8-recipe mxfp8; {MCORE_OUTPUT_PROJ}/transformer/transformer_config.py:1569-1575); "
+                        f"this run is {run}{off}")
+    if model.tied_embeddings and model.mtp_layers:
+        raise SpecError("fp8_output_proj", True, f"needs an output layer with its own weight beside MTP modules; "
+                        f"this job ties it to the input embedding (model {model.name}'s tied_embeddings, or its "
+                        f"release's default), which the MTP stage passes to the MXFP8 output layer and it refuses "
+                        f"({MCORE_OUTPUT_PROJ}/models/common/language_module/language_module.py:352-360, "
+                        f"extensions/transformer_engine.py:1889){off}")
 
 
 def _check_hopper_fp8_attention(model: ModelSpec, recipe: Fp8Recipe) -> None:

@@ -42,6 +42,7 @@ class Reason(IntEnum):
     TP_OVERLAP = 16
     EP_OVERLAP = 17
     RANK_ORDER = 18
+    TIED_OUTPUT = 19
 
     @property
     def meaning(self) -> str:
@@ -82,6 +83,10 @@ _MEANING: dict[Reason, str] = {
                        "needs an expert data-parallel size equal to dp, i.e. ep × etp = tp × cp, or its expert and "
                        "dense pipeline groups differ (Megatron-Core asserts it: "
                        "NVIDIA/Megatron-LM@d98e8a6 megatron/core/parallel_state.py initialize_model_parallel)",
+    Reason.TIED_OUTPUT: "an MXFP8 output layer (fp8_output_proj) tied to the input embedding needs pp > 1: on the "
+                        "stage that holds both, Megatron-Core's TELMHeadColumnParallelLinear refuses the embedding's "
+                        "shared weight (NVIDIA/Megatron-LM@d98e8a64 megatron/core/models/gpt/gpt_model.py:289, "
+                        "extensions/transformer_engine.py:1826)",
     Reason.OUT_OF_MEMORY: "the most-loaded GPU needs more memory than it has, or than --max-memory-fraction of it "
                           "(set by the memory model, not by `check`)",
     Reason.EXCLUDED: "outside what the user fixed or bounded on `plan` (--tp 8, --pp 4..16) or what the target "
@@ -107,6 +112,7 @@ RULE_READS: dict[Reason, frozenset[str]] = {reason: frozenset(names.split()) for
     Reason.TP_OVERLAP: "tp_comm_overlap tp sp",
     Reason.EP_OVERLAP: "ep_comm_overlap ep pp schedule recompute",
     Reason.RANK_ORDER: "rank_order pp tp cp ep etp",
+    Reason.TIED_OUTPUT: "pp",
 }.items()}
 """The layout columns each rule of `check` reads, in `check`'s order (tests/test_space_pruning.py checks both): the
 space applies a leading run of rules as soon as their columns are built (layout.space)."""
@@ -165,6 +171,7 @@ def conditions(model: ModelSpec, train: TrainSpec, num_gpus: int | np.ndarray,
         (Reason.EP_OVERLAP, lay.ep_comm_overlap & (~switch_runs("ep_comm_overlap", view) | gathers)),
         (Reason.RANK_ORDER, model.is_moe & (lay.rank_order == RankOrder.TP_CP_EP_PP_DP.code) & (lay.pp > 1)
          & (lay.ep * lay.etp != lay.tp * lay.cp)),
+        (Reason.TIED_OUTPUT, (lay.pp == 1) & (train.fp8_output_proj and model.tied_embeddings)),
     ]
 
 
@@ -256,6 +263,16 @@ def explain_rejection(
         ),
         Reason.CUDA_GRAPHS: ("cuda_graphs", True, "CUDA graphs cannot capture full recompute (Megatron asserts "
                                                   "recompute_granularity != full with --cuda-graph-impl)"),
+        **_switch_messages(train, tp, cp, pp, ep, etp, schedule),
+    }
+    field, value, allowed = messages[reason]
+    return SpecError(field, value, allowed, where="layout")
+
+
+def _switch_messages(train: TrainSpec, tp: int, cp: int, pp: int, ep: int, etp: int,
+                     schedule: str) -> dict[Reason, tuple[str, object, str]]:
+    """`explain_rejection`'s messages for the overlap switches, the rank order and the tied MXFP8 output layer."""
+    return {
         Reason.TP_OVERLAP: ("tp_comm_overlap", True, f"needs tp > 1 (tp {tp}) and sequence parallelism (--sp)"),
         Reason.EP_OVERLAP: ("ep_comm_overlap", True, f"needs ep > 1 (ep {ep}), the interleaved schedule when pp > 1 "
                             f"(pp {pp}, schedule {schedule}), no full recompute and the alltoall or flex dispatcher "
@@ -264,9 +281,11 @@ def explain_rejection(
         Reason.RANK_ORDER: ("rank_order", "tp-cp-ep-pp-dp", f"with pp > 1 (pp {pp}) needs ep × etp = tp × cp "
                             f"({ep} × {etp} ≠ {tp} × {cp}): Megatron-Core asserts the expert data-parallel size "
                             f"equals dp there; use rank order tp-cp-ep-dp-pp"),
+        Reason.TIED_OUTPUT: ("pp", pp, "an MXFP8 output layer (--fp8-output-proj) tied to the input embedding "
+                             "(the model's tied_embeddings, or its release's default) needs pp > 1: on one stage "
+                             "Megatron-Core's MXFP8 output layer refuses the embedding's weight; give pp > 1, an "
+                             "untied model, or --bf16-output-proj"),
     }
-    field, value, allowed = messages[reason]
-    return SpecError(field, value, allowed, where="layout")
 
 
 def _divisors(n: int, shown: int = 8) -> str:
