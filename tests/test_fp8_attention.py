@@ -287,6 +287,12 @@ def _applied(framework: str, model: str, cluster: str, gpus: int, recipe: str) -
         ("megatron-bridge@26.08", "gpt-oss-120b", "gb200:64", 64, "mxfp8", True),
         ("megatron-bridge@26.08", "gpt-oss-120b", "b300:64", 64, "mxfp8", False),
         ("megatron-bridge@26.08", "deepseek-v3", "gb300:256", 256, "mxfp8", True),
+        # the 64-GPU FSDP recipe leaves it at its default (deepseek/gb300/deepseek_v3.py:270), the 128-GPU HSDP one
+        # sets it off (:345); the 64-GPU Qwen3-235B B200 recipe calls no helper (qwen/b200/qwen3_moe.py:130)
+        ("megatron-bridge@26.08", "deepseek-v3", "gb300:128", 128, "mxfp8", False),
+        ("megatron-bridge@26.08", "qwen3-235b-a22b", "b200:64", 64, "mxfp8", False),
+        ("megatron-bridge@26.08", "qwen3-235b-a22b", "b200:256", 256, "mxfp8", True),
+        ("megatron-bridge@26.08", "qwen3-235b-a22b", "gb200:64", 64, "mxfp8", True),  # gb200/qwen3_moe.py:168
         ("megatron-bridge@26.08", "deepseek-v3", "gb200:256", 256, "mxfp8", False),
         ("megatron-bridge@26.08", "llama3-70b", "gb200:64", 64, "mxfp8", False),
         ("megatron-bridge@26.08", "qwen3-30b-a3b", "h100-sxm:16", 16, "tensorwise", False),

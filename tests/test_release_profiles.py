@@ -4,6 +4,7 @@ release's, one meaning in explain and in a search, and validate's two readings (
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,12 @@ import pytest
 from llmscale.errors import LlmscaleError, SpecError
 from llmscale.io import releases as releases_module
 from llmscale.io.catalog import catalog_file, catalog_section, load_catalog_yaml, load_cluster, load_model
-from llmscale.io.releases import fill, find_release, frameworks, load_releases, load_sources
+from llmscale.io.releases import fill, find_release, frameworks, job_facts, load_releases, load_sources
 from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.profile import SEARCH_FILLED, ReleaseLayouts
-from llmscale.specs.framework import ReleaseProfile
+from llmscale.specs.framework import ReleaseProfile, RuleCondition
 from llmscale.specs.layout import Schedule
+from llmscale.specs.train import Precision
 from llmscale.validation.entries import recipe_entries
 from llmscale.validation.jobs import Facts, release_for, row_job
 from llmscale.validation.runs import load_runs
@@ -287,3 +289,33 @@ def test_validate_refuses_a_framework_it_does_not_know(capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as info:
         main(["validate", "--framework", "nope"])
     assert info.value.code == 2 and "--framework = 'nope'" in capsys.readouterr().err
+
+
+def test_a_rule_may_read_the_jobs_gpu_count() -> None:
+    # Megatron-Bridge 26.08 (NVIDIA-NeMo/Megatron-Bridge@51885cf perf_recipes/qwen/b200/qwen3_moe.py): the 8-GPU 30B
+    # and 256-GPU 235B MXFP8 recipes call _enable_hybridep_full_iteration_mxfp8 (HybridEP, full-iteration graphs, the
+    # fused grouped MLP, FP8 attention); the 64-GPU 235B one (:130) calls no helper
+    release, model, train = find_release("megatron-bridge@26.08"), load_model("qwen3-235b-a22b"), {
+        "precision": "fp8", "fp8_recipe": "mxfp8"}
+    on = fill(release, model, load_cluster("b200:256"), train, {"pp": 8, "ep": 8}, 256)
+    off = fill(release, model, load_cluster("b200:64"), train, {"pp": 8, "ep": 8}, 64)
+    assert (on.train["moe_grouped_gemm_impl"], on.train["fp8_attention"], on.layout["cuda_graphs"]) == (
+        "te-fused", True, True)
+    assert off.train.get("moe_grouped_gemm_impl") != "te-fused" and not off.train.get("fp8_attention")
+    assert not off.layout.get("cuda_graphs")
+    # without --gpus the count is tp·cp·pp·dp where the layout gives dp, else the cluster's, as resolve sizes the job
+    given_dp = fill(release, model, load_cluster("b200:256"), train, {"pp": 8, "ep": 8, "dp": 8}, None).train
+    whole = fill(release, model, load_cluster("b200:64"), train, {"pp": 8, "ep": 8}, None).train
+    assert given_dp.get("moe_grouped_gemm_impl") != "te-fused" and whole.get("moe_grouped_gemm_impl") != "te-fused"
+    assert fill(release, model, load_cluster("b200:256"), train, {"pp": 8, "ep": 8}, None).train[
+        "moe_grouped_gemm_impl"] == "te-fused"
+
+
+def test_a_gpu_count_condition_is_a_comparison_and_holds_only_where_the_count_is_known() -> None:
+    condition = RuleCondition(gpus="!=64")
+    facts = job_facts(load_model("qwen3-235b-a22b"), load_cluster("b200:64"), Precision.FP8, None, 4096, 64)
+    assert not facts.holds(condition) and replace(facts, gpus=256).holds(condition)
+    assert not replace(facts, gpus=None).holds(condition)
+    assert replace(facts, gpus=None).holds(RuleCondition())
+    with pytest.raises(ValueError, match="not a comparison"):
+        RuleCondition(gpus="=!64")

@@ -182,11 +182,12 @@ class ProfileApplication:
 
 
 def job_facts(model: ModelSpec, cluster: ClusterSpec, precision: Precision, fp8_recipe: Fp8Recipe | None,
-              seq_len: int) -> JobFacts:
-    """What the profile's job conditions read, from the resolved model and cluster and the run's precision."""
+              seq_len: int, gpus: int | None = None) -> JobFacts:
+    """What the profile's job conditions read, from the resolved model and cluster, the run's precision and the
+    job's GPU count."""
     return JobFacts(gpu=gpu_key(cluster.gpu) or "", generation=cluster.gpu.generation, precision=precision,
                     fp8_recipe=fp8_recipe, moe=model.is_moe, family=model.family,
-                    dropless=model.capacity_factor is None, seq_len=seq_len, layers=model.layers)
+                    dropless=model.capacity_factor is None, seq_len=seq_len, layers=model.layers, gpus=gpus)
 
 
 def layout_sizes(layout: Mapping[str, Any], num_gpus: int | None) -> dict[str, Any]:
@@ -196,6 +197,17 @@ def layout_sizes(layout: Mapping[str, Any], num_gpus: int | None) -> dict[str, A
     replica = sizes["tp"] * sizes["pp"] * sizes["cp"]
     sizes["dp"] = _count(layout.get("dp"), max(num_gpus // replica, 1) if num_gpus else 1)
     return sizes
+
+
+def _job_gpus(layout: Mapping[str, Any] | None, cluster: ClusterSpec, num_gpus: int | None) -> int:
+    """The job's GPU count as io.resolve sizes it: given, else tp·cp·pp·dp where the layout gives dp, else the
+    cluster's."""
+    if num_gpus is not None:
+        return num_gpus
+    if layout is None or _count(layout.get("dp"), 0) == 0:
+        return cluster.num_gpus
+    sizes = layout_sizes(layout, None)
+    return int(sizes["tp"] * sizes["cp"] * sizes["pp"] * sizes["dp"])
 
 
 def _count(value: Any, default: int, minimum: int = 1) -> int:
@@ -240,12 +252,13 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
     seq_len = train.get("seq_len")
     if not (isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0):
         seq_len = defaults.seq_len
-    facts = job_facts(model, cluster, precision, None, seq_len)
+    gpus = _job_gpus(layout, cluster, num_gpus)
+    facts = job_facts(model, cluster, precision, None, seq_len, gpus)
     sizes = layout_sizes(layout, num_gpus) if layout is not None else None
     recipe = _member(Fp8Recipe, train.get("fp8_recipe"), None) or rule_value(release, facts, sizes, "fp8_recipe")
     if precision is Precision.FP8 and recipe is None:
         recipe = defaults.fp8_recipe_on(cluster.gpu.efficiency.gemm_mxfp8 is not None)
-    facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len)
+    facts = job_facts(model, cluster, precision, Fp8Recipe(recipe) if recipe else None, facts.seq_len, gpus)
     if dropless is not None and model.is_moe and model.capacity_factor is None:
         facts = replace(facts, dropless=dropless)
     chosen = _moot_dropped(_chosen(release, facts, sizes), layout or {})

@@ -75,16 +75,18 @@ class FrameworkSupport(Spec):
         """`megatron-core @ d98e8a6`."""
         return f"{self.name.value} @ {self.commit[:7]}"
 
-_COMPARISON = re.compile(r"^(>=|<=|>|<|==)?\s*(\d+)$")
+_COMPARISON = re.compile(r"^(>=|<=|>|<|==|!=)?\s*(\d+)$")
 _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
-    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "": operator.eq}
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne,
+    "": operator.eq}
 
 LAYOUT_SIZES = ("tp", "pp", "vp", "cp", "ep", "dp", "zero")
 """Conditions on the layout: evaluated per layout (`vp` is the layout's vpp)."""
 
 
 class Comparison(str):
-    """`4`, `>1`, `>=2`, `<=8`: a whole-number comparison a layout size or the sequence length must meet."""
+    """`4`, `>1`, `>=2`, `<=8`, `!=64`: a whole-number comparison a layout size, the sequence length, the model's
+    layers or the job's GPU count must meet."""
 
     def holds(self, value: Any) -> Any:
         """Elementwise on arrays."""
@@ -98,7 +100,7 @@ def _comparison(value: Any) -> Comparison | None:
         return None
     text = str(value)
     if isinstance(value, bool) or not _COMPARISON.match(text.strip()):
-        raise ValueError(f"{value!r} is not a comparison: give 4, >1, >=2, <=8 or <16")
+        raise ValueError(f"{value!r} is not a comparison: give 4, >1, >=2, <=8, <16 or !=64")
     return Comparison(text)
 
 
@@ -127,8 +129,10 @@ class RuleCondition(Spec):
     seq_len: str | None = None
     layers: str | None = Field(None, description="the model's transformer layers, a comparison (presets that differ "
                                "by model size within a family)")
+    gpus: str | None = Field(None, description="the job's GPU count, a comparison (presets that differ by job size; "
+                             "a search over several job sizes reads the job's count)")
 
-    @field_validator("tp", "pp", "vp", "cp", "ep", "dp", "seq_len", "layers", mode="before")
+    @field_validator("tp", "pp", "vp", "cp", "ep", "dp", "seq_len", "layers", "gpus", mode="before")
     @classmethod
     def _comparisons(cls, value: Any) -> Any:
         return _comparison(value)
@@ -247,6 +251,8 @@ class JobFacts:
     dropless: bool
     seq_len: int
     layers: int
+    gpus: int | None = None
+    """The job's GPU count (None: not known, and a rule on it does not hold)."""
 
     def holds(self, when: RuleCondition) -> bool:
         """Whether every job-level condition of `when` holds (layout sizes are `layout_holds`')."""
@@ -260,6 +266,7 @@ class JobFacts:
             when.dropless is None or (self.moe and when.dropless == self.dropless),
             when.seq_len is None or bool(Comparison(when.seq_len).holds(self.seq_len)),
             when.layers is None or bool(Comparison(when.layers).holds(self.layers)),
+            when.gpus is None or (self.gpus is not None and bool(Comparison(when.gpus).holds(self.gpus))),
         )
         return all(checks)
 
