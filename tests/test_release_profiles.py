@@ -319,3 +319,24 @@ def test_a_gpu_count_condition_is_a_comparison_and_holds_only_where_the_count_is
     assert replace(facts, gpus=None).holds(RuleCondition())
     with pytest.raises(ValueError, match="not a comparison"):
         RuleCondition(gpus="=!64")
+
+
+@pytest.mark.parametrize(("model", "cluster", "precision", "dispatcher"), [
+    # NVIDIA-NeMo/Megatron-Bridge@51885cf perf_recipes/qwen/{h100,b200,b300,gb200,gb300}/qwen3_moe.py, every
+    # recipe's moe_token_dispatcher_type / moe_flex_dispatcher_backend: the 30B ones run HybridEP everywhere, the 235B
+    # ones all-to-all on H100 and B200 (HybridEP on B300, GB200, GB300, and on B200 through the 256-GPU MXFP8 helper)
+    ("qwen3-30b-a3b", "b200:8", "bf16", "flex-hybridep"),
+    ("qwen3-30b-a3b", "h100-sxm:16", "bf16", "flex-hybridep"),
+    ("qwen3-235b-a22b", "h100-sxm:256", "bf16", "alltoall"),
+    ("qwen3-235b-a22b", "b200:64", "bf16", "alltoall"),
+    ("qwen3-235b-a22b", "b200:64", "mxfp8", "alltoall"),
+    ("qwen3-235b-a22b", "b200:256", "mxfp8", "flex-hybridep"),
+    ("qwen3-235b-a22b", "b300:64", "bf16", "flex-hybridep"),
+    ("qwen3-235b-a22b", "gb200:64", "bf16", "flex-hybridep"),
+])
+def test_bridge_26_08_qwen3_dispatchers_by_model_size_and_gpu(model: str, cluster: str, precision: str,
+                                                             dispatcher: str) -> None:
+    gpus = int(cluster.split(":")[1])
+    train = {"precision": "fp8", "fp8_recipe": "mxfp8"} if precision == "mxfp8" else {"precision": precision}
+    filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster), train, None, gpus)
+    assert filled.train["moe_dispatcher"] == dispatcher
