@@ -106,8 +106,9 @@ def test_the_terminal_prints_the_note_beside_the_mfu(capsys: pytest.CaptureFixtu
 
 
 def test_features_name_recomputed_modules_and_the_shapes_behind_tp_exposure() -> None:
-    # Same TP degree and overlap on both sides: the exposed share still differs with the GEMMs the collectives hide
-    # behind (hidden size, tokens per micro-batch), so the feature names those; a module recompute counts as one.
+    # Same TP degree and overlap on both sides: the exposed share of the step still differs with the layer's shape (TP
+    # bytes grow with the hidden size, GEMM time with its square), so the feature names hidden size and tokens per
+    # micro-batch; a module recompute counts as recompute.
     def job(model: str, **layout: object) -> Job:
         return resolve(JobRequest(model=model, cluster="h100-sxm:64", gpus=64, framework="any",
                                   layout={"tp": 8, "sp": True, "tp_comm_overlap": True, "mbs": 1, **layout}))
@@ -117,5 +118,6 @@ def test_features_name_recomputed_modules_and_the_shapes_behind_tp_exposure() ->
     assert feature("tp_exposed_s", *sides) == (
         "tp 8, TP overlap on, hidden 8192, 4,096 tokens per micro-batch vs the record's tp 8, TP overlap on, "
         "hidden 4096, 4,096 tokens per micro-batch")
-    assert feature("recompute_s", *sides) == "recompute none vs the record's recompute none and the norms, MLPs"
+    assert feature("recompute_s", *sides) == ("recompute none, no module recompute vs the record's recompute none, "
+                                               "recomputed modules: norms, MLPs")
     assert feature("recompute_s", sides[0], sides[0]) == ""

@@ -22,6 +22,7 @@ from llmscale.specs.train import Precision
 from llmscale.validation.entries import recipe_entries
 from llmscale.validation.jobs import Facts, release_for, row_job
 from llmscale.validation.runs import load_runs
+from tests.conftest import run_cli_json
 
 RUNS = {run.name: run for run in load_runs()}
 
@@ -328,7 +329,10 @@ def test_a_gpu_count_condition_is_a_comparison_and_holds_only_where_the_count_is
     ("qwen3-30b-a3b", "b200:8", "bf16", "flex-hybridep"),
     ("qwen3-30b-a3b", "h100-sxm:16", "bf16", "flex-hybridep"),
     ("qwen3-235b-a22b", "h100-sxm:256", "bf16", "alltoall"),
+    ("qwen3-235b-a22b", "h100-sxm:256", "fp8cs", "alltoall"),
     ("qwen3-235b-a22b", "b200:64", "bf16", "alltoall"),
+    ("qwen3-235b-a22b", "b200:256", "bf16", "alltoall"),
+    ("qwen3-235b-a22b", "b200:256", "fp8cs", "alltoall"),
     ("qwen3-235b-a22b", "b200:64", "mxfp8", "alltoall"),
     ("qwen3-235b-a22b", "b200:256", "mxfp8", "flex-hybridep"),
     ("qwen3-235b-a22b", "b300:64", "bf16", "flex-hybridep"),
@@ -337,6 +341,63 @@ def test_a_gpu_count_condition_is_a_comparison_and_holds_only_where_the_count_is
 def test_bridge_26_08_qwen3_dispatchers_by_model_size_and_gpu(model: str, cluster: str, precision: str,
                                                              dispatcher: str) -> None:
     gpus = int(cluster.split(":")[1])
-    train = {"precision": "fp8", "fp8_recipe": "mxfp8"} if precision == "mxfp8" else {"precision": precision}
+    train = ({"precision": "fp8", "fp8_recipe": {"mxfp8": "mxfp8", "fp8cs": "tensorwise"}[precision]}
+             if precision in ("mxfp8", "fp8cs") else {"precision": precision})
     filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster), train, None, gpus)
     assert filled.train["moe_dispatcher"] == dispatcher
+
+
+
+def _helper(model: str, cluster: str, gpus: int | None, layout: dict[str, int] | None = None) -> bool:
+    """Whether Megatron-Bridge 26.08 gives this MXFP8 job the full-iteration helper's fused grouped MLP."""
+    filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster),
+                  {"precision": "fp8", "fp8_recipe": "mxfp8"}, layout, gpus)
+    return filled.train.get("moe_grouped_gemm_impl") == "te-fused"
+
+
+def test_the_64_gpu_exception_is_the_235b_models_alone() -> None:
+    # perf_recipes/qwen/b200/qwen3_moe.py @51885cf: the 64-GPU 30B recipes are the 8-GPU ones at a larger batch
+    # (:566-594), which call the helper (:313); only the 64-GPU 235B recipes (b200:130, b300:139) call none
+    assert all(_helper("qwen3-30b-a3b", f"{gpu}:128", n) for gpu in ("b200", "b300") for n in (8, 32, 64, 128))
+    assert not _helper("qwen3-235b-a22b", "b300:64", 64) and _helper("qwen3-235b-a22b", "b300:256", 256)
+    # an explicit GPU count on a larger cluster is the job's count, not the cluster's
+    assert not _helper("qwen3-235b-a22b", "b200:256", 64) and _helper("qwen3-235b-a22b", "b200:256", 256)
+
+
+@pytest.mark.parametrize(("gpus", "zero", "expected"), [
+    # perf_recipes/deepseek/common.py:88-121 _apply_deepseek_v3_64gpu_gb300_fsdp_configs (recompute_modules :114,
+    # no EP A2A overlap); gb300/deepseek_v3.py:270 (64 GPUs: no graph impl, no op fuser, FP8 attention at its
+    # default, off) and :310 (128 GPUs: full-iteration graphs :328, op fuser :342, FP8 attention off :345); :133
+    # (256 GPUs: the full-iteration helper, FP8 attention on :157)
+    (64, 3, {"cuda_graphs": False, "ep_comm_overlap": False, "recompute_norm": True, "recompute_mla_up": True,
+             "recompute_moe_act": True, "moe_grouped_gemm_impl": "te", "fp8_attention": False}),
+    (128, 3, {"cuda_graphs": True, "ep_comm_overlap": False, "recompute_norm": True, "recompute_mla_up": True,
+              "recompute_moe_act": True, "moe_grouped_gemm_impl": "te-fused", "fp8_attention": False}),
+    (256, 1, {"cuda_graphs": True, "ep_comm_overlap": True, "recompute_norm": False, "recompute_mla_up": False,
+              "recompute_moe_act": False, "moe_grouped_gemm_impl": "te-fused", "fp8_attention": True}),
+])
+def test_bridge_26_08_deepseek_gb300_fsdp_and_hsdp_recipes(gpus: int, zero: int, expected: dict[str, object]) -> None:
+    layout = {"pp": 1, "ep": 64, "zero": zero} if gpus == 64 else (
+        {"pp": 1, "ep": 32, "zero": zero} if gpus == 128 else {"pp": 2, "vpp": 8, "ep": 32, "zero": zero})
+    job = resolve(JobRequest(model="deepseek-v3", cluster=f"gb300:{gpus}", gpus=gpus, layout=layout,
+                             train={"precision": "fp8", "fp8_recipe": "mxfp8"}, framework="megatron-bridge@26.08"))
+    assert job.layout is not None
+    got = {name: getattr(job.layout, name) if hasattr(job.layout, name) else getattr(job.train, name)
+           for name in expected}
+    assert {k: getattr(v, "value", v) for k, v in got.items()} == expected
+
+
+def test_a_plan_prices_each_job_size_with_the_release_settings_of_that_size(capsys: pytest.CaptureFixture[str]) -> None:
+    # 26.08 gives a 235B MXFP8 job on B200 the full-iteration helper at 256 GPUs and not at 64
+    # (perf_recipes/qwen/b200/qwen3_moe.py:130, :434): a plan over both sizes prices its 64-GPU layout as explain
+    # --gpus 64 does, and records the settings of the size it chose
+    flags = ("-m", "qwen3-235b-a22b", "-c", "b200:256", "--framework", "megatron-bridge@26.08", "--precision", "fp8",
+             "--fp8-recipe", "mxfp8", "--seq-len", "4096", "--gbs", "2048")
+    plan = run_cli_json(capsys, "plan", *flags, "--tp", "1", "--pp", "8", "--ep", "8", "--cp", "1", "--mbs", "1",
+                        "--vpp", "1")
+    steps = {s["num_gpus"]: s["best"]["step_time_s"] for s in plan["job_sizes"] if s["best"]}
+    explained = {n: run_cli_json(capsys, "explain", *flags, "--gpus", str(n), "--tp", "1", "--pp", "8", "--dp",
+                                 str(n // 8), "--ep", "8", "--mbs", "1")["step_time_s"] for n in (64, 256)}
+    assert steps[64] == pytest.approx(explained[64], rel=1e-9) and steps[256] == pytest.approx(explained[256], rel=1e-9)
+    applied = {a["setting"]: a["value"] for a in plan["framework"]["profile"]["applied"]}
+    assert (applied.get("moe_grouped_gemm_impl") == "te-fused") is (plan["jobs"]["gpus_per_job"] != 64)

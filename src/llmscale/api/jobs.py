@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from llmscale.api.checks import fields_arg, flag_arg, path_arg, ref_arg, text_arg
 from llmscale.api.placement import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, FabricRequest, capped, place
 from llmscale.api.results import Explain, Memory, Plan
+from llmscale.api.sizes import SizedJobs
 from llmscale.cost.memory import memory_breakdown
 from llmscale.cost.step import estimate_step
 from llmscale.errors import SpecError
@@ -145,9 +146,11 @@ def plan_job(request: JobRequest, objective: Objective, target: SearchTarget, to
         job.cluster.num_gpus < whole_cluster) else ()
     target = replace(target, framework=engine_of(job), release=(
         ReleaseLayouts(job.profile.profile, job.profile.facts) if job.profile is not None else None))
+    sized = SizedJobs(request, job, nodes)
     result = search_plan(job.model, job.cluster, job.train, job.constants, load_frameworks(), gpus=request.gpus,
                          objective=objective, top=top, target=target, on_size=on_size, force=force,
-                         deadline_days=deadline_days, extra_sizes=leftover)
+                         deadline_days=deadline_days, extra_sizes=leftover, at_size=sized.search_inputs)
+    job = sized(result.gpus_per_job)
     chosen = result.chosen.top[:placements]
     placed = place(job, [c.layouts.row(c.layout_index) for c in chosen], nodes,
                    [float(c.step.step_time_s[c.layout_index]) for c in chosen])

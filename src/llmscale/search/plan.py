@@ -214,12 +214,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
          supports: Supports | None = None, *, gpus: int | None = None,
          objective: Objective = Objective.THROUGHPUT, top: int = 5,
          target: SearchTarget | None = None, on_size: Callable[[int, int, int], None] | None = None,
-         force: bool = False, deadline_days: float | None = None, extra_sizes: tuple[int, ...] = ()) -> PlanResult:
+         force: bool = False, deadline_days: float | None = None, extra_sizes: tuple[int, ...] = (),
+         at_size: Callable[[int, SearchTarget], tuple[TrainSpec, SearchTarget]] | None = None) -> PlanResult:
     """Search every job size (or the one given) at the run's global batch and choose the job size and the number of
     jobs. `supports` says what each framework runs (io.catalog.load_frameworks); `target` which one the plan is for
     and what the user fixed. `on_size(i, n, num_gpus)` is called before each job size is searched (progress).
     `deadline_days`: choose the job size by `deadline_job_size` instead of the objective's rule; `extra_sizes` are
-    searched beside the powers of two (`leftover_sizes`)."""
+    searched beside the powers of two (`leftover_sizes`). `at_size(num_gpus, target)` gives the run and target a
+    job size is searched with where its release fills them by the GPU count (api.sizes.SizedJobs)."""
     check_objective(objective, cluster)
     supports = supports or {}
     target = target or SearchTarget(framework=Framework.MEGATRON_CORE if supports else Framework.ANY)
@@ -232,7 +234,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, train: TrainSpec, constants: Co
     for i, size in enumerate(sizes):
         if on_size is not None:
             on_size(i, len(sizes), size)
-        results.append(search_job_size(model, cluster, train, size, objective, top, constants, target, supports))
+        sized_train, sized_target = at_size(size, target) if at_size is not None else (train, target)
+        results.append(search_job_size(model, cluster, sized_train, size, objective, top, constants, sized_target,
+                                       supports))
     chosen = (_choose_job_size(results, objective, constants.search.scaling_floor) if deadline_days is None
               else deadline_job_size(results, deadline_days))
     return PlanResult(

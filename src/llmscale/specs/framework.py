@@ -129,8 +129,8 @@ class RuleCondition(Spec):
     seq_len: str | None = None
     layers: str | None = Field(None, description="the model's transformer layers, a comparison (presets that differ "
                                "by model size within a family)")
-    gpus: str | None = Field(None, description="the job's GPU count, a comparison (presets that differ by job size; "
-                             "a search over several job sizes reads the job's count)")
+    gpus: str | None = Field(None, description="the job's GPU count, a comparison (presets that differ by job size; a "
+                             "plan fills the run settings again at each job size it tries where this differs)")
 
     @field_validator("tp", "pp", "vp", "cp", "ep", "dp", "seq_len", "layers", "gpus", mode="before")
     @classmethod

@@ -175,8 +175,8 @@ def _token_dropping(run: PublishedRun, release: ReleaseProfile | None, cluster: 
     factor, llmscale takes 1.0, unpadded, and says so."""
     if run.model_type is not ModelType.MOE or run.moe_dropless is not False:
         return None, {}, {}
-    facts = replace(job_facts(model_from_run(run), cluster, precision, None, run.seq_len or TrainSpec().seq_len),
-                    dropless=False)
+    facts = replace(job_facts(model_from_run(run), cluster, precision, None, run.seq_len or TrainSpec().seq_len,
+                              run.num_gpus), dropless=False)
     if release is not None and rule_value(release, facts, None, "capacity_factor") is not None:
         return False, {}, {}
     return False, {"capacity_factor": 1.0}, {"capacity_factor": "1.0, unpadded: the row drops tokens, its release "

@@ -89,9 +89,10 @@ RECOMPUTE_MODULES = {"recompute_norm": "norms", "recompute_mla_up": "MLA up-proj
 
 
 def _modules(lay: Layout) -> str:
-    """` and the norms, MoE activations`: the modules the layout recomputes beside its granularity ('' for none)."""
+    """`, recomputed modules: norms, MoE activations` (or `, no module recompute`): the modules the layout recomputes
+    beside its granularity."""
     on = [name for flag, name in RECOMPUTE_MODULES.items() if getattr(lay, flag)]
-    return f" and the {', '.join(on)}" if on else ""
+    return f", recomputed modules: {', '.join(on)}" if on else ", no module recompute"
 
 
 def _gpus(lay: Layout) -> int:
