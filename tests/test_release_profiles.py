@@ -213,14 +213,16 @@ def test_a_switch_the_layout_cannot_run_is_dropped_not_refused() -> None:
 
 
 def test_a_graph_scope_without_graphs_is_moot_not_dropped() -> None:
-    # Megatron-Bridge 26.08's Qwen3-30B B200 recipes capture TE graphs over whole layers (cuda_graph_impl
-    # 'transformer_engine', qwen3_moe.py b200 8gpu configs): the scope goes with the graphs. Where the user turns the
-    # graphs off, the scope is moot: the job keeps the spec's default and the release neither applies nor drops it.
+    # Megatron-Bridge 26.08's Qwen3-30B B200 recipes capture TE graphs of attention, router and preprocess
+    # (cuda_graph_impl 'transformer_engine', cuda_graph_scope ['attn', 'moe_router', 'moe_preprocess'], qwen3_moe.py
+    # b200 8gpu configs): the scope goes with the graphs. Where the user turns the graphs off, the scope is moot: the
+    # job keeps the spec's default and the release neither applies nor drops it.
     release = find_release("megatron-bridge@26.08")
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("b200:8")
     train = {"precision": "bf16", "seq_len": 4096}
     graphs = fill(release, model, cluster, train, {"ep": 8}, 8)
-    assert graphs.layout is not None and graphs.layout["cuda_graphs"] and graphs.train["cuda_graph_scope"] == "layer"
+    assert graphs.layout is not None and graphs.layout["cuda_graphs"]
+    assert graphs.train["cuda_graph_scope"] == "attn-moe-router"
     assert "cuda_graph_scope" in {s.name for s in graphs.application.applied}
     off = fill(release, model, cluster, train, {"ep": 8, "cuda_graphs": False}, 8)
     assert "cuda_graph_scope" not in off.train
@@ -401,3 +403,27 @@ def test_a_plan_prices_each_job_size_with_the_release_settings_of_that_size(caps
     assert steps[64] == pytest.approx(explained[64], rel=1e-9) and steps[256] == pytest.approx(explained[256], rel=1e-9)
     applied = {a["setting"]: a["value"] for a in plan["framework"]["profile"]["applied"]}
     assert (applied.get("moe_grouped_gemm_impl") == "te-fused") is (plan["jobs"]["gpus_per_job"] != 64)
+
+
+
+@pytest.mark.parametrize(("model", "cluster", "precision", "scope"), [
+    # NVIDIA-NeMo/Megatron-Bridge@51885cf perf_recipes, each recipe's cuda_graph_scope under cuda_graph_impl
+    # 'transformer_engine': qwen/{b200,gb200}/qwen3_moe.py ['attn', 'moe_router', 'moe_preprocess'] (GB300 235B too),
+    # qwen/{b300,gb300}/qwen3_moe.py 30B ['moe_router', 'moe_preprocess'], deepseek/{gb200,gb300}/deepseek_v3.py BF16
+    # ['attn', 'moe_router', 'moe_preprocess']
+    ("qwen3-30b-a3b", "b200:8", "bf16", "attn-moe-router"),
+    ("qwen3-30b-a3b", "b300:8", "bf16", "moe-router"),
+    ("qwen3-30b-a3b", "gb200:8", "bf16", "attn-moe-router"),
+    ("qwen3-30b-a3b", "gb300:8", "bf16", "moe-router"),
+    ("qwen3-235b-a22b", "gb300:256", "bf16", "attn-moe-router"),
+    ("deepseek-v3", "gb200:256", "bf16", "attn-moe-router"),
+    ("deepseek-v3", "gb300:256", "bf16", "attn-moe-router"),
+])
+def test_bridge_26_08_graph_scopes_are_the_recipes_module_lists(model: str, cluster: str, precision: str,
+                                                                scope: str) -> None:
+    gpus = int(cluster.split(":")[1])
+    layout = {"ep": 8} if gpus == 8 else {"pp": 4, "ep": 64}
+    filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster),
+                  {"precision": precision}, layout, gpus)
+    assert filled.layout is not None and filled.layout["cuda_graphs"]
+    assert filled.train["cuda_graph_scope"] == scope
