@@ -13,7 +13,7 @@ import pytest
 from llmscale.errors import LlmscaleError, SpecError
 from llmscale.io import releases as releases_module
 from llmscale.io.catalog import catalog_file, catalog_section, load_catalog_yaml, load_cluster, load_model
-from llmscale.io.releases import fill, find_release, frameworks, job_facts, load_releases, load_sources
+from llmscale.io.releases import Filled, fill, find_release, frameworks, job_facts, load_releases, load_sources
 from llmscale.io.resolve import JobRequest, resolve
 from llmscale.layout.profile import SEARCH_FILLED, ReleaseLayouts
 from llmscale.specs.framework import ReleaseProfile, RuleCondition
@@ -342,18 +342,22 @@ def test_a_gpu_count_condition_is_a_comparison_and_holds_only_where_the_count_is
 ])
 def test_bridge_26_08_qwen3_dispatchers_by_model_size_and_gpu(model: str, cluster: str, precision: str,
                                                              dispatcher: str) -> None:
-    gpus = int(cluster.split(":")[1])
     train = ({"precision": "fp8", "fp8_recipe": {"mxfp8": "mxfp8", "fp8cs": "tensorwise"}[precision]}
              if precision in ("mxfp8", "fp8cs") else {"precision": precision})
-    filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster), train, None, gpus)
-    assert filled.train["moe_dispatcher"] == dispatcher
+    assert _bridge_26_08(model, cluster, train).train["moe_dispatcher"] == dispatcher
+
+
+def _bridge_26_08(model: str, cluster: str, train: dict[str, str], layout: dict[str, int] | None = None,
+                  gpus: int | None = None) -> Filled:
+    """Megatron-Bridge 26.08's settings for `model` on `cluster` (`name:count`; the job takes `gpus`, else them all)."""
+    count = gpus if gpus is not None else int(cluster.split(":")[1])
+    return fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster), train, layout, count)
 
 
 
 def _helper(model: str, cluster: str, gpus: int | None, layout: dict[str, int] | None = None) -> bool:
     """Whether Megatron-Bridge 26.08 gives this MXFP8 job the full-iteration helper's fused grouped MLP."""
-    filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster),
-                  {"precision": "fp8", "fp8_recipe": "mxfp8"}, layout, gpus)
+    filled = _bridge_26_08(model, cluster, {"precision": "fp8", "fp8_recipe": "mxfp8"}, layout, gpus)
     return filled.train.get("moe_grouped_gemm_impl") == "te-fused"
 
 
@@ -421,9 +425,17 @@ def test_a_plan_prices_each_job_size_with_the_release_settings_of_that_size(caps
 ])
 def test_bridge_26_08_graph_scopes_are_the_recipes_module_lists(model: str, cluster: str, precision: str,
                                                                 scope: str) -> None:
-    gpus = int(cluster.split(":")[1])
-    layout = {"ep": 8} if gpus == 8 else {"pp": 4, "ep": 64}
-    filled = fill(find_release("megatron-bridge@26.08"), load_model(model), load_cluster(cluster),
-                  {"precision": precision}, layout, gpus)
+    layout = {"ep": 8} if cluster.endswith(":8") else {"pp": 4, "ep": 64}
+    filled = _bridge_26_08(model, cluster, {"precision": precision}, layout)
     assert filled.layout is not None and filled.layout["cuda_graphs"]
     assert filled.train["cuda_graph_scope"] == scope
+
+
+
+def test_a_layout_larger_than_the_cluster_is_refused_where_it_sizes_the_job() -> None:
+    # without --gpus the job is tp·cp·pp·dp GPUs (io.releases.job_gpus, the count the release rules read too)
+    with pytest.raises(SpecError, match="= 512 GPUs exceeds cluster") as info:
+        resolve(JobRequest(model="llama3-70b", cluster="h100-sxm:64", layout={"tp": 8, "dp": 64}, framework="any"))
+    assert info.value.field == "dp"
+    assert resolve(JobRequest(model="llama3-70b", cluster="h100-sxm:64", layout={"tp": 8, "dp": 4},
+                              framework="any")).num_gpus == 32

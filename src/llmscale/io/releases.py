@@ -199,9 +199,9 @@ def layout_sizes(layout: Mapping[str, Any], num_gpus: int | None) -> dict[str, A
     return sizes
 
 
-def _job_gpus(layout: Mapping[str, Any] | None, cluster: ClusterSpec, num_gpus: int | None) -> int:
-    """The job's GPU count as io.resolve sizes it: given, else tp·cp·pp·dp where the layout gives dp, else the
-    cluster's."""
+def job_gpus(layout: Mapping[str, Any] | None, cluster: ClusterSpec, num_gpus: int | None) -> int:
+    """The job's GPU count: given, else tp·cp·pp·dp where the layout gives dp, else the cluster's (io.resolve sizes
+    the job by it too)."""
     if num_gpus is not None:
         return num_gpus
     if layout is None or _count(layout.get("dp"), 0) == 0:
@@ -252,7 +252,7 @@ def fill(release: ReleaseProfile, model: ModelSpec, cluster: ClusterSpec, train:
     seq_len = train.get("seq_len")
     if not (isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0):
         seq_len = defaults.seq_len
-    gpus = _job_gpus(layout, cluster, num_gpus)
+    gpus = job_gpus(layout, cluster, num_gpus)
     facts = job_facts(model, cluster, precision, None, seq_len, gpus)
     sizes = layout_sizes(layout, num_gpus) if layout is not None else None
     recipe = _member(Fp8Recipe, train.get("fp8_recipe"), None) or rule_value(release, facts, sizes, "fp8_recipe")

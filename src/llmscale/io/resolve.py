@@ -23,7 +23,7 @@ from llmscale.errors import LlmscaleError, SpecError
 from llmscale.io.calibration import CalibrationRecord, load_profile
 from llmscale.io.catalog import load_cluster, load_constants, load_gpu, load_model
 from llmscale.io.files import parse_spec
-from llmscale.io.releases import ProfileApplication, fill, find_release, given_fields
+from llmscale.io.releases import ProfileApplication, fill, find_release, given_fields, job_gpus
 from llmscale.io.run_checks import (
     check_attention,
     check_fp8_attention,
@@ -361,13 +361,10 @@ def _with_layout(request: JobRequest, model: ModelSpec, setting: Setting, from_l
 
 
 def _job_gpus(layout: Layout, cluster: ClusterSpec, gpus: int | None) -> int:
-    """The job's GPUs: given (checked against the cluster by `resolve_setting`), else tp·cp·pp·dp, else the cluster."""
-    if gpus is not None:
-        return gpus
-    if layout.dp is None:
-        return cluster.num_gpus
-    job = layout.tp * layout.cp * layout.pp * layout.dp
-    if job > cluster.num_gpus:
+    """The job's GPUs (io.releases.job_gpus, the count the release rules read): given (checked against the cluster by
+    `resolve_setting`), else tp·cp·pp·dp, else the cluster."""
+    job = job_gpus(layout.model_dump(), cluster, gpus)
+    if gpus is None and job > cluster.num_gpus:
         raise SpecError(
             "dp", layout.dp,
             f"tp ({layout.tp}) × cp ({layout.cp}) × pp ({layout.pp}) × dp ({layout.dp}) = {job:,} GPUs exceeds "
